@@ -1,0 +1,57 @@
+#include "cli/cli.h"
+
+#include <functional>
+
+#include "cli/commands.h"
+
+#ifndef KIMI_PLAN_VERSION
+#define KIMI_PLAN_VERSION "0.0.0"
+#endif
+
+namespace kp {
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  std::function<Status(const std::vector<std::string>&, CliEnv&)> run;
+};
+
+const std::vector<Subcommand>& Subcommands() {
+  static const std::vector<Subcommand> kAll = {
+      {"plan", "size TP/PP/VP/EP/ETP/CP/DP and memory per GPU for a model on a cluster", PlanCommand},
+  };
+  return kAll;
+}
+
+void PrintUsage(std::ostream& out) {
+  out << "usage: kimi-plan [--version] [--help] <command> [<args>]\n\n"
+         "Plans, simulates, launches and analyses distributed SDPO post-training of\n"
+         "trillion-parameter MoE models.\n\ncommands:\n";
+  for (const Subcommand& s : Subcommands()) out << "  " << s.name << std::string(12 - std::string(s.name).size(), ' ') << s.summary << "\n";
+  out << "\n'kimi-plan <command> --help' describes one command.\n";
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args, CliEnv& env) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    PrintUsage(args.empty() ? env.err : env.out);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    env.out << "kimi-plan " << KIMI_PLAN_VERSION << "\n";
+    return 0;
+  }
+  for (const Subcommand& s : Subcommands()) {
+    if (args[0] != s.name) continue;
+    Status st = s.run(std::vector<std::string>(args.begin() + 1, args.end()), env);
+    if (!st.ok()) env.err << "kimi-plan " << s.name << ": " << st.message() << "\n";
+    return st.ExitCode();
+  }
+  env.err << "kimi-plan: '" << args[0] << "' is not a command (see 'kimi-plan --help')\n";
+  return 2;
+}
+
+}  // namespace kp

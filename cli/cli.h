@@ -1,0 +1,31 @@
+// The command line: git-style subcommands over the libraries. Everything the
+// commands touch outside memory comes through CliEnv, so tests run them
+// in-process against fakes. Only main() turns the returned code into an exit.
+#ifndef KIMI_PLAN_CLI_CLI_H_
+#define KIMI_PLAN_CLI_CLI_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/file_system.h"
+
+namespace kp {
+
+struct CliEnv {
+  std::ostream& out;
+  std::ostream& err;
+  const FileSystem& fs;
+  const Clock& clock;
+  std::string preset_dir;
+};
+
+/// Runs `kimi-plan args...` (args excludes the program name) and returns the
+/// exit code: 0 success, 2 bad input (one line on err naming the field),
+/// 1 an I/O or internal failure.
+int RunCli(const std::vector<std::string>& args, CliEnv& env);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_CLI_CLI_H_

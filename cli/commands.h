@@ -1,0 +1,19 @@
+// One function per subcommand; cli.cc dispatches to them.
+#ifndef KIMI_PLAN_CLI_COMMANDS_H_
+#define KIMI_PLAN_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "common/status.h"
+
+namespace kp {
+
+/// Each returns Ok after printing its result, or the Status that main maps
+/// to an exit code. Printing the error is the dispatcher's job.
+Status PlanCommand(const std::vector<std::string>& args, CliEnv& env);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_CLI_COMMANDS_H_

@@ -1,0 +1,101 @@
+#include "cli/options.h"
+
+#include <sstream>
+
+#include "specs/presets.h"
+
+namespace kp {
+
+Status ParseOptions(const std::vector<std::string>& args, const po::options_description& desc,
+                    po::variables_map* vm, bool* help) {
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), *vm);
+    po::notify(*vm);
+  } catch (const po::error& e) {
+    return Status::InvalidArgument(e.what());
+  }
+  *help = vm->count("help") > 0;
+  return Status::Ok();
+}
+
+void AddModelOptions(po::options_description& desc) {
+  desc.add_options()
+      ("model", po::value<std::string>(), "model preset (kimi-k2.6, kimi-k3, kimi-k3-debug, deepseek-v3)")
+      ("model-file", po::value<std::string>(), "a model file in the preset format (docs/presets.md)")
+      ("hidden", po::value<int>(), "dense GPT model by flags: hidden size")
+      ("ffn-hidden", po::value<int>(), "dense GPT model: FFN hidden size (GeLU)")
+      ("heads", po::value<int>(), "dense GPT model: attention heads")
+      ("head-dim", po::value<int>(), "dense GPT model: head dimension (default hidden / heads)")
+      ("kv-heads", po::value<int>(), "dense GPT model: key/value heads (default heads)")
+      ("layers", po::value<int>(), "dense GPT model: layers")
+      ("vocab", po::value<int>(), "dense GPT model: vocabulary size");
+}
+
+namespace {
+
+Result<ModelSpec> ModelFromFlags(const po::variables_map& vm) {
+  for (const char* f : {"hidden", "ffn-hidden", "heads", "layers", "vocab"})
+    if (!vm.count(f))
+      return Status::InvalidArgument(std::string("--") + f + ": required for a model given by flags "
+                                     "(--hidden --ffn-hidden --heads --layers --vocab)");
+  ModelSpec m;
+  m.name = "gpt-flags";
+  m.hidden = vm["hidden"].as<int>();
+  m.dense_ffn = vm["ffn-hidden"].as<int>();
+  m.heads = vm["heads"].as<int>();
+  m.layers = vm["layers"].as<int>();
+  m.vocab = vm["vocab"].as<int>();
+  if (m.heads <= 0) return Status::InvalidArgument("--heads: must be a positive integer, got " + std::to_string(m.heads));
+  m.head_dim = vm.count("head-dim") ? vm["head-dim"].as<int>() : m.hidden / m.heads;
+  m.kv_heads = vm.count("kv-heads") ? vm["kv-heads"].as<int>() : m.heads;
+  m.gated_ffn = false;
+  m.dropout = true;
+  if (m.layers > 0) m.attention.assign(m.layers, AttentionKind::kMha);
+  Status s = m.Validate();
+  if (!s.ok()) return Status::InvalidArgument("--" + s.message());
+  return m;
+}
+
+}  // namespace
+
+Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback) {
+  PresetCatalog catalog(env.fs, env.preset_dir);
+  const int given = int(vm.count("model")) + int(vm.count("model-file")) + int(vm.count("hidden") > 0);
+  if (given > 1) return Status::InvalidArgument("--model: give one of --model, --model-file or the dense-GPT flags");
+  if (vm.count("model")) return catalog.Model(vm["model"].as<std::string>());
+  if (vm.count("model-file")) return catalog.ModelFile(vm["model-file"].as<std::string>());
+  if (vm.count("hidden") || vm.count("layers") || vm.count("heads")) return ModelFromFlags(vm);
+  if (!fallback.empty()) return catalog.Model(fallback);
+  return Status::InvalidArgument("--model: name a model (--model, --model-file or the dense-GPT flags)");
+}
+
+void AddGpuOptions(po::options_description& desc) {
+  desc.add_options()
+      ("gpu", po::value<std::string>(), "GPU preset (a100-80g, h100, h200, b200, b300)")
+      ("gpu-file", po::value<std::string>(), "a GPU file in the preset format");
+}
+
+Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback) {
+  PresetCatalog catalog(env.fs, env.preset_dir);
+  if (vm.count("gpu") && vm.count("gpu-file")) return Status::InvalidArgument("--gpu: give --gpu or --gpu-file, not both");
+  if (vm.count("gpu")) return catalog.Gpu(vm["gpu"].as<std::string>());
+  if (vm.count("gpu-file")) return catalog.GpuFile(vm["gpu-file"].as<std::string>());
+  if (!fallback.empty()) return catalog.Gpu(fallback);
+  return Status::InvalidArgument("--gpu: name a GPU (--gpu or --gpu-file)");
+}
+
+void AddOutputOptions(po::options_description& desc) {
+  desc.add_options()
+      ("json", "print JSON (stable schema, docs/) instead of a table")
+      ("db", po::value<std::string>()->default_value("kimi-plan.db"), "the SQLite run store");
+}
+
+Result<bool> OnOff(const po::variables_map& vm, const char* name, bool fallback) {
+  if (!vm.count(name)) return fallback;
+  const std::string v = vm[name].as<std::string>();
+  if (v == "on") return true;
+  if (v == "off") return false;
+  return Status::InvalidArgument(std::string("--") + name + ": must be on or off, got \"" + v + "\"");
+}
+
+}  // namespace kp

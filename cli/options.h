@@ -1,0 +1,44 @@
+// Option parsing shared by the subcommands: Boost.Program_options with its
+// exceptions turned into one-line InvalidArgument statuses, and the options
+// that name a model, a GPU and a cluster.
+#ifndef KIMI_PLAN_CLI_OPTIONS_H_
+#define KIMI_PLAN_CLI_OPTIONS_H_
+
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "cli/cli.h"
+#include "common/status.h"
+#include "specs/gpu_spec.h"
+#include "specs/model_spec.h"
+
+namespace kp {
+
+namespace po = boost::program_options;
+
+/// Parses `args` against `desc`; a --help request sets *help.
+Status ParseOptions(const std::vector<std::string>& args, const po::options_description& desc,
+                    po::variables_map* vm, bool* help);
+
+/// --model, --model-file and the dense-GPT flags (--hidden --ffn-hidden
+/// --heads --head-dim --layers --vocab).
+void AddModelOptions(po::options_description& desc);
+/// The model the options name; `fallback` is the preset to use when none is
+/// named (empty: one must be).
+Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback);
+
+/// --gpu and --gpu-file.
+void AddGpuOptions(po::options_description& desc);
+Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback);
+
+/// --json and --db.
+void AddOutputOptions(po::options_description& desc);
+
+/// Reads an "on"/"off" flag value.
+Result<bool> OnOff(const po::variables_map& vm, const char* name, bool fallback);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_CLI_OPTIONS_H_

@@ -1,0 +1,52 @@
+#include "common/file_system.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kp {
+
+namespace {
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+Result<std::string> RealFileSystem::ReadFile(const std::string& path) const {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> RealFileSystem::List(const std::string& dir, const std::string& suffix) const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (EndsWith(name, suffix)) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<std::string> FakeFileSystem::ReadFile(const std::string& path) const {
+  auto it = files_.find(path);
+  if (it == files_.end()) return Status::NotFound(path + ": cannot open file");
+  return it->second;
+}
+
+std::vector<std::string> FakeFileSystem::List(const std::string& dir, const std::string& suffix) const {
+  std::vector<std::string> out;
+  const std::string prefix = dir + "/";
+  for (const auto& [path, _] : files_) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    const std::string name = path.substr(prefix.size());
+    if (name.find('/') == std::string::npos && EndsWith(name, suffix)) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace kp

@@ -1,0 +1,42 @@
+// The filesystem as the libraries see it: reading whole files and listing a
+// directory. The real implementation touches the disk; tests use the fake.
+#ifndef KIMI_PLAN_COMMON_FILE_SYSTEM_H_
+#define KIMI_PLAN_COMMON_FILE_SYSTEM_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kp {
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  /// The whole file, or NotFound naming the path.
+  virtual Result<std::string> ReadFile(const std::string& path) const = 0;
+  /// File names (not paths) in `dir` ending in `suffix`, sorted.
+  virtual std::vector<std::string> List(const std::string& dir, const std::string& suffix) const = 0;
+};
+
+class RealFileSystem : public FileSystem {
+ public:
+  Result<std::string> ReadFile(const std::string& path) const override;
+  std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
+};
+
+/// An in-memory filesystem keyed by full path.
+class FakeFileSystem : public FileSystem {
+ public:
+  void Add(const std::string& path, std::string contents) { files_[path] = std::move(contents); }
+  Result<std::string> ReadFile(const std::string& path) const override;
+  std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
+
+ private:
+  std::map<std::string, std::string> files_;
+};
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_COMMON_FILE_SYSTEM_H_

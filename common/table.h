@@ -1,0 +1,31 @@
+// A plain-text table for the commands' default output: columns padded to
+// their widest cell, numbers right-aligned.
+#ifndef KIMI_PLAN_COMMON_TABLE_H_
+#define KIMI_PLAN_COMMON_TABLE_H_
+
+#include <string>
+#include <vector>
+
+namespace kp {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+/// 1234.5678 -> "1234.57" with `digits` after the point.
+std::string FormatFixed(double v, int digits);
+/// Bytes as "123.4 GB" (decimal units, as GPU datasheets quote them).
+std::string FormatGB(double bytes);
+/// 1.03e12 -> "1.03T", 3.29e10 -> "32.9B".
+std::string FormatCount(double n);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_COMMON_TABLE_H_

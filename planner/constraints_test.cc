@@ -1,0 +1,114 @@
+#include "planner/constraints.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/test_util.h"
+
+namespace kp {
+namespace {
+
+PlanRequest H200Full() {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 16);
+  r.plan = ParallelPlan{8, 2, 1, 8, 1, 1, 8, 8, 8, 1};
+  return r;
+}
+
+std::string First(const PlanRequest& r) {
+  auto v = CheckPlan(r, r.plan);
+  return v.empty() ? "" : v.front();
+}
+
+bool Mentions(const PlanRequest& r, const std::string& message) {
+  for (const std::string& v : CheckPlan(r, r.plan))
+    if (v == message) return true;
+  return false;
+}
+
+TEST(ConstraintsTest, TheSeedLayoutIsValid) { EXPECT_EQ(First(H200Full()), ""); }
+
+TEST(ConstraintsTest, EveryRuleHasItsMessage) {
+  PlanRequest r = H200Full();
+  r.plan.dp = 4;
+  EXPECT_EQ(First(r), "--dp: tp x pp x cp x dp = 8 x 2 x 1 x 4 = 64, but the actor has 128 GPUs");
+
+  r = H200Full();
+  r.plan.tp = 3;
+  r.gpus_per_node = 8;
+  EXPECT_TRUE(Mentions(r, "--tp: 3 does not divide the 64 attention heads"));
+
+  r = H200Full();
+  r.plan.ep = 7;
+  auto v = CheckPlan(r, r.plan);
+  EXPECT_EQ(v.front(), "--ep: 7 does not divide the 384 experts");
+
+  r = H200Full();
+  r.plan.ep = 128;
+  v = CheckPlan(r, r.plan);
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.front(), "--ep: ep x etp = 128 must divide tp x dp x cp = 64 (Megatron's expert-parallel folding)");
+
+  r = H200Full();
+  r.plan.vp = 2;
+  EXPECT_EQ(First(r), "--vp: 1f1b has one stage per rank; use interleaved-1f1b for vp > 1");
+
+  r = H200Full();
+  r.plan.pp = 64; r.plan.dp = 1; r.plan.ep = 2; r.plan.tp = 2;
+  EXPECT_TRUE(Mentions(r, "--pp/--vp: 64 stages exceed the 63 units (embedding + 61 layers + head)"));
+
+  r = H200Full();
+  r.prompt_length = 1000; r.response_length = 1; r.plan.cp = 2; r.plan.dp = 4;
+  EXPECT_EQ(First(r), "--cp: 2 must split the 1001-token sequence into 2 x cp equal chunks (load-balanced context parallelism)");
+
+  r = H200Full();
+  r.global_batch = 4;
+  EXPECT_EQ(First(r), "--global-batch: 4 sequences (global batch x rollout n) do not divide into dp x micro-batch = 8");
+
+  r = H200Full();
+  r.plan.rollout_ep = 16;
+  EXPECT_EQ(First(r), "--rollout-ep: with expert parallelism on, rollout ep must equal rollout tp x rollout dp = 8 (Verl/vLLM), got 16");
+
+  r = H200Full();
+  r.plan.rollout_tp = 3; r.plan.rollout_ep = 3;
+  EXPECT_EQ(First(r), "--rollout-tp: 3 does not divide the 64 attention heads");
+
+  r = H200Full();
+  r.plan.tp = 16; r.plan.dp = 4;
+  EXPECT_EQ(First(r), "--tp: 16 spans nodes of 8 GPUs; keep TP inside the NVLink domain");
+
+  r = H200Full();
+  r.schedule = ScheduleKind::kInterleaved1F1B;
+  r.plan.vp = 2;
+  r.global_batch = 24;  // 3 micro-batches per DP rank, not a multiple of pp = 2
+  EXPECT_EQ(First(r), "--global-batch: interleaved-1f1b needs the 3 micro-batches per DP rank to be a multiple of pp = 2");
+}
+
+TEST(ConstraintsTest, DenseModelsTakeNoExpertParallelism) {
+  PlanRequest r;
+  r.model = testing::Gpt(4, 1024, 16, 1000);
+  r.gpu = testing::Gpu("h100");
+  r.plan.ep = 2; r.plan.dp = 8;
+  EXPECT_EQ(CheckPlan(r, r.plan).front(), "--ep: the model is dense; ep and etp must be 1");
+}
+
+TEST(ConstraintsTest, RequestValuesAreChecked) {
+  PlanRequest r = H200Full();
+  EXPECT_TRUE(ValidateRequest(r).ok());
+  r.nodes = 0;
+  EXPECT_EQ(ValidateRequest(r).message(), "--nodes: must be a positive integer, got 0");
+  r = H200Full();
+  r.micro_batch = -1;
+  EXPECT_EQ(ValidateRequest(r).message(), "--micro-batch: must be a positive integer, got -1");
+  r = H200Full();
+  r.gpu_memory_utilization = 1.5;
+  EXPECT_EQ(ValidateRequest(r).message(), "--gpu-memory-utilization: must be in (0, 1)");
+  r = H200Full();
+  r.placement = Placement::kSplit;
+  r.rollout_gpus = 0;
+  EXPECT_EQ(ValidateRequest(r).message().rfind("--rollout-gpus:", 0), 0u);
+  r = H200Full();
+  r.efficiency.moe_imbalance = 0.5;
+  EXPECT_EQ(ValidateRequest(r).message(), "--moe-imbalance: must be >= 1");
+}
+
+}  // namespace
+}  // namespace kp

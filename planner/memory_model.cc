@@ -1,0 +1,428 @@
+#include "planner/memory_model.h"
+
+#include <algorithm>
+
+#include "common/table.h"
+#include "planner/schedule_model.h"
+
+namespace kp {
+
+namespace {
+
+constexpr double kBf16 = 2, kFp32 = 4;
+// CUDA context, NCCL communicators and cuBLAS workspaces of one process.
+const Bytes kRuntimeReserve = GB(2.0);
+// vLLM's defaults: the token budget of one scheduler step, and the share of
+// the GPU it takes when it has the GPU to itself.
+constexpr int kRolloutBatchedTokens = 8192;
+constexpr double kSplitRolloutUtilization = 0.9;
+// KDA's chunked kernels keep one fp32 state per chunk of this many tokens.
+constexpr int kKdaChunk = 64;
+
+void AddAttentionTerms(const ModelSpec& m, AttentionKind kind, bool flash, LayerActivationTerms& t) {
+  const double h = m.hidden, a = m.heads;
+  auto core = [&] {
+    if (flash) t.split += kFp32 * a;  // the softmax statistics flash attention keeps
+    else t.per_seq_token += kBf16 * a + (m.dropout ? 3 * a : 0);
+  };
+  switch (kind) {
+    case AttentionKind::kMha: {
+      const double q = a * m.head_dim, kv = double(m.kv_heads) * m.head_dim;
+      t.replicated += kBf16 * h;                  // QKV input
+      t.split += kBf16 * (q + kv + kv + q);       // Q, K, V, output-projection input
+      core();
+      break;
+    }
+    case AttentionKind::kMla: {
+      const MlaShape& s = m.mla;
+      const double qk = s.qk_nope_head_dim + s.qk_rope_head_dim;
+      t.replicated += kBf16 * h;                                   // down-projection input
+      if (s.q_lora_rank > 0) t.replicated += kBf16 * 2 * s.q_lora_rank;  // q latent, before and after its norm
+      t.replicated += kBf16 * (s.kv_lora_rank + s.qk_rope_head_dim);     // kv latent and shared rope key
+      t.replicated += kBf16 * s.kv_lora_rank;                            // normed kv latent
+      t.split += kBf16 * a * (qk + qk + s.v_head_dim + s.v_head_dim);    // Q, K, V, output-projection input
+      core();
+      break;
+    }
+    case AttentionKind::kKda: {
+      const double dk = m.kda.head_dim_k, dv = m.kda.head_dim_v;
+      t.replicated += kBf16 * (h + dk + dv);  // input, low-rank gate bottlenecks
+      t.split += kBf16 * a * (2 * dk + dv) * 2;  // q/k/v before and after the short convolutions
+      t.split += kBf16 * a * 2 * dk;             // L2-normalised q and k
+      t.split += kFp32 * a * (dk + 1);           // forget gate and beta
+      t.split += kBf16 * a * dv * 4;             // output, output gate, gated-norm and o-proj inputs
+      t.split += kFp32 * a * dk * dv / kKdaChunk;  // chunk states
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int etp, bool flash) {
+  LayerActivationTerms t;
+  const double h = m.hidden;
+  t.replicated += kBf16 * 2 * h;           // the two norms' inputs
+  if (m.dropout) t.replicated += 2 * h;    // two 1-byte dropout masks
+  AddAttentionTerms(m, m.attention[layer], flash, t);
+  t.replicated += kBf16 * h;               // FFN / router input
+  if (!m.is_moe_layer(layer)) {
+    t.split += kBf16 * m.dense_ffn * (m.gated_ffn ? 4 : 2);
+    return t;
+  }
+  const MoeShape& e = m.moe;
+  t.replicated += kFp32 * e.num_experts;   // router logits
+  t.split += kBf16 * 4.0 * e.shared_ffn * e.shared_experts;
+  const double in = e.latent_dim > 0 ? e.latent_dim : h;
+  if (e.latent_dim > 0) t.replicated += kBf16 * 2 * e.latent_dim;  // latent in and out
+  // Per routed copy: expert input and output, then gate, up, activation and
+  // product of the expert's slice of the intermediate.
+  t.routed = kBf16 * 2 * in + kBf16 * 4.0 * e.expert_ffn / etp;
+  return t;
+}
+
+Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_batch,
+                           const ParallelPlan& p, bool sp, Recompute r, bool flash,
+                           double moe_imbalance) {
+  const double tokens = double(seq) * micro_batch / p.cp;
+  const double t = p.tp;
+  const double rep_div = sp ? t : 1.0;
+  if (r == Recompute::kFull) return Bytes(tokens * kBf16 * m.hidden / rep_div);
+  const LayerActivationTerms a = LayerActivationTermsOf(m, layer, p.etp, flash);
+  double bytes = tokens * (a.replicated / rep_div + a.split / t);
+  if (r == Recompute::kNone) bytes += tokens * seq * a.per_seq_token / t;
+  if (m.is_moe_layer(layer)) {
+    const double copies = tokens * m.moe.top_k * p.etp / t * moe_imbalance;
+    bytes += copies * a.routed;
+  }
+  return Bytes(bytes);
+}
+
+std::vector<int> StagesOfRank(ScheduleKind kind, int pp, int stages_per_rank, int rank) {
+  if (ScheduleIsVShaped(kind)) return {rank, 2 * pp - 1 - rank};
+  std::vector<int> out;
+  for (int k = 0; k < stages_per_rank; ++k) out.push_back(rank + k * pp);
+  return out;
+}
+
+int AttnResStackColumns(const ModelSpec& m, const StageLayers& st) {
+  const int S = m.attn_res_block;
+  if (S <= 0) return 0;
+  // Columns in the stack before layer l: one per block start below l.
+  auto before = [S](int l) { return (l + S - 1) / S; };
+  const int received = before(st.first_layer);
+  int cols = received;
+  for (int l = st.first_layer; l < st.end_layer; ++l)
+    if (l % S == 0) cols += before(l) + 1;
+  return cols;
+}
+
+namespace {
+
+double Adapter(double in, double out, int r) { return r * (in + out); }
+
+double LoraAttentionParams(const ModelSpec& m, AttentionKind kind, int r) {
+  const double h = m.hidden, a = m.heads;
+  switch (kind) {
+    case AttentionKind::kMha:
+      return Adapter(h, a * m.head_dim, r) + 2 * Adapter(h, double(m.kv_heads) * m.head_dim, r) +
+             Adapter(a * m.head_dim, h, r);
+    case AttentionKind::kMla: {
+      const MlaShape& s = m.mla;
+      const double qk = s.qk_nope_head_dim + s.qk_rope_head_dim;
+      const double q = s.q_lora_rank > 0
+                           ? Adapter(h, s.q_lora_rank, r) + Adapter(s.q_lora_rank, a * qk, r)
+                           : Adapter(h, a * qk, r);
+      return q + Adapter(h, s.kv_lora_rank + s.qk_rope_head_dim, r) +
+             Adapter(s.kv_lora_rank, a * (s.qk_nope_head_dim + s.v_head_dim), r) +
+             Adapter(a * s.v_head_dim, h, r);
+    }
+    case AttentionKind::kKda: {
+      const double dk = m.kda.head_dim_k, dv = m.kda.head_dim_v;
+      return 2 * Adapter(h, a * dk, r) + Adapter(h, a * dv, r) + Adapter(a * dv, h, r);
+    }
+  }
+  return 0;
+}
+
+/// LoRA parameters of one layer, split into what shards over TP and what
+/// shards over EP.
+struct LayerLora {
+  double tp_sharded = 0;
+  double expert_sharded = 0;
+};
+
+LayerLora LoraOfLayer(const ModelSpec& m, int layer, const LoraOptions& o) {
+  LayerLora l;
+  const int r = o.rank;
+  if (o.attention) l.tp_sharded += LoraAttentionParams(m, m.attention[layer], r);
+  const double h = m.hidden;
+  if (!m.is_moe_layer(layer)) {
+    if (o.dense_ffn) l.tp_sharded += 3 * Adapter(h, m.dense_ffn, r);
+    return l;
+  }
+  const MoeShape& e = m.moe;
+  if (o.dense_ffn) l.tp_sharded += e.shared_experts * 3 * Adapter(h, e.shared_ffn, r);
+  if (o.routed_experts) {
+    const double in = e.latent_dim > 0 ? e.latent_dim : h;
+    if (o.experts == LoraExperts::kPerExpert) {
+      l.expert_sharded += e.num_experts * 3 * Adapter(in, e.expert_ffn, r);
+    } else {
+      // Shared-outer: gate A, up A and down B shared by the layer's experts;
+      // each expert keeps its own gate B, up B and down A.
+      l.tp_sharded += 3.0 * r * in;
+      l.expert_sharded += e.num_experts * 3.0 * r * e.expert_ffn;
+    }
+  }
+  return l;
+}
+
+}  // namespace
+
+double LoraParams(const ModelSpec& m, const LoraOptions& lora) {
+  double total = 0;
+  for (int l = 0; l < m.layers; ++l) {
+    LayerLora x = LoraOfLayer(m, l, lora);
+    total += x.tp_sharded + x.expert_sharded;
+  }
+  return total;
+}
+
+namespace {
+
+}  // namespace
+
+RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                        const ParamCount& pc, const std::vector<int>& stages) {
+  RankParams rp;
+  const ModelSpec& m = req.model;
+  for (int s : stages) {
+    const StageLayers& st = split.stages[s];
+    for (int l = st.first_layer; l < st.end_layer; ++l) {
+      const LayerParams& lp = pc.layers[l];
+      rp.dense += (lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj) / p.tp + lp.router +
+                  lp.norms;
+      rp.expert += lp.routed_experts / (p.ep * p.etp);
+      if (req.mode == TrainMode::kLora) {
+        LayerLora ll = LoraOfLayer(m, l, req.lora);
+        rp.lora_dense += ll.tp_sharded / p.tp;
+        rp.lora_expert += ll.expert_sharded / (p.ep * p.etp);
+      }
+    }
+    if (st.embedding) rp.dense += pc.embedding / p.tp;
+    if (st.head) rp.dense += pc.head / p.tp + pc.final_norm;
+  }
+  return rp;
+}
+
+namespace {
+
+double ExpertBytesPerParam(const ModelSpec& m) {
+  return m.storage.routed_expert_bits / 8.0 +
+         (m.storage.routed_expert_bits < 16 ? kBf16 / m.storage.quant_group_size : 0.0);
+}
+
+void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams& rp, RoleMemory& r) {
+  const double dense_shards = req.distributed_optimizer ? double(p.dp) * p.cp : 1.0;
+  const double expert_shards = req.distributed_optimizer ? double(p.edp()) : 1.0;
+  if (req.mode == TrainMode::kFull) {
+    r.weights = Bytes(kBf16 * (rp.dense + rp.expert));
+    r.grads = Bytes(kFp32 * (rp.dense + rp.expert));
+    // fp32 master weights and the two Adam moments.
+    r.optimizer = Bytes(3 * kFp32 * (rp.dense / dense_shards + rp.expert / expert_shards));
+    return;
+  }
+  const double expert_base = req.lora.native_base ? ExpertBytesPerParam(req.model) : kBf16;
+  const double lora = rp.lora_dense + rp.lora_expert;
+  r.weights = Bytes(kBf16 * rp.dense + expert_base * rp.expert + kBf16 * lora);
+  r.grads = Bytes(kFp32 * lora);
+  r.optimizer = Bytes(3 * kFp32 * (rp.lora_dense / dense_shards + rp.lora_expert / expert_shards));
+}
+
+/// Activations and buffers of one micro-batch through one stage.
+Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, Recompute r) {
+  const ModelSpec& m = req.model;
+  double bytes = 0;
+  for (int l = st.first_layer; l < st.end_layer; ++l)
+    bytes += LayerActivationBytes(m, l, req.seq_length(), req.micro_batch, p, req.sequence_parallel, r,
+                                  req.flash_attention, req.efficiency.moe_imbalance)
+                 .value();
+  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
+  const double column = kBf16 * m.hidden * tokens / (req.sequence_parallel ? p.tp : 1);
+  bytes += AttnResStackColumns(m, st) * column;
+  return Bytes(bytes);
+}
+
+Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
+  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
+  // fp32 logits for the vocabulary-parallel cross entropy and their bf16 gradient.
+  return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
+}
+
+Bytes LargestLayerActivation(const PlanRequest& req, const ParallelPlan& p) {
+  Bytes best;
+  for (int l = 0; l < req.model.layers; ++l)
+    best = std::max(best, LayerActivationBytes(req.model, l, req.seq_length(), req.micro_batch, p,
+                                               req.sequence_parallel, Recompute::kNone,
+                                               req.flash_attention, req.efficiency.moe_imbalance));
+  return best;
+}
+
+Bytes DispatchBuffers(const PlanRequest& req, const ParallelPlan& p) {
+  const ModelSpec& m = req.model;
+  if (!m.is_moe() || p.ep == 1) return Bytes(0);
+  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
+  const double copies = tokens * m.moe.top_k * p.etp / p.tp * req.efficiency.moe_imbalance;
+  const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
+  return Bytes(2 * copies * kBf16 * in);  // all-to-all send and receive buffers
+}
+
+RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                       const ParamCount& pc, int rank, Bytes largest_layer) {
+  RoleMemory r;
+  r.rank = rank;
+  const int spr = StagesPerRank(req.schedule, p.vp);
+  const std::vector<int> stages = StagesOfRank(req.schedule, p.pp, spr, rank);
+  FillStates(req, p, ParamsOfRank(req, p, split, pc, stages), r);
+
+  const int microbatches = static_cast<int>(req.sequences() / (p.dp * req.micro_batch));
+  Bytes chunk;
+  bool has_head = false;
+  for (int s : stages) {
+    chunk = std::max(chunk, StageActivation(req, p, split.stages[s], req.recompute));
+    has_head |= split.stages[s].head;
+  }
+  const int inflight = PeakInflightChunks(req.schedule, p.pp, spr, microbatches, rank);
+  r.activations = chunk * inflight;
+  r.details.push_back({"in-flight chunks x " + std::to_string(inflight), r.activations});
+  if (req.recompute == Recompute::kFull) {
+    r.activations += largest_layer;
+    r.details.push_back({"recompute working set", largest_layer});
+  }
+  if (has_head) {
+    const Bytes logits = LogitsBytes(req, p);
+    r.activations += logits;
+    r.details.push_back({"logits", logits});
+  }
+  const Bytes dispatch = DispatchBuffers(req, p);
+  r.other = dispatch + kRuntimeReserve;
+  if (dispatch.value() > 0) r.details.push_back({"MoE dispatch buffers", dispatch});
+  r.details.push_back({"CUDA/NCCL reserve", kRuntimeReserve});
+  r.capacity = req.gpu.memory;
+  return r;
+}
+
+RoleMemory Reference(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                     const ParamCount& pc, int rank, Bytes largest_layer) {
+  RoleMemory r;
+  r.rank = rank;
+  r.capacity = req.gpu.memory;
+  // Under LoRA the self-teacher is the actor with its adapters switched off:
+  // no second copy of the base.
+  if (req.mode == TrainMode::kFull) {
+    const int spr = StagesPerRank(req.schedule, p.vp);
+    RankParams rp = ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank));
+    r.weights = Bytes(kBf16 * (rp.dense + rp.expert));
+  }
+  r.activations = largest_layer + LogitsBytes(req, p);
+  r.details.push_back({"one layer + logits, forward only", r.activations});
+  return r;
+}
+
+/// KV cache of one full-length sequence on one GPU of a rollout engine.
+Bytes KvPerSequence(const PlanRequest& req, const ParallelPlan& p) {
+  const ModelSpec& m = req.model;
+  const double tokens = req.seq_length();
+  const double t = p.rollout_tp;
+  double bytes = 0;
+  for (int l = 0; l < m.layers; ++l) {
+    switch (m.attention[l]) {
+      case AttentionKind::kMha:
+        bytes += tokens * 2 * kBf16 * m.kv_heads * m.head_dim / std::min<double>(t, m.kv_heads);
+        break;
+      case AttentionKind::kMla:  // the latent is shared by all heads, so every TP rank keeps it whole
+        bytes += tokens * kBf16 * (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim);
+        break;
+      case AttentionKind::kKda: {  // a fixed-size recurrent state and the convolution tails
+        const double a = m.heads, dk = m.kda.head_dim_k, dv = m.kda.head_dim_v;
+        bytes += (kFp32 * a * dk * dv + kBf16 * (m.kda.conv_kernel - 1) * a * (2 * dk + dv)) / t;
+        break;
+      }
+    }
+  }
+  return Bytes(bytes);
+}
+
+RoleMemory Rollout(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc) {
+  const ModelSpec& m = req.model;
+  RoleMemory r;
+  const double routed = pc.sum.routed_experts;
+  const double rest = pc.total - routed;
+  r.weights = Bytes(kBf16 * rest / p.rollout_tp + ExpertBytesPerParam(m) * routed / p.rollout_ep);
+  const double tokens = kRolloutBatchedTokens;
+  r.activations = Bytes(tokens * (16.0 * kBf16 * m.hidden + kFp32 * m.vocab / p.rollout_tp));
+  r.details.push_back({"forward workspace (" + std::to_string(kRolloutBatchedTokens) + " tokens)", r.activations});
+  const double util = req.placement == Placement::kColocated ? req.gpu_memory_utilization : kSplitRolloutUtilization;
+  r.capacity = req.gpu.memory * util;
+  const Bytes kv = r.capacity - r.weights - r.activations - kRuntimeReserve;
+  r.other = std::max(Bytes(0), kv) + kRuntimeReserve;
+  r.details.push_back({"KV cache (fills the budget)", std::max(Bytes(0), kv)});
+  r.details.push_back({"CUDA/NCCL reserve", kRuntimeReserve});
+  return r;
+}
+
+std::string Over(const std::string& role, const RoleMemory& r, const GpuSpec& gpu, const std::string& what) {
+  return role + ": needs " + FormatGB(r.total().value()) + " on pipeline rank " + std::to_string(r.rank) +
+         ", " + what + " " + FormatGB(r.capacity.value()) + " (over by " +
+         FormatGB((r.total() - r.capacity).value()) + ")";
+}
+
+}  // namespace
+
+MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                            const ParamCount& pc) {
+  MemoryReport out;
+  const Bytes largest = LargestLayerActivation(req, p);
+  for (int rank = 0; rank < p.pp; ++rank) {
+    RoleMemory a = ActorOnRank(req, p, split, pc, rank, largest);
+    if (rank == 0 || a.total() > out.actor.total()) out.actor = a;
+    RoleMemory ref = Reference(req, p, split, pc, rank, largest);
+    if (rank == 0 || ref.total() > out.reference.total()) out.reference = ref;
+  }
+  out.rollout = Rollout(req, p, pc);
+  out.rollout_kv_per_sequence = KvPerSequence(req, p);
+  const Bytes kv_budget = out.rollout.other - kRuntimeReserve;
+  out.rollout_concurrency = kv_budget / out.rollout_kv_per_sequence;
+
+  const std::string gpu = req.gpu.name;
+  if (!out.actor.fits()) out.violations.push_back(Over("actor", out.actor, req.gpu, "the " + gpu + " has"));
+  const Bytes needed_rollout = out.rollout.weights + out.rollout.activations + kRuntimeReserve + out.rollout_kv_per_sequence;
+  if (needed_rollout > out.rollout.capacity)
+    out.violations.push_back("rollout: weights, workspace and one " + std::to_string(req.seq_length()) +
+                             "-token sequence's KV need " + FormatGB(needed_rollout.value()) +
+                             " per GPU, its budget is " + FormatGB(out.rollout.capacity.value()) +
+                             " (over by " + FormatGB((needed_rollout - out.rollout.capacity).value()) + ")");
+
+  const Bytes resident = out.actor.weights + out.actor.grads + out.actor.optimizer + out.reference.weights;
+  if (req.placement == Placement::kColocated) {
+    out.phases.train = out.actor.total() + out.reference.weights;
+    out.phases.reference = resident + out.reference.activations + kRuntimeReserve;
+    out.phases.rollout = resident + out.rollout.capacity;
+    const std::pair<const char*, Bytes> phases[] = {{"training", out.phases.train},
+                                                    {"reference", out.phases.reference},
+                                                    {"rollout", out.phases.rollout}};
+    for (const auto& [name, peak] : phases)
+      if (peak > req.gpu.memory)
+        out.violations.push_back(std::string("colocated ") + name + " phase: needs " + FormatGB(peak.value()) +
+                                 ", the " + gpu + " has " + FormatGB(req.gpu.memory.value()) + " (over by " +
+                                 FormatGB((peak - req.gpu.memory).value()) + ")");
+  } else {
+    const Bytes with_ref = out.actor.total() + out.reference.weights;
+    if (with_ref > req.gpu.memory && out.actor.fits())
+      out.violations.push_back("actor + reference: need " + FormatGB(with_ref.value()) + ", the " + gpu +
+                               " has " + FormatGB(req.gpu.memory.value()));
+  }
+  return out;
+}
+
+}  // namespace kp

@@ -1,0 +1,93 @@
+// Memory per GPU for every role of the SDPO loop: the actor trainer, the
+// reference / self-teacher and the rollout engine. Formulas and sources are
+// in docs/planner.md; each function here is one of them.
+#ifndef KIMI_PLAN_PLANNER_MEMORY_MODEL_H_
+#define KIMI_PLAN_PLANNER_MEMORY_MODEL_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/units.h"
+#include "planner/plan_request.h"
+#include "specs/param_count.h"
+#include "specs/stage_split.h"
+
+namespace kp {
+
+/// One role's memory on its worst rank.
+struct RoleMemory {
+  Bytes weights, grads, optimizer, activations, other;
+  Bytes capacity;          ///< what the role may use on that GPU
+  int rank = 0;            ///< the pipeline rank that is worst
+  /// Named parts of `other` and `activations` for the readable table.
+  std::vector<std::pair<std::string, Bytes>> details;
+  Bytes total() const { return weights + grads + optimizer + activations + other; }
+  bool fits() const { return total() <= capacity; }
+};
+
+/// Peak memory of one GPU in each phase of a colocated loop (Verl's hybrid
+/// engine: actor, reference and rollout time-share the same GPUs).
+struct PhasePeaks {
+  Bytes train, reference, rollout;
+};
+
+struct MemoryReport {
+  RoleMemory actor, reference, rollout;
+  PhasePeaks phases;               ///< colocated only
+  Bytes rollout_kv_per_sequence;   ///< KV cache of one full-length sequence
+  double rollout_concurrency = 0;  ///< full-length sequences the KV budget holds per engine
+  std::vector<std::string> violations;
+  bool feasible() const { return violations.empty(); }
+};
+
+/// Which activation terms a decoder layer stores, per token, in bytes.
+/// `replicated` is held whole on every TP rank unless sequence parallelism
+/// splits it; `split` is divided over TP; `per_seq_token` multiplies the
+/// sequence length (the eager attention scores); `routed` is per routed
+/// token copy on an expert rank.
+struct LayerActivationTerms {
+  double replicated = 0;
+  double split = 0;
+  double per_seq_token = 0;
+  double routed = 0;
+};
+
+LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int etp, bool flash);
+
+/// Activation bytes one decoder layer stores for one micro-batch on one
+/// rank. For a GPT-style layer with dropout and eager attention this is
+/// Korthikanti et al. (2022), Table 2: sbh(34 + 5as/h) without
+/// parallelism, sbh(10 + 24/t + 5as/(ht)) with TP, sbh/t (34 + 5as/h) with
+/// TP and SP, 34 sbh/t selective, 2sbh (/t with SP) full recompute.
+Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_batch,
+                           const ParallelPlan& p, bool sequence_parallel, Recompute r,
+                           bool flash, double moe_imbalance);
+
+/// The stage indices rank `rank` holds: rank + k*pp for loop schedules,
+/// {rank, 2pp-1-rank} for V-shaped ones.
+std::vector<int> StagesOfRank(ScheduleKind kind, int pp, int stages_per_rank, int rank);
+
+/// Attention-residual stack columns a stage stores for one micro-batch:
+/// the stack it receives plus every stack a block start inside it creates.
+int AttnResStackColumns(const ModelSpec& m, const StageLayers& stage);
+
+/// Parameters one rank holds for the given stages, by how they shard.
+struct RankParams {
+  double dense = 0;    ///< TP-sharded or replicated; the optimizer shards it over DP x CP
+  double expert = 0;   ///< routed experts; the optimizer shards them over expert-DP
+  double lora_dense = 0, lora_expert = 0;  ///< LoRA adapters of the same two kinds
+};
+RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                        const ParamCount& pc, const std::vector<int>& stages);
+
+/// LoRA adapter parameters over the whole model (before any sharding).
+double LoraParams(const ModelSpec& m, const LoraOptions& lora);
+
+/// The full report. `split` is the pipeline split the actor uses.
+MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
+                            const ParamCount& params);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_PLANNER_MEMORY_MODEL_H_

@@ -1,0 +1,193 @@
+#include "planner/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/test_util.h"
+
+namespace kp {
+namespace {
+
+using testing::Gpt;
+using testing::Model;
+
+// Korthikanti et al., "Reducing Activation Recomputation in Large
+// Transformer Models" (2022), Table 2, per layer, 16-bit activations.
+class KorthikantiTest : public ::testing::Test {
+ protected:
+  static constexpr double s = 2048, b = 1, h = 4096, a = 32, t = 8;
+  ModelSpec m = Gpt(2, 4096, 32, 51200);
+  Bytes Layer(int tp, bool sp, Recompute r) {
+    ParallelPlan p;
+    p.tp = tp;
+    return LayerActivationBytes(m, 0, s, b, p, sp, r, /*flash=*/false, 1.0);
+  }
+};
+
+TEST_F(KorthikantiTest, NoParallelism) {
+  EXPECT_DOUBLE_EQ(Layer(1, false, Recompute::kNone).value(), s * b * h * (34 + 5 * a * s / h));
+}
+
+TEST_F(KorthikantiTest, TensorParallel) {
+  EXPECT_DOUBLE_EQ(Layer(8, false, Recompute::kNone).value(), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)));
+}
+
+TEST_F(KorthikantiTest, TensorAndSequenceParallel) {
+  EXPECT_DOUBLE_EQ(Layer(8, true, Recompute::kNone).value(), s * b * h / t * (34 + 5 * a * s / h));
+}
+
+TEST_F(KorthikantiTest, SelectiveRecompute) {
+  EXPECT_DOUBLE_EQ(Layer(8, true, Recompute::kSelective).value(), 34 * s * b * h / t);
+  EXPECT_DOUBLE_EQ(Layer(8, false, Recompute::kSelective).value(), s * b * h * (10 + 24 / t));
+}
+
+TEST_F(KorthikantiTest, FullRecompute) {
+  EXPECT_DOUBLE_EQ(Layer(8, false, Recompute::kFull).value(), 2 * s * b * h);
+  EXPECT_DOUBLE_EQ(Layer(8, true, Recompute::kFull).value(), 2 * s * b * h / t);
+}
+
+TEST_F(KorthikantiTest, FlashAttentionDropsTheQuadraticTerm) {
+  ParallelPlan p;
+  const double flash = LayerActivationBytes(m, 0, s, b, p, false, Recompute::kNone, true, 1.0).value();
+  // 34 sbh, plus the fp32 softmax statistics (4 bytes per head per token).
+  EXPECT_DOUBLE_EQ(flash, s * b * h * 34 + 4 * a * s * b);
+}
+
+TEST(MemoryModelTest, ContextParallelSplitsTheSequence) {
+  ModelSpec m = Gpt(2, 1024, 16, 1000);
+  ParallelPlan p1, p4;
+  p4.cp = 4;
+  const double one = LayerActivationBytes(m, 0, 4096, 1, p1, false, Recompute::kSelective, true, 1).value();
+  const double four = LayerActivationBytes(m, 0, 4096, 1, p4, false, Recompute::kSelective, true, 1).value();
+  EXPECT_DOUBLE_EQ(four * 4, one);
+}
+
+// Routed experts: each token is copied to top_k experts; the busiest EP rank
+// gets `imbalance` times the mean.
+TEST(MemoryModelTest, MoeLayerAddsRoutedCopies) {
+  ModelSpec m = Model("kimi-k2.6");
+  ParallelPlan p;
+  p.tp = 1;
+  const double s = 1024;
+  const double base = LayerActivationBytes(m, 1, s, 1, p, false, Recompute::kSelective, true, 1.0).value();
+  const double skewed = LayerActivationBytes(m, 1, s, 1, p, false, Recompute::kSelective, true, 1.5).value();
+  const double per_copy = 2 * 2 * 7168 + 2 * 4 * 2048;  // input and output, gate/up/act/product
+  EXPECT_DOUBLE_EQ(skewed - base, s * 8 * 0.5 * per_copy);
+}
+
+// The PR: at the end of forward the 93-layer model holds stacks of 1..8,
+// N(N+1)/2 = 36 [T, D] rows.
+TEST(MemoryModelTest, AttnResStackOfTheWholeKimiK3Is36Columns) {
+  ModelSpec m = Model("kimi-k3");
+  EXPECT_EQ(AttnResStackColumns(m, StageLayers{0, 93, true, true}), 36);
+  // 2 blocks x 4 layers (PR example, no PP): 1 + 2 = 3 columns.
+  ModelSpec small = Model("kimi-k3-debug");
+  small.layers = 8;
+  EXPECT_EQ(AttnResStackColumns(small, StageLayers{0, 8, true, true}), 3);
+  // A stage holding layers 5-6 receives [e, x4] and opens no block.
+  EXPECT_EQ(AttnResStackColumns(small, StageLayers{5, 7, false, false}), 2);
+  // Layers 2-4 receive [e] and open block 1 at layer 4: [e] + [e, x4].
+  EXPECT_EQ(AttnResStackColumns(small, StageLayers{2, 5, false, false}), 3);
+}
+
+// Seed 000: rank-32 LoRA updates of 9.4 GB (shared-outer) and 41.0 GB
+// (per-expert) in bf16.
+TEST(MemoryModelTest, LoraSizesReproduceTheSeed) {
+  ModelSpec m = Model("kimi-k2.6");
+  LoraOptions o;
+  o.rank = 32;
+  o.experts = LoraExperts::kSharedOuter;
+  EXPECT_NEAR(2 * LoraParams(m, o) / 1e9, 9.4, 9.4 * 0.02);
+  o.experts = LoraExperts::kPerExpert;
+  EXPECT_NEAR(2 * LoraParams(m, o) / 1e9, 41.0, 41.0 * 0.02);
+}
+
+TEST(MemoryModelTest, LoraOfOneLinearIsRankTimesInPlusOut) {
+  ModelSpec m = Gpt(1, 64, 4, 10);
+  LoraOptions o;
+  o.rank = 2;
+  o.routed_experts = false;
+  // q, k, v, o: four 64 x 64 projections.
+  EXPECT_DOUBLE_EQ(LoraParams(m, o), 4 * 2 * (64 + 64));
+  o.dense_ffn = true;
+  EXPECT_DOUBLE_EQ(LoraParams(m, o), 4 * 2 * (64 + 64) + 3 * 2 * (64 + 256));
+}
+
+// Mixed-precision Adam: 2 bytes of weights, 4 of fp32 gradients and 12 of
+// optimizer state per parameter; the distributed optimizer shards the 12.
+TEST(MemoryModelTest, FullFineTuningStatesPerParameter) {
+  PlanRequest r;
+  r.model = Gpt(4, 1024, 16, 32000);
+  r.gpu = testing::Gpu("h100");
+  r.nodes = 1;
+  r.gpus_per_node = 4;
+  r.plan.dp = 4;
+  r.distributed_optimizer = false;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(4, 1);
+  ASSERT_TRUE(split.ok());
+  MemoryReport m = EstimateMemory(r, r.plan, *split, pc);
+  EXPECT_DOUBLE_EQ(m.actor.weights.value(), 2 * pc.total);
+  EXPECT_DOUBLE_EQ(m.actor.grads.value(), 4 * pc.total);
+  EXPECT_DOUBLE_EQ(m.actor.optimizer.value(), 12 * pc.total);
+  r.distributed_optimizer = true;
+  m = EstimateMemory(r, r.plan, *split, pc);
+  EXPECT_DOUBLE_EQ(m.actor.optimizer.value(), 12 * pc.total / 4);
+  // The frozen reference copy holds bf16 weights only.
+  EXPECT_DOUBLE_EQ(m.reference.weights.value(), 2 * pc.total);
+}
+
+TEST(MemoryModelTest, ExpertsShardOverEpAndTheirOptimizerOverExpertDp) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 16);
+  r.plan.tp = 8;
+  r.plan.pp = 2;
+  r.plan.ep = 8;
+  r.plan.dp = 8;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(61, 2);
+  ASSERT_TRUE(split.ok());
+  MemoryReport m = EstimateMemory(r, r.plan, *split, pc);
+  // Stage 0 holds layers 0-30: one dense layer and 30 MoE layers.
+  const double experts = 30 * pc.layers[1].routed_experts / 8;
+  double dense = pc.embedding / 8;
+  for (int l = 0; l <= 30; ++l) {
+    const LayerParams& lp = pc.layers[l];
+    dense += (lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj) / 8 + lp.router + lp.norms;
+  }
+  EXPECT_EQ(m.actor.rank, 0);
+  EXPECT_NEAR(m.actor.weights.value(), 2 * (dense + experts), 1);
+  // edp = tp x dp / ep = 8: the expert optimizer is sharded 8 ways, dense dp x cp = 8 ways.
+  EXPECT_NEAR(m.actor.optimizer.value(), 12 * (dense + experts) / 8, 1);
+}
+
+TEST(MemoryModelTest, RolloutKvOfMlaIsTheLatentPerToken) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 2);
+  r.prompt_length = 2048;
+  r.response_length = 2048;
+  r.plan.rollout_tp = 8;
+  r.plan.rollout_ep = 8;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(61, 1);
+  MemoryReport m = EstimateMemory(r, r.plan, *split, pc);
+  EXPECT_DOUBLE_EQ(m.rollout_kv_per_sequence.value(), 61.0 * 4096 * 2 * (512 + 64));
+  // INT4 experts with one bf16 scale per 32 weights, everything else bf16.
+  const double expected = 2 * (pc.total - pc.sum.routed_experts) / 8 + (0.5 + 2.0 / 32) * pc.sum.routed_experts / 8;
+  EXPECT_DOUBLE_EQ(m.rollout.weights.value(), expected);
+}
+
+TEST(MemoryModelTest, KdaStateIsFixedPerSequence) {
+  PlanRequest r = testing::SeedRequest("kimi-k3", "b200", 1);
+  r.plan.rollout_tp = 8;
+  r.plan.rollout_ep = 8;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(93, 1);
+  r.prompt_length = 1000;
+  r.response_length = 0;
+  const double short_kv = EstimateMemory(r, r.plan, *split, pc).rollout_kv_per_sequence.value();
+  r.prompt_length = 2000;
+  const double long_kv = EstimateMemory(r, r.plan, *split, pc).rollout_kv_per_sequence.value();
+  // Only the 24 MLA layers grow with length.
+  EXPECT_DOUBLE_EQ(long_kv - short_kv, 24.0 * 1000 * 2 * (512 + 64));
+}
+
+}  // namespace
+}  // namespace kp

@@ -1,0 +1,94 @@
+// What the user asks the planner: the model, the cluster, the workload and
+// either a fixed parallel layout or a search. Plain data; Validate() in
+// constraints.h checks it against the model and the cluster.
+#ifndef KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
+#define KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
+
+#include <optional>
+#include <string>
+
+#include "specs/gpu_spec.h"
+#include "specs/model_spec.h"
+#include "specs/schedule_kind.h"
+
+namespace kp {
+
+/// The actor's and the rollout engine's parallel sizes.
+/// world = tp * pp * cp * dp = etp * ep * edp * pp (Megatron's MoE folding).
+struct ParallelPlan {
+  int tp = 1, pp = 1, vp = 1, ep = 1, etp = 1, cp = 1, dp = 1;
+  int rollout_tp = 1, rollout_ep = 1, rollout_dp = 1;
+
+  int world() const { return tp * pp * cp * dp; }
+  /// Expert data parallel size: replicas of each expert shard.
+  int edp() const { return tp * cp * dp / (ep * etp); }
+  int rollout_gpus_per_engine() const { return rollout_tp * rollout_dp; }
+  bool operator==(const ParallelPlan&) const = default;
+};
+
+enum class TrainMode { kFull, kLora };
+enum class LoraExperts { kSharedOuter, kPerExpert };
+enum class Recompute { kNone, kSelective, kFull };
+enum class Placement { kColocated, kSplit };
+
+/// LoRA adapters over a frozen base. The default targets, attention
+/// projections and routed experts, are the ones whose sizes reproduce the
+/// seed's 9.4 GB (shared-outer) and 41.0 GB (per-expert) at rank 32.
+struct LoraOptions {
+  int rank = 32;
+  double alpha = 64;
+  LoraExperts experts = LoraExperts::kSharedOuter;
+  bool attention = true;
+  bool routed_experts = true;
+  bool dense_ffn = false;       ///< dense layers' FFN and the shared experts
+  bool native_base = false;     ///< keep the frozen base in the model's storage format (INT4 experts)
+};
+
+/// Efficiency factors of the analytical step-time model (docs/planner.md).
+struct EfficiencyModel {
+  double matmul = 0.55;      ///< achieved / peak dense tensor throughput
+  double comm = 0.80;        ///< achieved / peak link bandwidth for collectives
+  double dp_overlap = 0.5;   ///< fraction of the DP gradient sync hidden under backward
+  double moe_imbalance = 1.2;  ///< busiest expert rank's tokens / the mean
+};
+
+struct PlanRequest {
+  ModelSpec model;
+  GpuSpec gpu;
+  int nodes = 1;
+  int gpus_per_node = 8;
+  TrainMode mode = TrainMode::kFull;
+  LoraOptions lora;
+  int prompt_length = 2048;
+  int response_length = 2048;
+  int global_batch = 128;      ///< prompts per step
+  int micro_batch = 1;         ///< sequences per micro-batch per DP rank
+  int rollout_n = 1;           ///< samples per prompt
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  Recompute recompute = Recompute::kSelective;
+  bool sequence_parallel = true;
+  bool distributed_optimizer = true;
+  bool bf16 = true;            ///< false: fp16 (same sizes, fp16 peak)
+  bool flash_attention = true; ///< false: eager attention stores the s x s scores
+  Placement placement = Placement::kColocated;
+  int rollout_gpus = 0;        ///< split placement: GPUs of the rollout pool
+  double gpu_memory_utilization = 0.5;  ///< the rollout engine's share (vLLM)
+  EfficiencyModel efficiency;
+  ParallelPlan plan;           ///< ignored when search is set
+  bool search = false;
+  int top = 5;                 ///< with search: how many plans to report
+
+  int world() const { return nodes * gpus_per_node; }
+  int seq_length() const { return prompt_length + response_length; }
+  /// Sequences trained per step: prompts times samples.
+  long long sequences() const { return static_cast<long long>(global_batch) * rollout_n; }
+  int actor_gpus() const { return placement == Placement::kSplit ? world() - rollout_gpus : world(); }
+  int rollout_pool_gpus() const { return placement == Placement::kSplit ? rollout_gpus : world(); }
+};
+
+const char* RecomputeName(Recompute r);
+const char* LoraExpertsName(LoraExperts e);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_PLANNER_PLAN_REQUEST_H_

@@ -1,0 +1,36 @@
+// Evaluating one parallel plan: its split, memory per role, step time and
+// verdict. The search (search.h) and the `plan` command are built on this.
+#ifndef KIMI_PLAN_PLANNER_PLANNER_H_
+#define KIMI_PLAN_PLANNER_PLANNER_H_
+
+#include <string>
+#include <vector>
+
+#include "planner/memory_model.h"
+#include "planner/plan_request.h"
+#include "planner/step_time.h"
+#include "specs/param_count.h"
+#include "specs/stage_split.h"
+
+namespace kp {
+
+struct PlanEvaluation {
+  ParallelPlan plan;
+  StageSplit split;
+  MemoryReport memory;
+  StepTime step;
+  /// Memory violations; empty when every role fits on every rank.
+  std::vector<std::string> violations;
+  bool feasible() const { return violations.empty(); }
+};
+
+/// Evaluates a structurally valid plan (CheckPlan returned nothing).
+Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params);
+
+/// Checks the request and the plan, then evaluates it. A structural
+/// violation is an InvalidArgument naming the flag.
+Result<PlanEvaluation> PlanFixed(const PlanRequest& req, const ParamCount& params);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_PLANNER_PLANNER_H_

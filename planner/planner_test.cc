@@ -1,0 +1,82 @@
+#include "planner/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/search.h"
+#include "planner/test_util.h"
+
+namespace kp {
+namespace {
+
+PlanRequest Seed(const std::string& gpu, int nodes, ParallelPlan p, TrainMode mode) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", gpu, nodes);
+  r.plan = p;
+  r.mode = mode;
+  return r;
+}
+
+// Full fine-tuning needs 18 bytes per parameter of mixed-precision Adam state
+// (2 weights + 4 gradients + 12 optimizer): 18.5 TB for 1.03T parameters,
+// more than 128 x 141 GB = 18.0 TB, so h200-full cannot fit whatever the
+// layout. The planner's verdict must say so, naming the actor.
+TEST(PlannerTest, SeedH200FullDoesNotFit) {
+  PlanRequest r = Seed("h200", 16, ParallelPlan{8, 2, 1, 8, 1, 1, 8, 8, 8, 1}, TrainMode::kFull);
+  const ParamCount pc = CountParams(r.model);
+  EXPECT_GT(18 * pc.total, 128 * r.gpu.memory.value());
+  auto e = PlanFixed(r, pc);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_FALSE(e->feasible());
+  EXPECT_EQ(e->violations.front().rfind("actor: needs", 0), 0u) << e->violations.front();
+  EXPECT_FALSE(e->memory.actor.fits());
+  // And no other layout of the same 128 GPUs fits either.
+  PlanRequest s = r;
+  s.search = true;
+  EXPECT_TRUE(SearchPlans(s, pc).best.empty());
+}
+
+TEST(PlannerTest, NearestFitForH200FullIsLargerAndFeasible) {
+  PlanRequest r = Seed("h200", 16, ParallelPlan{8, 2, 1, 8, 1, 1, 8, 8, 8, 1}, TrainMode::kFull);
+  const ParamCount pc = CountParams(r.model);
+  auto n = FindNearestFit(r, pc);
+  ASSERT_TRUE(n.has_value());
+  EXPECT_GT(n->nodes, 16);
+  EXPECT_TRUE(n->evaluation.feasible());
+  EXPECT_EQ(n->evaluation.plan.world(), n->nodes * 8);
+  // 18 bytes per parameter must fit in the larger cluster's memory.
+  EXPECT_LT(18 * pc.total, n->nodes * 8 * r.gpu.memory.value());
+}
+
+TEST(PlannerTest, SeedH200LoraOverflowsOnTheExpertShards) {
+  PlanRequest r = Seed("h200", 2, ParallelPlan{4, 1, 1, 4, 1, 1, 4, 8, 8, 1}, TrainMode::kLora);
+  const ParamCount pc = CountParams(r.model);
+  auto e = PlanFixed(r, pc);
+  ASSERT_TRUE(e.ok());
+  // EP 4 leaves a quarter of the 1.01T expert parameters on each GPU: even
+  // frozen, in bf16 that is about 508 GB.
+  EXPECT_NEAR(e->memory.actor.weights.value() / 1e9, 2 * pc.sum.routed_experts / 4 / 1e9, 10);
+  EXPECT_FALSE(e->feasible());
+}
+
+TEST(PlannerTest, ARejectedLayoutIsAnInvalidArgument) {
+  PlanRequest r = Seed("h200", 16, ParallelPlan{8, 2, 1, 7, 1, 1, 8, 8, 8, 1}, TrainMode::kFull);
+  auto e = PlanFixed(r, CountParams(r.model));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().ExitCode(), 2);
+  EXPECT_EQ(e.status().message(), "--ep: 7 does not divide the 384 experts");
+}
+
+TEST(PlannerTest, SmallModelFitsAndReportsConsistentFigures) {
+  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h100", 1);
+  r.plan = ParallelPlan{2, 2, 1, 2, 1, 1, 2, 1, 1, 1};
+  r.plan.rollout_ep = 1;
+  const ParamCount pc = CountParams(r.model);
+  auto e = PlanFixed(r, pc);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_TRUE(e->feasible()) << (e->violations.empty() ? "" : e->violations.front());
+  EXPECT_NEAR(e->step.tokens_per_s_per_gpu * e->step.total.value() * 8, e->step.tokens_per_step, 1e-3);
+  EXPECT_GT(e->step.mfu, 0);
+  EXPECT_LT(e->step.mfu, 1);
+}
+
+}  // namespace
+}  // namespace kp

@@ -1,0 +1,41 @@
+#include "planner/schedule_model.h"
+
+#include <algorithm>
+
+namespace kp {
+
+int StagesPerRank(ScheduleKind kind, int vp) {
+  if (ScheduleTakesVp(kind)) return vp;
+  if (ScheduleIsVShaped(kind)) return 2;
+  return 1;
+}
+
+int PeakInflightChunks(ScheduleKind kind, int p, int v, int m, int r) {
+  switch (kind) {
+    case ScheduleKind::kGpipe: return m * StagesPerRank(kind, v);
+    case ScheduleKind::k1F1B:
+    case ScheduleKind::kZbH1: return std::min(p - r, m);
+    case ScheduleKind::kInterleaved1F1B: return std::min(2 * (p - r - 1) + (v - 1) * p + 1, m * v);
+    case ScheduleKind::kZbH2: return std::min(2 * (p - r) - 1, m);
+    case ScheduleKind::kZbv: return std::min(2 * p, 2 * m);
+    case ScheduleKind::kDualPipeV: return std::min(2 * (p + 1), 2 * m);
+  }
+  return m;
+}
+
+Seconds BubbleTime(ScheduleKind kind, int p, int v, Seconds f, Seconds b, Seconds w) {
+  const double steps = p - 1;
+  double t = 0;
+  switch (kind) {
+    case ScheduleKind::kGpipe:
+    case ScheduleKind::k1F1B: t = steps * (f + b + w).value(); break;
+    case ScheduleKind::kInterleaved1F1B: t = steps * (f + b + w).value() / v; break;
+    case ScheduleKind::kZbH1: t = steps * (f + b - w).value(); break;
+    case ScheduleKind::kZbH2: t = steps * (f + b - w - w).value(); break;
+    case ScheduleKind::kZbv:
+    case ScheduleKind::kDualPipeV: t = steps * (f + b - w - w).value() / 2; break;
+  }
+  return Seconds(std::max(0.0, t));
+}
+
+}  // namespace kp

@@ -1,0 +1,45 @@
+// The analytical step-time model of the actor's training step: compute from
+// FLOPs over peak x efficiency, TP / EP / CP / PP / DP communication from the
+// GPU and network spec, and the schedule's bubble. Formulas in
+// docs/planner.md.
+#ifndef KIMI_PLAN_PLANNER_STEP_TIME_H_
+#define KIMI_PLAN_PLANNER_STEP_TIME_H_
+
+#include "common/units.h"
+#include "planner/plan_request.h"
+#include "specs/param_count.h"
+#include "specs/stage_split.h"
+
+namespace kp {
+
+/// Forward FLOPs of one token through decoder layer `layer` at sequence
+/// length `seq`: 2 x the parameters it multiplies by (top_k routed experts
+/// times `imbalance`) plus the attention scores (causal: a s (d_qk + d_v);
+/// KDA chunked: a (6 d_k d_v + 64 (d_k + d_v))).
+double LayerForwardFlopsPerToken(const ModelSpec& m, const LayerParams& p, int layer, int seq, double imbalance);
+/// Forward FLOPs per token of the attention-score part only (what selective recompute redoes).
+double AttentionCoreFlopsPerToken(const ModelSpec& m, int layer, int seq);
+/// 3 x forward FLOPs per token of the whole model (the MFU numerator's convention:
+/// no recomputation, no imbalance).
+double ModelTrainFlopsPerToken(const ModelSpec& m, const ParamCount& pc, int seq);
+
+struct StepTime {
+  Seconds compute;        ///< M x (F + B + W) on the critical rank
+  Seconds bubble;
+  Seconds tp_comm, ep_comm, cp_comm, pp_comm, dp_comm;  ///< exposed parts
+  Seconds optimizer;
+  Seconds total;
+  int microbatches = 0;
+  double tokens_per_step = 0;
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;
+  /// One micro-batch through the critical rank (for the simulator).
+  Seconds f, b, w;
+};
+
+StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                          const ParamCount& pc);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_PLANNER_STEP_TIME_H_

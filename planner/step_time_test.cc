@@ -1,0 +1,77 @@
+#include "planner/step_time.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/test_util.h"
+
+namespace kp {
+namespace {
+
+using testing::Gpt;
+
+// One GPU, no parallelism: the step is three forwards' FLOPs over the
+// achieved peak for every micro-batch, plus the Adam step; no bubble and no
+// communication.
+TEST(StepTimeTest, SingleGpuDenseModelIsThreeForwardsOverPeak) {
+  PlanRequest r;
+  r.model = Gpt(4, 1024, 16, 32000);
+  r.model.dropout = false;
+  r.gpu = testing::Gpu("h100");
+  r.nodes = 1;
+  r.gpus_per_node = 1;
+  r.prompt_length = 1024;
+  r.response_length = 0;
+  r.global_batch = 8;
+  r.micro_batch = 2;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(4, 1);
+  StepTime t = EstimateStepTime(r, r.plan, *split, pc);
+  const double h = 1024, L = 4, V = 32000, s = 1024;
+  // Per token forward: 2 x (12 h^2 L + norms) + 2 V h (head) + causal scores a s (2 d) per layer.
+  const double fwd = 2 * (pc.sum.attention + pc.sum.dense_ffn + pc.sum.router) + 2 * V * h + L * s * 2 * h;
+  const double peak = 989e12 * r.efficiency.matmul;
+  EXPECT_EQ(t.microbatches, 4);
+  EXPECT_NEAR(t.compute.value(), 3 * fwd * s * 8 / peak, 1e-12);
+  EXPECT_EQ(t.bubble.value(), 0);
+  EXPECT_EQ(t.tp_comm.value() + t.ep_comm.value() + t.dp_comm.value() + t.pp_comm.value(), 0);
+  EXPECT_NEAR(t.optimizer.value(), 30 * pc.total / 3.35e12, 1e-12);
+  EXPECT_NEAR(t.total.value(), t.compute.value() + t.optimizer.value(), 1e-12);
+  EXPECT_NEAR(t.mfu, ModelTrainFlopsPerToken(r.model, pc, 1024) * s * 8 / (t.total.value() * 989e12), 1e-12);
+}
+
+TEST(StepTimeTest, TensorParallelAllReducesOverNvlink) {
+  PlanRequest r;
+  r.model = Gpt(2, 4096, 32, 32000);
+  r.gpu = testing::Gpu("h100");
+  r.nodes = 1;
+  r.gpus_per_node = 8;
+  r.prompt_length = 2048;
+  r.response_length = 0;
+  r.global_batch = 1;
+  r.plan.tp = 8;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(2, 1);
+  StepTime t = EstimateStepTime(r, r.plan, *split, pc);
+  // Per layer: attention and FFN each all-reduce 2048 x 4096 bf16 forward and
+  // backward; a ring all-reduce moves 2 (t-1)/t of it per GPU.
+  const double bytes = 2048.0 * 4096 * 2;
+  const double per_layer = 4 * 2 * 7.0 / 8 * bytes / (450e9 * 0.8);
+  EXPECT_NEAR(t.tp_comm.value(), 2 * per_layer, 1e-12);
+}
+
+TEST(StepTimeTest, MoreMicroBatchesShrinkTheBubbleShare) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 16);
+  r.plan.tp = 8; r.plan.pp = 4; r.plan.ep = 8; r.plan.dp = 4;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(61, 4);
+  r.global_batch = 16;
+  StepTime few = EstimateStepTime(r, r.plan, *split, pc);
+  r.global_batch = 256;
+  StepTime many = EstimateStepTime(r, r.plan, *split, pc);
+  EXPECT_DOUBLE_EQ(few.bubble.value(), many.bubble.value());
+  EXPECT_GT(few.bubble / few.total, many.bubble / many.total);
+  EXPECT_GT(many.tokens_per_s_per_gpu, few.tokens_per_s_per_gpu);
+}
+
+}  // namespace
+}  // namespace kp

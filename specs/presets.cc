@@ -1,0 +1,345 @@
+#include "specs/presets.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#ifndef KIMI_PLAN_PRESET_DIR
+#define KIMI_PLAN_PRESET_DIR "presets"
+#endif
+
+namespace kp {
+
+using nlohmann::json;
+
+std::string DefaultPresetDir() {
+  if (const char* env = std::getenv("KIMI_PLAN_PRESETS"); env && *env) return env;
+  return KIMI_PLAN_PRESET_DIR;
+}
+
+namespace {
+
+// Reads fields out of one JSON object, remembering which keys were consumed
+// so that a misspelt key is reported rather than silently ignored.
+class Fields {
+ public:
+  Fields(const json& j, std::string prefix) : j_(j), prefix_(std::move(prefix)) {}
+
+  Status Int(const char* key, int* out, bool required = true) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Missing(key, required);
+    const json& v = j_.at(key);
+    if (!v.is_number_integer())
+      return Status::InvalidArgument(Name(key) + ": must be an integer");
+    *out = v.get<int>();
+    return Status::Ok();
+  }
+  Status Number(const char* key, double* out, bool required = true) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Missing(key, required);
+    const json& v = j_.at(key);
+    if (!v.is_number()) return Status::InvalidArgument(Name(key) + ": must be a number");
+    *out = v.get<double>();
+    return Status::Ok();
+  }
+  Status String(const char* key, std::string* out, bool required = true) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Missing(key, required);
+    const json& v = j_.at(key);
+    if (!v.is_string()) return Status::InvalidArgument(Name(key) + ": must be a string");
+    *out = v.get<std::string>();
+    return Status::Ok();
+  }
+  Status Bool(const char* key, bool* out) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Status::Ok();
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) return Status::InvalidArgument(Name(key) + ": must be true or false");
+    *out = v.get<bool>();
+    return Status::Ok();
+  }
+  /// A nested object; absent is fine when not required (returns null).
+  Result<const json*> Object(const char* key, bool required = false) {
+    used_.insert(key);
+    if (!j_.contains(key)) {
+      Status s = Missing(key, required);
+      if (!s.ok()) return s;
+      return static_cast<const json*>(nullptr);
+    }
+    if (!j_.at(key).is_object()) return Status::InvalidArgument(Name(key) + ": must be an object");
+    return &j_.at(key);
+  }
+  /// Every key present must have been read.
+  Status NoUnknownKeys() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!used_.count(it.key()))
+        return Status::InvalidArgument(Name(it.key().c_str()) + ": unknown field");
+    return Status::Ok();
+  }
+  std::string Name(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+
+ private:
+  Status Missing(const char* key, bool required) const {
+    if (!required) return Status::Ok();
+    return Status::InvalidArgument(Name(key) + ": required field is missing");
+  }
+  const json& j_;
+  std::string prefix_;
+  std::set<std::string> used_;
+};
+
+Result<json> ParseObject(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (j.is_discarded()) return Status::InvalidArgument("not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument("the top level must be a JSON object");
+  return j;
+}
+
+Result<std::vector<AttentionKind>> ParseKinds(const json& j, const std::string& field) {
+  if (!j.is_array()) return Status::InvalidArgument(field + ": must be a list of \"mha\", \"mla\" or \"kda\"");
+  std::vector<AttentionKind> out;
+  for (const json& e : j) {
+    const std::string s = e.is_string() ? e.get<std::string>() : "";
+    if (s == "mha") out.push_back(AttentionKind::kMha);
+    else if (s == "mla") out.push_back(AttentionKind::kMla);
+    else if (s == "kda") out.push_back(AttentionKind::kKda);
+    else return Status::InvalidArgument(field + ": entries must be \"mha\", \"mla\" or \"kda\"");
+  }
+  return out;
+}
+
+Status ParseAttention(const json& j, ModelSpec* m) {
+  std::vector<AttentionKind> pattern, tail;
+  if (!j.contains("pattern")) return Status::InvalidArgument("attention.pattern: required field is missing");
+  KP_ASSIGN_OR_RETURN(pattern, ParseKinds(j.at("pattern"), "attention.pattern"));
+  if (j.contains("tail")) {
+    KP_ASSIGN_OR_RETURN(tail, ParseKinds(j.at("tail"), "attention.tail"));
+  }
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "pattern" && it.key() != "tail")
+      return Status::InvalidArgument("attention." + it.key() + ": unknown field");
+  KP_ASSIGN_OR_RETURN(m->attention, ExpandAttentionPattern(m->layers, pattern, tail));
+  return Status::Ok();
+}
+
+Status ParseModelObject(const json& j, ModelSpec* m) {
+  Fields f(j, "");
+  KP_RETURN_IF_ERROR(f.String("name", &m->name));
+  KP_RETURN_IF_ERROR(f.Int("layers", &m->layers));
+  KP_RETURN_IF_ERROR(f.Int("hidden", &m->hidden));
+  KP_RETURN_IF_ERROR(f.Int("heads", &m->heads));
+  KP_RETURN_IF_ERROR(f.Int("head_dim", &m->head_dim, false));
+  m->kv_heads = m->heads;
+  KP_RETURN_IF_ERROR(f.Int("kv_heads", &m->kv_heads, false));
+  KP_RETURN_IF_ERROR(f.Int("vocab", &m->vocab));
+  KP_RETURN_IF_ERROR(f.Int("dense_layers", &m->dense_layers, false));
+  KP_RETURN_IF_ERROR(f.Int("dense_ffn", &m->dense_ffn, false));
+  KP_RETURN_IF_ERROR(f.Bool("tied_embeddings", &m->tied_embeddings));
+  KP_RETURN_IF_ERROR(f.Bool("gated_ffn", &m->gated_ffn));
+  KP_RETURN_IF_ERROR(f.Bool("dropout", &m->dropout));
+  KP_RETURN_IF_ERROR(f.Int("attn_res_block", &m->attn_res_block, false));
+  std::string ignored;
+  KP_RETURN_IF_ERROR(f.String("source", &ignored, false));
+  KP_RETURN_IF_ERROR(f.String("notes", &ignored, false));
+  if (m->layers <= 0) return Status::InvalidArgument("layers: must be a positive integer, got " + std::to_string(m->layers));
+
+  const json* att = nullptr;
+  KP_ASSIGN_OR_RETURN(att, f.Object("attention", true));
+  KP_RETURN_IF_ERROR(ParseAttention(*att, m));
+
+  const json* mla = nullptr;
+  KP_ASSIGN_OR_RETURN(mla, f.Object("mla"));
+  if (mla) {
+    Fields g(*mla, "mla");
+    KP_RETURN_IF_ERROR(g.Int("q_lora_rank", &m->mla.q_lora_rank));
+    KP_RETURN_IF_ERROR(g.Int("kv_lora_rank", &m->mla.kv_lora_rank));
+    KP_RETURN_IF_ERROR(g.Int("qk_nope_head_dim", &m->mla.qk_nope_head_dim));
+    KP_RETURN_IF_ERROR(g.Int("qk_rope_head_dim", &m->mla.qk_rope_head_dim));
+    KP_RETURN_IF_ERROR(g.Int("v_head_dim", &m->mla.v_head_dim));
+    KP_RETURN_IF_ERROR(g.NoUnknownKeys());
+  }
+  const json* kda = nullptr;
+  KP_ASSIGN_OR_RETURN(kda, f.Object("kda"));
+  if (kda) {
+    Fields g(*kda, "kda");
+    KP_RETURN_IF_ERROR(g.Int("head_dim_k", &m->kda.head_dim_k));
+    KP_RETURN_IF_ERROR(g.Int("head_dim_v", &m->kda.head_dim_v));
+    KP_RETURN_IF_ERROR(g.Int("conv_kernel", &m->kda.conv_kernel, false));
+    KP_RETURN_IF_ERROR(g.NoUnknownKeys());
+  }
+  const json* moe = nullptr;
+  KP_ASSIGN_OR_RETURN(moe, f.Object("moe"));
+  if (moe) {
+    Fields g(*moe, "moe");
+    KP_RETURN_IF_ERROR(g.Int("num_experts", &m->moe.num_experts));
+    KP_RETURN_IF_ERROR(g.Int("top_k", &m->moe.top_k));
+    KP_RETURN_IF_ERROR(g.Int("expert_ffn", &m->moe.expert_ffn));
+    KP_RETURN_IF_ERROR(g.Int("shared_experts", &m->moe.shared_experts, false));
+    m->moe.shared_ffn = m->moe.expert_ffn;
+    KP_RETURN_IF_ERROR(g.Int("shared_ffn", &m->moe.shared_ffn, false));
+    KP_RETURN_IF_ERROR(g.Int("latent_dim", &m->moe.latent_dim, false));
+    KP_RETURN_IF_ERROR(g.NoUnknownKeys());
+  }
+  const json* storage = nullptr;
+  KP_ASSIGN_OR_RETURN(storage, f.Object("storage"));
+  if (storage) {
+    Fields g(*storage, "storage");
+    KP_RETURN_IF_ERROR(g.Int("routed_expert_bits", &m->storage.routed_expert_bits, false));
+    KP_RETURN_IF_ERROR(g.Int("quant_group_size", &m->storage.quant_group_size, false));
+    KP_RETURN_IF_ERROR(g.NoUnknownKeys());
+  }
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
+  return m->Validate();
+}
+
+Status ParseGpuObject(const json& j, GpuSpec* g) {
+  Fields f(j, "");
+  double memory_gb = 0, bf16 = 0, fp16 = 0, fp8 = 0, hbm = 0, nvlink = 0, nic = 0, front = 0;
+  KP_RETURN_IF_ERROR(f.String("name", &g->name));
+  KP_RETURN_IF_ERROR(f.Number("memory_gb", &memory_gb));
+  KP_RETURN_IF_ERROR(f.Number("bf16_tflops", &bf16));
+  KP_RETURN_IF_ERROR(f.Number("fp16_tflops", &fp16));
+  KP_RETURN_IF_ERROR(f.Number("fp8_tflops", &fp8));
+  KP_RETURN_IF_ERROR(f.Number("hbm_gbytes_per_s", &hbm));
+  KP_RETURN_IF_ERROR(f.Number("nvlink_gbytes_per_s", &nvlink));
+  KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &g->gpus_per_node));
+  KP_RETURN_IF_ERROR(f.Int("nics_per_node", &g->nics_per_node));
+  KP_RETURN_IF_ERROR(f.Number("nic_gbits_per_s", &nic));
+  KP_RETURN_IF_ERROR(f.Number("frontend_gbits_per_s", &front));
+  KP_RETURN_IF_ERROR(f.String("source", &g->source));
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
+  g->memory = GB(memory_gb);
+  g->bf16 = TFLOPS(bf16);
+  g->fp16 = TFLOPS(fp16);
+  g->fp8 = TFLOPS(fp8);
+  g->hbm = GBps(hbm);
+  g->nvlink = GBps(nvlink);
+  g->nic = Gbps(nic);
+  g->frontend = Gbps(front);
+  return g->Validate();
+}
+
+Status ParseTopologyObject(const json& j, TopologySpec* t) {
+  Fields f(j, "");
+  KP_RETURN_IF_ERROR(f.String("name", &t->name));
+  KP_RETURN_IF_ERROR(f.String("model", &t->model));
+  KP_RETURN_IF_ERROR(f.String("gpu", &t->gpu));
+  KP_RETURN_IF_ERROR(f.Int("nodes", &t->nodes));
+  KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &t->gpus_per_node));
+  KP_RETURN_IF_ERROR(f.String("mode", &t->mode));
+  KP_RETURN_IF_ERROR(f.Int("lora_rank", &t->lora_rank, false));
+  KP_RETURN_IF_ERROR(f.String("use", &t->use, false));
+  std::string ignored;
+  KP_RETURN_IF_ERROR(f.String("source", &ignored, false));
+  const json* actor = nullptr;
+  KP_ASSIGN_OR_RETURN(actor, f.Object("actor", true));
+  {
+    Fields a(*actor, "actor");
+    KP_RETURN_IF_ERROR(a.Int("tp", &t->actor_tp));
+    KP_RETURN_IF_ERROR(a.Int("pp", &t->actor_pp));
+    KP_RETURN_IF_ERROR(a.Int("ep", &t->actor_ep));
+    KP_RETURN_IF_ERROR(a.Int("etp", &t->actor_etp));
+    KP_RETURN_IF_ERROR(a.Int("cp", &t->actor_cp));
+    KP_RETURN_IF_ERROR(a.NoUnknownKeys());
+  }
+  const json* rollout = nullptr;
+  KP_ASSIGN_OR_RETURN(rollout, f.Object("rollout", true));
+  {
+    Fields r(*rollout, "rollout");
+    KP_RETURN_IF_ERROR(r.Int("tp", &t->rollout_tp));
+    KP_RETURN_IF_ERROR(r.Int("ep", &t->rollout_ep));
+    KP_RETURN_IF_ERROR(r.Int("n", &t->rollout_n));
+    KP_RETURN_IF_ERROR(r.NoUnknownKeys());
+  }
+  const json* lengths = nullptr;
+  KP_ASSIGN_OR_RETURN(lengths, f.Object("lengths", true));
+  {
+    Fields l(*lengths, "lengths");
+    KP_RETURN_IF_ERROR(l.Int("prompt", &t->prompt_length));
+    KP_RETURN_IF_ERROR(l.Int("response", &t->response_length));
+    KP_RETURN_IF_ERROR(l.NoUnknownKeys());
+  }
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
+  if (t->mode != "full" && t->mode != "lora")
+    return Status::InvalidArgument("mode: must be \"full\" or \"lora\", got \"" + t->mode + "\"");
+  if (t->mode == "lora" && t->lora_rank <= 0)
+    return Status::InvalidArgument("lora_rank: must be a positive integer in lora mode");
+  for (auto [field, v] : {std::pair{"nodes", t->nodes}, {"gpus_per_node", t->gpus_per_node},
+                          {"actor.tp", t->actor_tp}, {"actor.pp", t->actor_pp}, {"actor.ep", t->actor_ep},
+                          {"actor.etp", t->actor_etp}, {"actor.cp", t->actor_cp},
+                          {"rollout.tp", t->rollout_tp}, {"rollout.ep", t->rollout_ep},
+                          {"rollout.n", t->rollout_n}, {"lengths.prompt", t->prompt_length},
+                          {"lengths.response", t->response_length}})
+    if (v <= 0)
+      return Status::InvalidArgument(std::string(field) + ": must be a positive integer, got " + std::to_string(v));
+  return Status::Ok();
+}
+
+template <typename T, typename Parser>
+Result<T> ParseWith(const std::string& text, Parser parse) {
+  KP_ASSIGN_OR_RETURN(json j, ParseObject(text));
+  T out;
+  KP_RETURN_IF_ERROR(parse(j, &out));
+  return out;
+}
+
+}  // namespace
+
+Result<ModelSpec> ParseModelSpec(const std::string& t) { return ParseWith<ModelSpec>(t, ParseModelObject); }
+Result<GpuSpec> ParseGpuSpec(const std::string& t) { return ParseWith<GpuSpec>(t, ParseGpuObject); }
+Result<TopologySpec> ParseTopologySpec(const std::string& t) {
+  return ParseWith<TopologySpec>(t, ParseTopologyObject);
+}
+
+Result<std::string> PresetCatalog::Read(const std::string& kind, const std::string& name,
+                                        const std::string& flag) const {
+  for (const std::string& n : Names(kind))
+    if (n == name) return fs_.ReadFile(dir_ + "/" + kind + "/" + name + ".json");
+  std::string known;
+  for (const std::string& n : Names(kind)) known += (known.empty() ? "" : ", ") + n;
+  return Status::NotFound(flag + ": unknown preset \"" + name + "\" (known: " + known + ")");
+}
+
+namespace {
+template <typename T>
+Result<T> WithFile(Result<T> r, const std::string& where) {
+  if (r.ok()) return r;
+  return r.status().WithContext(where);
+}
+}  // namespace
+
+Result<ModelSpec> PresetCatalog::Model(const std::string& name) const {
+  KP_ASSIGN_OR_RETURN(std::string text, Read("models", name, "--model"));
+  return WithFile(ParseModelSpec(text), "presets/models/" + name + ".json");
+}
+Result<GpuSpec> PresetCatalog::Gpu(const std::string& name) const {
+  KP_ASSIGN_OR_RETURN(std::string text, Read("gpus", name, "--gpu"));
+  return WithFile(ParseGpuSpec(text), "presets/gpus/" + name + ".json");
+}
+Result<TopologySpec> PresetCatalog::Topology(const std::string& name) const {
+  KP_ASSIGN_OR_RETURN(std::string text, Read("topologies", name, "--preset"));
+  return WithFile(ParseTopologySpec(text), "presets/topologies/" + name + ".json");
+}
+Result<ModelSpec> PresetCatalog::ModelFile(const std::string& path) const {
+  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  return WithFile(ParseModelSpec(text), "--model-file " + path);
+}
+Result<GpuSpec> PresetCatalog::GpuFile(const std::string& path) const {
+  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  return WithFile(ParseGpuSpec(text), "--gpu-file " + path);
+}
+Result<TopologySpec> PresetCatalog::TopologyFile(const std::string& path) const {
+  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  return WithFile(ParseTopologySpec(text), "--topology-file " + path);
+}
+
+std::vector<std::string> PresetCatalog::Names(const std::string& kind) const {
+  std::vector<std::string> out;
+  for (std::string n : fs_.List(dir_ + "/" + kind, ".json")) out.push_back(n.substr(0, n.size() - 5));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace kp

@@ -1,0 +1,49 @@
+// Loading models, GPUs and topologies from the preset directory (JSON, one
+// object per file, format in docs/presets.md) or from a user's own file.
+// Parsing is strict: a missing field, a wrong type or an unknown key is an
+// InvalidArgument naming the file and the field.
+#ifndef KIMI_PLAN_SPECS_PRESETS_H_
+#define KIMI_PLAN_SPECS_PRESETS_H_
+
+#include <string>
+#include <vector>
+
+#include "common/file_system.h"
+#include "common/status.h"
+#include "specs/gpu_spec.h"
+#include "specs/model_spec.h"
+#include "specs/topology_spec.h"
+
+namespace kp {
+
+/// The preset directory compiled in, unless KIMI_PLAN_PRESETS is set.
+std::string DefaultPresetDir();
+
+Result<ModelSpec> ParseModelSpec(const std::string& json_text);
+Result<GpuSpec> ParseGpuSpec(const std::string& json_text);
+Result<TopologySpec> ParseTopologySpec(const std::string& json_text);
+
+/// Finds presets by name under `dir`/{models,gpus,topologies}/NAME.json.
+class PresetCatalog {
+ public:
+  PresetCatalog(const FileSystem& fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
+
+  Result<ModelSpec> Model(const std::string& name) const;
+  Result<GpuSpec> Gpu(const std::string& name) const;
+  Result<TopologySpec> Topology(const std::string& name) const;
+  Result<ModelSpec> ModelFile(const std::string& path) const;
+  Result<GpuSpec> GpuFile(const std::string& path) const;
+  Result<TopologySpec> TopologyFile(const std::string& path) const;
+
+  std::vector<std::string> Names(const std::string& kind) const;
+
+ private:
+  Result<std::string> Read(const std::string& kind, const std::string& name,
+                           const std::string& flag) const;
+  const FileSystem& fs_;
+  std::string dir_;
+};
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_SPECS_PRESETS_H_

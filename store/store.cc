@@ -1,0 +1,189 @@
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+namespace kp {
+
+namespace {
+
+// Migration i takes the schema from version i to i + 1. Append only: a
+// released migration is never edited, since files in the field ran it.
+const char* const kMigrations[] = {
+    // 0 -> 1: recorded plans.
+    R"sql(
+    CREATE TABLE plans (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      created_at TEXT NOT NULL,
+      model TEXT NOT NULL,
+      gpu TEXT NOT NULL,
+      world INTEGER NOT NULL CHECK (world > 0),
+      preset TEXT,
+      feasible INTEGER NOT NULL CHECK (feasible IN (0, 1)),
+      step_time_s REAL NOT NULL,
+      request_json TEXT NOT NULL,
+      result_json TEXT NOT NULL
+    );
+    )sql",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
+
+// A prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Status status() const {
+    if (rc_ == SQLITE_OK) return Status::Ok();
+    return Status::IoError(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
+  }
+  void Bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.c_str(), -1, SQLITE_TRANSIENT); }
+  void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void BindNullable(int i, const std::string& s) {
+    if (s.empty()) sqlite3_bind_null(stmt_, i);
+    else Bind(i, s);
+  }
+  int Step() { return sqlite3_step(stmt_); }
+  std::string Text(int col) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, col);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  std::int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Real(int col) const { return sqlite3_column_double(stmt_, col); }
+  Status Error(const char* what) const {
+    return Status::IoError(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+constexpr const char* kPlanColumns =
+    "id, created_at, model, gpu, world, preset, feasible, step_time_s, request_json, result_json";
+
+PlanRecord ReadPlan(const Statement& st) {
+  PlanRecord p;
+  p.id = st.Int(0);
+  p.created_at = st.Text(1);
+  p.model = st.Text(2);
+  p.gpu = st.Text(3);
+  p.world = static_cast<int>(st.Int(4));
+  p.preset = st.Text(5);
+  p.feasible = st.Int(6) != 0;
+  p.step_time_s = st.Real(7);
+  p.request_json = st.Text(8);
+  p.result_json = st.Text(9);
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock& clock) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Status::IoError("--db " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<Store> store(new Store(db, clock));
+  KP_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys = ON"));
+  if (path != ":memory:") KP_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode = WAL"));
+  KP_RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+Status Store::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Status::IoError("sqlite: " + msg);
+  }
+  return Status::Ok();
+}
+
+int Store::SchemaVersion() const {
+  Statement st(db_, "PRAGMA user_version");
+  if (!st.status().ok() || st.Step() != SQLITE_ROW) return -1;
+  return static_cast<int>(st.Int(0));
+}
+
+Status Store::Migrate() {
+  const int from = SchemaVersion();
+  if (from < 0) return Status::IoError("sqlite: cannot read the schema version");
+  if (from > kSchemaVersion)
+    return Status::IoError("--db: the file has schema version " + std::to_string(from) +
+                           ", newer than this build's " + std::to_string(kSchemaVersion));
+  for (int v = from; v < kSchemaVersion; ++v) {
+    KP_RETURN_IF_ERROR(InTransaction([&] {
+      KP_RETURN_IF_ERROR(Exec(kMigrations[v]));
+      return Exec("PRAGMA user_version = " + std::to_string(v + 1));
+    }));
+  }
+  return Status::Ok();
+}
+
+Status Store::InTransaction(const std::function<Status()>& body) {
+  KP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = body();
+  if (!s.ok()) {
+    Exec("ROLLBACK");
+    return s;
+  }
+  Status c = Exec("COMMIT");
+  if (!c.ok()) Exec("ROLLBACK");
+  return c;
+}
+
+Result<std::int64_t> Store::InsertPlan(const PlanRecord& p) {
+  std::int64_t id = 0;
+  Status s = InTransaction([&]() -> Status {
+    Statement st(db_,
+                 "INSERT INTO plans (created_at, model, gpu, world, preset, feasible, step_time_s, "
+                 "request_json, result_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, clock_.NowIso8601());
+    st.Bind(2, p.model);
+    st.Bind(3, p.gpu);
+    st.Bind(4, static_cast<std::int64_t>(p.world));
+    st.BindNullable(5, p.preset);
+    st.Bind(6, static_cast<std::int64_t>(p.feasible ? 1 : 0));
+    st.Bind(7, p.step_time_s);
+    st.Bind(8, p.request_json);
+    st.Bind(9, p.result_json);
+    if (st.Step() != SQLITE_DONE) return st.Error("insert plan");
+    id = sqlite3_last_insert_rowid(db_);
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return id;
+}
+
+Result<PlanRecord> Store::GetPlan(std::int64_t id) const {
+  Statement st(db_, (std::string("SELECT ") + kPlanColumns + " FROM plans WHERE id = ?").c_str());
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, id);
+  const int rc = st.Step();
+  if (rc == SQLITE_DONE) return Status::NotFound("--plan: no plan with id " + std::to_string(id));
+  if (rc != SQLITE_ROW) return st.Error("read plan");
+  return ReadPlan(st);
+}
+
+Result<std::vector<PlanRecord>> Store::ListPlans() const {
+  Statement st(db_, (std::string("SELECT ") + kPlanColumns + " FROM plans ORDER BY id").c_str());
+  KP_RETURN_IF_ERROR(st.status());
+  std::vector<PlanRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadPlan(st));
+  if (rc != SQLITE_DONE) return st.Error("list plans");
+  return out;
+}
+
+}  // namespace kp

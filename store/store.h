@@ -1,0 +1,75 @@
+// The run store: one SQLite file (default kimi-plan.db in the working
+// directory) that every command writes its inputs and outputs to, and that
+// `kimi-plan report` reads. The schema is versioned with PRAGMA
+// user_version and brought up to date by ordered migrations on open; it is
+// documented in docs/schema.md.
+//
+// Invariants: every write happens inside one transaction, so a failed
+// command leaves no partial record. The database runs in WAL mode so a
+// reader never blocks the writer.
+// Thread-safety: a Store is used from one thread; open one per thread.
+#ifndef KIMI_PLAN_STORE_STORE_H_
+#define KIMI_PLAN_STORE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace kp {
+
+/// A recorded `kimi-plan plan`.
+struct PlanRecord {
+  std::int64_t id = 0;
+  std::string created_at;
+  std::string model;
+  std::string gpu;
+  int world = 0;
+  std::string preset;        ///< empty unless --preset was used
+  bool feasible = false;
+  double step_time_s = 0;
+  std::string request_json;  ///< the full input, enough to re-run it
+  std::string result_json;   ///< the `--json` output
+};
+
+class Store {
+ public:
+  /// The schema version this build writes; older files are migrated up.
+  static constexpr int kSchemaVersion = 1;
+
+  /// Opens (creating if needed) and migrates the database at `path`.
+  /// ":memory:" gives a private in-memory store for tests.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, const Clock& clock);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  int SchemaVersion() const;
+
+  /// Inserts `plan` (id and created_at are assigned) and returns its id.
+  Result<std::int64_t> InsertPlan(const PlanRecord& plan);
+  Result<PlanRecord> GetPlan(std::int64_t id) const;
+  Result<std::vector<PlanRecord>> ListPlans() const;
+
+  /// Runs `body` in one transaction: committed if it returns Ok, rolled
+  /// back otherwise.
+  Status InTransaction(const std::function<Status()>& body);
+
+ private:
+  Store(sqlite3* db, const Clock& clock) : db_(db), clock_(clock) {}
+  Status Exec(const std::string& sql);
+  Status Migrate();
+  sqlite3* db_;
+  const Clock& clock_;
+};
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_STORE_STORE_H_
