@@ -32,6 +32,28 @@ std::vector<std::string> RealFileSystem::List(const std::string& dir, const std:
   return out;
 }
 
+Status RealFileSystem::WriteFile(const std::string& path, const std::string& contents) const {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return Status::IoError(path + ": " + ec.message());
+  // Write beside and rename, so a reader never sees half a file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << contents;
+    if (!out) return Status::IoError(path + ": cannot write");
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IoError(path + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status FakeFileSystem::WriteFile(const std::string& path, const std::string& contents) const {
+  files_[path] = contents;
+  return Status::Ok();
+}
+
 Result<std::string> FakeFileSystem::ReadFile(const std::string& path) const {
   auto it = files_.find(path);
   if (it == files_.end()) return Status::NotFound(path + ": cannot open file");

@@ -18,12 +18,15 @@ class FileSystem {
   virtual Result<std::string> ReadFile(const std::string& path) const = 0;
   /// File names (not paths) in `dir` ending in `suffix`, sorted.
   virtual std::vector<std::string> List(const std::string& dir, const std::string& suffix) const = 0;
+  /// Writes `contents` to `path`, creating its directory; IoError naming the path.
+  virtual Status WriteFile(const std::string& path, const std::string& contents) const = 0;
 };
 
 class RealFileSystem : public FileSystem {
  public:
   Result<std::string> ReadFile(const std::string& path) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
+  Status WriteFile(const std::string& path, const std::string& contents) const override;
 };
 
 /// An in-memory filesystem keyed by full path.
@@ -32,9 +35,11 @@ class FakeFileSystem : public FileSystem {
   void Add(const std::string& path, std::string contents) { files_[path] = std::move(contents); }
   Result<std::string> ReadFile(const std::string& path) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
+  Status WriteFile(const std::string& path, const std::string& contents) const override;
 
  private:
-  std::map<std::string, std::string> files_;
+  // Mutable: writing through the const interface is the point of a fake.
+  mutable std::map<std::string, std::string> files_;
 };
 
 }  // namespace kp

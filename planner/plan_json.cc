@@ -1,5 +1,7 @@
 #include "planner/plan_json.h"
 
+#include "specs/presets.h"
+
 namespace kp {
 
 using nlohmann::json;
@@ -29,7 +31,56 @@ json RequestToJson(const PlanRequest& r) {
       {"rollout_gpus", r.rollout_gpus}, {"gpu_memory_utilization", r.gpu_memory_utilization},
       {"efficiency", {{"matmul", r.efficiency.matmul}, {"comm", r.efficiency.comm},
                       {"dp_overlap", r.efficiency.dp_overlap}, {"moe_imbalance", r.efficiency.moe_imbalance}}},
-      {"search", r.search}, {"plan", PlanToJson(r.plan)}};
+      {"search", r.search}, {"plan", PlanToJson(r.plan)}, {"top", r.top},
+      {"model_spec", json::parse(ModelSpecToJson(r.model))}, {"gpu_spec", json::parse(GpuSpecToJson(r.gpu))}};
+}
+
+Result<PlanRequest> RequestFromJson(const json& j) {
+  // Written by RequestToJson of this schema; a malformed record is a bug or
+  // a hand-edited database, reported as such.
+  try {
+    PlanRequest r;
+    KP_ASSIGN_OR_RETURN(r.model, ParseModelSpec(j.at("model_spec").dump()));
+    KP_ASSIGN_OR_RETURN(r.gpu, ParseGpuSpec(j.at("gpu_spec").dump()));
+    r.nodes = j.at("nodes");
+    r.gpus_per_node = j.at("gpus_per_node");
+    r.mode = j.at("mode") == "lora" ? TrainMode::kLora : TrainMode::kFull;
+    if (r.mode == TrainMode::kLora) {
+      const json& l = j.at("lora");
+      r.lora.rank = l.at("rank");
+      r.lora.alpha = l.at("alpha");
+      r.lora.experts = l.at("experts") == "per-expert" ? LoraExperts::kPerExpert : LoraExperts::kSharedOuter;
+      r.lora.attention = l.at("attention");
+      r.lora.routed_experts = l.at("routed_experts");
+      r.lora.dense_ffn = l.at("dense_ffn");
+      r.lora.native_base = l.at("native_base");
+    }
+    r.prompt_length = j.at("prompt_length");
+    r.response_length = j.at("response_length");
+    r.global_batch = j.at("global_batch");
+    r.micro_batch = j.at("micro_batch");
+    r.rollout_n = j.at("rollout_n");
+    KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(j.at("schedule")));
+    const std::string rc = j.at("recompute");
+    r.recompute = rc == "none" ? Recompute::kNone : rc == "full" ? Recompute::kFull : Recompute::kSelective;
+    r.sequence_parallel = j.at("sequence_parallel");
+    r.distributed_optimizer = j.at("distributed_optimizer");
+    r.bf16 = j.at("dtype") == "bf16";
+    r.flash_attention = j.at("flash_attention");
+    r.placement = j.at("placement") == "split" ? Placement::kSplit : Placement::kColocated;
+    r.rollout_gpus = j.at("rollout_gpus");
+    r.gpu_memory_utilization = j.at("gpu_memory_utilization");
+    const json& e = j.at("efficiency");
+    r.efficiency = {e.at("matmul"), e.at("comm"), e.at("dp_overlap"), e.at("moe_imbalance")};
+    r.search = j.at("search");
+    r.top = j.value("top", r.top);
+    const json& p = j.at("plan");
+    r.plan = {p.at("tp"), p.at("pp"), p.at("vp"), p.at("ep"), p.at("etp"), p.at("cp"), p.at("dp"),
+              p.at("rollout_tp"), p.at("rollout_ep"), p.at("rollout_dp")};
+    return r;
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("request_json: ") + e.what());
+  }
 }
 
 namespace {

@@ -14,7 +14,10 @@ namespace kp {
 extern const char* const kPlanSchema;
 
 nlohmann::json PlanToJson(const ParallelPlan& p);
+/// The whole request, the model and GPU specs included, so a recorded plan
+/// can be evaluated again (RequestFromJson) without its presets.
 nlohmann::json RequestToJson(const PlanRequest& req);
+Result<PlanRequest> RequestFromJson(const nlohmann::json& j);
 nlohmann::json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEvaluation& e);
 nlohmann::json SearchToJson(const SearchResult& s);
 nlohmann::json NearestFitToJson(const std::optional<NearestFit>& n, const PlanRequest& req);

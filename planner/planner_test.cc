@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/plan_json.h"
 #include "planner/search.h"
 #include "planner/test_util.h"
 
@@ -76,6 +77,23 @@ TEST(PlannerTest, SmallModelFitsAndReportsConsistentFigures) {
   EXPECT_NEAR(e->step.tokens_per_s_per_gpu * e->step.total.value() * 8, e->step.tokens_per_step, 1e-3);
   EXPECT_GT(e->step.mfu, 0);
   EXPECT_LT(e->step.mfu, 1);
+}
+
+TEST(PlannerTest, RequestsRoundTripThroughTheirRecord) {
+  PlanRequest r = Seed("h200", 2, ParallelPlan{4, 1, 1, 4, 1, 1, 4, 8, 8, 1}, TrainMode::kLora);
+  r.lora.experts = LoraExperts::kPerExpert;
+  r.recompute = Recompute::kFull;
+  r.schedule = ScheduleKind::kZbH1;
+  r.efficiency.moe_imbalance = 1.5;
+  auto back = RequestFromJson(RequestToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(RequestToJson(*back), RequestToJson(r));
+  const ParamCount pc = CountParams(r.model);
+  auto a = PlanFixed(r, pc), b = PlanFixed(*back, pc);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->step.total, b->step.total);
+  EXPECT_EQ(a->memory.actor.total(), b->memory.actor.total());
+  EXPECT_FALSE(RequestFromJson(nlohmann::json{{"nodes", 1}}).ok());
 }
 
 }  // namespace

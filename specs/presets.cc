@@ -293,6 +293,48 @@ Result<TopologySpec> ParseTopologySpec(const std::string& t) {
   return ParseWith<TopologySpec>(t, ParseTopologyObject);
 }
 
+namespace {
+
+json KindsToJson(const std::vector<AttentionKind>& kinds) {
+  json a = json::array();
+  for (AttentionKind k : kinds) a.push_back(AttentionKindName(k));
+  return a;
+}
+
+}  // namespace
+
+std::string ModelSpecToJson(const ModelSpec& m) {
+  json j = {{"name", m.name}, {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads},
+            {"head_dim", m.head_dim}, {"kv_heads", m.kv_heads}, {"vocab", m.vocab},
+            {"dense_layers", m.dense_layers}, {"dense_ffn", m.dense_ffn}, {"tied_embeddings", m.tied_embeddings},
+            {"gated_ffn", m.gated_ffn}, {"dropout", m.dropout}, {"attn_res_block", m.attn_res_block},
+            // The expanded per-layer list is itself a pattern that repeats once.
+            {"attention", {{"pattern", KindsToJson(m.attention)}}},
+            {"storage", {{"routed_expert_bits", m.storage.routed_expert_bits},
+                         {"quant_group_size", m.storage.quant_group_size}}}};
+  if (m.count(AttentionKind::kMla) > 0)
+    j["mla"] = {{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
+                {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+                {"v_head_dim", m.mla.v_head_dim}};
+  if (m.count(AttentionKind::kKda) > 0)
+    j["kda"] = {{"head_dim_k", m.kda.head_dim_k}, {"head_dim_v", m.kda.head_dim_v}, {"conv_kernel", m.kda.conv_kernel}};
+  if (m.is_moe())
+    j["moe"] = {{"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn},
+                {"shared_experts", m.moe.shared_experts}, {"shared_ffn", m.moe.shared_ffn},
+                {"latent_dim", m.moe.latent_dim}};
+  return j.dump();
+}
+
+std::string GpuSpecToJson(const GpuSpec& g) {
+  const json j = {{"name", g.name}, {"memory_gb", g.memory.value() / 1e9}, {"bf16_tflops", g.bf16.value() / 1e12},
+                  {"fp16_tflops", g.fp16.value() / 1e12}, {"fp8_tflops", g.fp8.value() / 1e12},
+                  {"hbm_gbytes_per_s", g.hbm.value() / 1e9}, {"nvlink_gbytes_per_s", g.nvlink.value() / 1e9},
+                  {"gpus_per_node", g.gpus_per_node}, {"nics_per_node", g.nics_per_node},
+                  {"nic_gbits_per_s", g.nic.value() * 8 / 1e9}, {"frontend_gbits_per_s", g.frontend.value() * 8 / 1e9},
+                  {"source", g.source}};
+  return j.dump();
+}
+
 Result<std::string> PresetCatalog::Read(const std::string& kind, const std::string& name,
                                         const std::string& flag) const {
   for (const std::string& n : Names(kind))

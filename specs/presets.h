@@ -23,6 +23,11 @@ Result<ModelSpec> ParseModelSpec(const std::string& json_text);
 Result<GpuSpec> ParseGpuSpec(const std::string& json_text);
 Result<TopologySpec> ParseTopologySpec(const std::string& json_text);
 
+/// The specs back in the preset file format, so a recorded plan carries its
+/// whole model and GPU: Parse*(ToJson(x)) == x.
+std::string ModelSpecToJson(const ModelSpec& m);
+std::string GpuSpecToJson(const GpuSpec& g);
+
 /// Finds presets by name under `dir`/{models,gpus,topologies}/NAME.json.
 class PresetCatalog {
  public:

@@ -93,5 +93,26 @@ TEST(PresetsTest, UnknownPresetListsTheKnownOnes) {
   EXPECT_TRUE(c.Gpu("h200").ok());
 }
 
+TEST(PresetsTest, SpecsRoundTripThroughJson) {
+  RealFileSystem fs;
+  PresetCatalog c(fs, DefaultPresetDir());
+  for (const std::string& n : c.Names("models")) {
+    auto m = c.Model(n);
+    ASSERT_TRUE(m.ok());
+    auto back = ParseModelSpec(ModelSpecToJson(*m));
+    ASSERT_TRUE(back.ok()) << n << ": " << back.status().message();
+    EXPECT_EQ(ModelSpecToJson(*back), ModelSpecToJson(*m));
+    EXPECT_EQ(back->attention, m->attention);
+    EXPECT_EQ(back->moe.latent_dim, m->moe.latent_dim);
+  }
+  for (const std::string& n : c.Names("gpus")) {
+    auto g = c.Gpu(n);
+    auto back = ParseGpuSpec(GpuSpecToJson(*g));
+    ASSERT_TRUE(back.ok()) << n;
+    EXPECT_DOUBLE_EQ(back->nic.value(), g->nic.value());
+    EXPECT_DOUBLE_EQ(back->memory.value(), g->memory.value());
+  }
+}
+
 }  // namespace
 }  // namespace kp

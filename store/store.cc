@@ -24,6 +24,18 @@ const char* const kMigrations[] = {
       result_json TEXT NOT NULL
     );
     )sql",
+    // 1 -> 2: recorded simulations, optionally tied to the plan they priced.
+    R"sql(
+    CREATE TABLE simulations (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      created_at TEXT NOT NULL,
+      kind TEXT NOT NULL CHECK (kind IN ('pipeline', 'attnres', 'sync', 'loop')),
+      plan_id INTEGER REFERENCES plans(id),
+      request_json TEXT NOT NULL,
+      result_json TEXT NOT NULL
+    );
+    CREATE INDEX simulations_by_plan ON simulations(plan_id);
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -183,6 +195,46 @@ Result<std::vector<PlanRecord>> Store::ListPlans() const {
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadPlan(st));
   if (rc != SQLITE_DONE) return st.Error("list plans");
+  return out;
+}
+
+Result<std::int64_t> Store::InsertSimulation(const SimulationRecord& r) {
+  std::int64_t id = 0;
+  Status s = InTransaction([&]() -> Status {
+    Statement st(db_,
+                 "INSERT INTO simulations (created_at, kind, plan_id, request_json, result_json) "
+                 "VALUES (?, ?, ?, ?, ?)");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, clock_.NowIso8601());
+    st.Bind(2, r.kind);
+    if (r.plan_id > 0) st.Bind(3, r.plan_id);
+    st.Bind(4, r.request_json);
+    st.Bind(5, r.result_json);
+    if (st.Step() != SQLITE_DONE) return st.Error("insert simulation");
+    id = sqlite3_last_insert_rowid(db_);
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return id;
+}
+
+Result<std::vector<SimulationRecord>> Store::ListSimulations() const {
+  Statement st(db_, "SELECT id, created_at, kind, COALESCE(plan_id, 0), request_json, result_json "
+                    "FROM simulations ORDER BY id");
+  KP_RETURN_IF_ERROR(st.status());
+  std::vector<SimulationRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    SimulationRecord r;
+    r.id = st.Int(0);
+    r.created_at = st.Text(1);
+    r.kind = st.Text(2);
+    r.plan_id = st.Int(3);
+    r.request_json = st.Text(4);
+    r.result_json = st.Text(5);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return st.Error("list simulations");
   return out;
 }
 

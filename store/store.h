@@ -39,10 +39,20 @@ struct PlanRecord {
   std::string result_json;   ///< the `--json` output
 };
 
+/// A recorded `kimi-plan simulate` run of any kind.
+struct SimulationRecord {
+  std::int64_t id = 0;
+  std::string created_at;
+  std::string kind;            ///< "pipeline", "attnres", "sync" or "loop"
+  std::int64_t plan_id = 0;    ///< the plan it took its costs from; 0 when none
+  std::string request_json;
+  std::string result_json;
+};
+
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   /// Opens (creating if needed) and migrates the database at `path`.
   /// ":memory:" gives a private in-memory store for tests.
@@ -57,6 +67,10 @@ class Store {
   Result<std::int64_t> InsertPlan(const PlanRecord& plan);
   Result<PlanRecord> GetPlan(std::int64_t id) const;
   Result<std::vector<PlanRecord>> ListPlans() const;
+
+  /// Inserts a simulation (id and created_at assigned) and returns its id.
+  Result<std::int64_t> InsertSimulation(const SimulationRecord& sim);
+  Result<std::vector<SimulationRecord>> ListSimulations() const;
 
   /// Runs `body` in one transaction: committed if it returns Ok, rolled
   /// back otherwise.

@@ -93,5 +93,51 @@ TEST(StoreTest, ReopeningKeepsRecordsAndDoesNotMigrateTwice) {
   EXPECT_EQ((*s)->ListPlans()->size(), 1u);
 }
 
+TEST(StoreTest, SimulationsReferenceAnExistingPlan) {
+  FakeClock clock;
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  auto plan = (*s)->InsertPlan(Sample());
+  ASSERT_TRUE(plan.ok());
+  SimulationRecord sim;
+  sim.kind = "loop";
+  sim.plan_id = *plan;
+  sim.request_json = "{}";
+  sim.result_json = "{}";
+  ASSERT_TRUE((*s)->InsertSimulation(sim).ok());
+  sim.plan_id = *plan + 10;  // no such plan: the foreign key refuses it
+  EXPECT_FALSE((*s)->InsertSimulation(sim).ok());
+  sim.plan_id = 0;
+  sim.kind = "weather";      // not a simulation kind
+  EXPECT_FALSE((*s)->InsertSimulation(sim).ok());
+  auto all = (*s)->ListSimulations();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ(all->front().plan_id, *plan);
+}
+
+// A version-1 file (plans only) is migrated to the current schema on open,
+// keeping its rows.
+TEST(StoreTest, MigratesAVersionOneFile) {
+  const std::string path = ::testing::TempDir() + "/v1.db";
+  std::remove(path.c_str());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* v1 =
+      "CREATE TABLE plans (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, model TEXT NOT NULL,"
+      " gpu TEXT NOT NULL, world INTEGER NOT NULL CHECK (world > 0), preset TEXT, feasible INTEGER NOT NULL"
+      " CHECK (feasible IN (0, 1)), step_time_s REAL NOT NULL, request_json TEXT NOT NULL, result_json TEXT NOT NULL);"
+      "INSERT INTO plans VALUES (1, 't', 'm', 'g', 8, NULL, 1, 1.0, '{}', '{}');"
+      "PRAGMA user_version = 1;";
+  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  FakeClock clock;
+  auto s = Store::Open(path, clock);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ((*s)->SchemaVersion(), Store::kSchemaVersion);
+  EXPECT_EQ((*s)->ListPlans()->size(), 1u);
+  EXPECT_TRUE((*s)->ListSimulations()->empty());
+}
+
 }  // namespace
 }  // namespace kp

@@ -1,0 +1,23 @@
+// Options describing a plan request, shared by the commands that plan or
+// simulate one.
+#ifndef KIMI_PLAN_CLI_PLAN_OPTIONS_H_
+#define KIMI_PLAN_CLI_PLAN_OPTIONS_H_
+
+#include <string>
+
+#include "cli/options.h"
+#include "planner/plan_request.h"
+
+namespace kp {
+
+/// --preset / --topology-file, the model and GPU options, the cluster, the
+/// workload, the layout (--tp ... --rollout-dp) and the efficiency factors.
+void AddPlanRequestOptions(po::options_description& desc);
+
+/// The request those options describe, validated; *preset receives the
+/// topology's name when one was used. dp and rollout dp are derived unless given.
+Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& env, std::string* preset);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_CLI_PLAN_OPTIONS_H_

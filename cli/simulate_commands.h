@@ -1,0 +1,41 @@
+// The `simulate` sub-commands, one file each, and what they share: loading
+// the plan a simulation prices and recording the simulation in the store.
+#ifndef KIMI_PLAN_CLI_SIMULATE_COMMANDS_H_
+#define KIMI_PLAN_CLI_SIMULATE_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/options.h"
+#include "planner/planner.h"
+
+namespace kp {
+
+Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env);
+
+/// A plan to price: from `--plan ID` (the store) or from the plan-request
+/// options (`--preset`, `--model` ...), evaluated.
+struct PricedPlan {
+  std::int64_t plan_id = 0;  ///< 0 when built from options
+  PlanRequest request;
+  ParamCount params;
+  PlanEvaluation evaluation;
+};
+
+/// Adds --plan and the plan-request options.
+void AddPlanSourceOptions(po::options_description& desc);
+Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env);
+
+/// Records a simulation in one transaction and returns its id.
+Result<std::int64_t> RecordSimulation(const po::variables_map& vm, const CliEnv& env, const std::string& kind,
+                                      std::int64_t plan_id, const nlohmann::json& request,
+                                      const nlohmann::json& result);
+
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_CLI_SIMULATE_COMMANDS_H_

@@ -1,0 +1,44 @@
+#include "cli/plan_options.h"
+#include "cli/simulate_commands.h"
+#include "planner/plan_json.h"
+#include "store/store.h"
+
+namespace kp {
+
+void AddPlanSourceOptions(po::options_description& desc) {
+  desc.add_options()("plan", po::value<std::int64_t>(), "the id of a plan recorded by `kimi-plan plan`");
+  AddPlanRequestOptions(desc);
+}
+
+Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env) {
+  PricedPlan p;
+  if (vm.count("plan")) {
+    p.plan_id = vm["plan"].as<std::int64_t>();
+    if (p.plan_id <= 0) return Status::InvalidArgument("--plan: must be a positive plan id");
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
+    KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(p.plan_id));
+    if (!rec.feasible && rec.step_time_s == 0)
+      return Status::InvalidArgument("--plan: plan " + std::to_string(p.plan_id) + " found no feasible layout to simulate");
+    KP_ASSIGN_OR_RETURN(p.request, RequestFromJson(nlohmann::json::parse(rec.request_json)));
+  } else {
+    std::string preset;
+    KP_ASSIGN_OR_RETURN(p.request, BuildPlanRequest(vm, env, &preset));
+  }
+  p.params = CountParams(p.request.model);
+  KP_ASSIGN_OR_RETURN(p.evaluation, PlanFixed(p.request, p.params));
+  return p;
+}
+
+Result<std::int64_t> RecordSimulation(const po::variables_map& vm, const CliEnv& env, const std::string& kind,
+                                      std::int64_t plan_id, const nlohmann::json& request,
+                                      const nlohmann::json& result) {
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
+  SimulationRecord r;
+  r.kind = kind;
+  r.plan_id = plan_id;
+  r.request_json = request.dump();
+  r.result_json = result.dump();
+  return store->InsertSimulation(r);
+}
+
+}  // namespace kp
