@@ -13,6 +13,7 @@ namespace kp {
 /// Each returns Ok after printing its result, or the Status that main maps
 /// to an exit code. Printing the error is the dispatcher's job.
 Status PlanCommand(const std::vector<std::string>& args, CliEnv& env);
+Status SimulateCommand(const std::vector<std::string>& args, CliEnv& env);
 
 }  // namespace kp
 

@@ -13,7 +13,7 @@ struct Simulation {
 };
 
 const Simulation kSimulations[] = {
-    {"loop", "the SDPO loop's five systems on a placement: step time, shares, GPU idle", SimulateLoopCommand},
+    {"attnres", "PR #4312's block transport: entries per hop with and without the rank cache", SimulateAttnResCommand},
 };
 
 }  // namespace

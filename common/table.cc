@@ -1,16 +1,29 @@
 #include "common/table.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 
 namespace kp {
 
 namespace {
+// A number, optionally signed, optionally followed by a unit ("12.5 GB",
+// "37%"): right-aligned. Anything else ("2-4", "7, head") is text.
 bool LooksNumeric(const std::string& s) {
-  if (s.empty()) return false;
-  const char c = s[0];
-  return (c >= '0' && c <= '9') || ((c == '-' || c == '+' || c == '.') && s.size() > 1);
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  const size_t digits_from = i;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == digits_from) return false;
+  if (i < s.size() && s[i] == 'e') {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  }
+  if (i < s.size() && s[i] == ' ') ++i;
+  while (i < s.size() && (std::isalpha(static_cast<unsigned char>(s[i])) || s[i] == '%' || s[i] == '/')) ++i;
+  return i == s.size();
 }
 }  // namespace
 
