@@ -3,7 +3,6 @@
 #include "common/table.h"
 #include "planner/plan_json.h"
 #include "simulator/loop_costs.h"
-#include "simulator/weight_sync.h"
 
 namespace kp {
 
@@ -108,7 +107,7 @@ Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
     Set(vm, "hbm-efficiency", &co.hbm_efficiency);
     const std::string net = vm["sync-network"].as<std::string>();
     if (net != "rdma" && net != "tcp") return Status::InvalidArgument("--sync-network: must be rdma or tcp, got \"" + net + "\"");
-    KP_ASSIGN_OR_RETURN(co.sync, UpdateSyncTime(req, net == "rdma" ? SyncNetwork::kRdma : SyncNetwork::kTcp));
+    KP_ASSIGN_OR_RETURN(co.sync, PlanSyncTime(req, plan.evaluation.plan, net == "rdma" ? Network::kRdma : Network::kTcp));
     KP_ASSIGN_OR_RETURN(LoopCostBreakdown b, EstimateLoopCosts(req, plan.evaluation, plan.params, co));
     costs = b.costs;
     o.placement = req.placement == Placement::kSplit ? LoopPlacement::kSplit : LoopPlacement::kColocated;

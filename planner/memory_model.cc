@@ -215,12 +215,12 @@ RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const Sta
   return rp;
 }
 
-namespace {
-
 double ExpertBytesPerParam(const ModelSpec& m) {
   return m.storage.routed_expert_bits / 8.0 +
          (m.storage.routed_expert_bits < 16 ? kBf16 / m.storage.quant_group_size : 0.0);
 }
+
+namespace {
 
 void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams& rp, RoleMemory& r) {
   const double dense_shards = req.distributed_optimizer ? double(p.dp) * p.cp : 1.0;

@@ -84,6 +84,11 @@ RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const Sta
 /// LoRA adapter parameters over the whole model (before any sharding).
 double LoraParams(const ModelSpec& m, const LoraOptions& lora);
 
+/// Bytes one routed-expert parameter takes in the model's storage format:
+/// bits / 8, plus a bf16 scale per quantisation group when below 16 bits
+/// (Kimi K2.6's INT4 with group 32: 0.5 + 2/32 = 0.5625).
+double ExpertBytesPerParam(const ModelSpec& m);
+
 /// The full report. `split` is the pipeline split the actor uses.
 MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
                             const ParamCount& params);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "planner/step_time.h"
+#include "simulator/weight_sync.h"
 
 namespace kp {
 
@@ -50,6 +51,20 @@ RolloutEstimate EstimateRollout(const PlanRequest& req, const PlanEvaluation& pl
   r.decode_step = std::max(memory_bound, compute_bound);
   r.total = (r.prefill + r.decode_step * double(req.response_length)) * double(r.waves);
   return r;
+}
+
+Result<Seconds> PlanSyncTime(const PlanRequest& req, const ParallelPlan& plan, Network net) {
+  const int engines = std::max(1, req.rollout_pool_gpus() / plan.rollout_gpus_per_engine());
+  SyncRequest s;
+  s.bytes = req.mode == TrainMode::kFull ? FullUpdateBytes(req.model) : LoraUpdateBytes(req.model, req.lora);
+  s.receivers = engines;
+  s.net = net;
+  // LoRA updates of a few GB fit one default bucket; smaller buckets keep
+  // the chain pipelined.
+  s.bucket = req.mode == TrainMode::kFull ? kDefaultSyncBucket : GiB(1);
+  KP_ASSIGN_OR_RETURN(ClusterGraph cluster, BuildCluster(req.gpu, engines + 1));
+  KP_ASSIGN_OR_RETURN(SyncResult r, SimulateSync(cluster, s));
+  return ToSeconds(r.total);
 }
 
 Result<LoopCostBreakdown> EstimateLoopCosts(const PlanRequest& req, const PlanEvaluation& plan, const ParamCount& pc,

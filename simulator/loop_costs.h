@@ -7,6 +7,7 @@
 #define KIMI_PLAN_SIMULATOR_LOOP_COSTS_H_
 
 #include "planner/planner.h"
+#include "simulator/cluster_graph.h"
 #include "simulator/sdpo_loop.h"
 
 namespace kp {
@@ -32,6 +33,12 @@ struct RolloutEstimate {
 /// The rollout engine's time for one step's samples.
 RolloutEstimate EstimateRollout(const PlanRequest& req, const PlanEvaluation& plan, const ParamCount& pc,
                                 double hbm_efficiency);
+
+/// The plan's weight sync per step: the full update (or, under LoRA, the
+/// adapters) broadcast from the trainer to every rollout engine, one
+/// receiving node per engine, pipelined in buckets over `net`
+/// (simulator/weight_sync.h).
+Result<Seconds> PlanSyncTime(const PlanRequest& req, const ParallelPlan& plan, Network net);
 
 struct LoopCostBreakdown {
   LoopCosts costs;

@@ -1,0 +1,57 @@
+// `kimi-plan simulate sync`: the size of a weight update from the model and
+// its storage format, its time over TCP and RDMA (the seed's comparison),
+// and a pipelined broadcast to R rollout nodes.
+#include "cli/simulate_commands.h"
+#include "simulator/weight_sync.h"
+#include "specs/presets.h"
+
+namespace kp {
+
+namespace {
+
+po::options_description SyncOptions() {
+  po::options_description desc("kimi-plan simulate sync --model NAME --mode full|lora-shared-outer|lora-per-expert\n\n"
+                               "Sizes a trainer -> rollout weight update from the model and times it. Options");
+  desc.add_options()("help,h", "this text")
+      ("model", po::value<std::string>(), "model preset")
+      ("model-file", po::value<std::string>(), "a model file in the preset format")
+      ("gpu", po::value<std::string>()->default_value("h200"), "GPU preset of both nodes")
+      ("gpu-file", po::value<std::string>(), "a GPU file in the preset format")
+      ("mode", po::value<std::string>()->default_value("full"), "full | lora-shared-outer | lora-per-expert")
+      ("lora-rank", po::value<int>()->default_value(32), "LoRA rank")
+      ("receivers", po::value<int>()->default_value(1), "rollout nodes of the broadcast")
+      ("bucket-gib", po::value<double>(), "bucket size per node in GiB (default 16 full, 1 LoRA)");
+  AddOutputOptions(desc);
+  return desc;
+}
+
+}  // namespace
+
+Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env) {
+  const po::options_description desc = SyncOptions();
+  po::variables_map vm;
+  bool help = false;
+  KP_RETURN_IF_ERROR(ParseOptions(args, desc, &vm, &help));
+  if (help) {
+    env.out << desc << "\n";
+    return Status::Ok();
+  }
+  KP_ASSIGN_OR_RETURN(ModelSpec model, ResolveModel(vm, env, ""));
+  KP_ASSIGN_OR_RETURN(GpuSpec gpu, ResolveGpu(vm, env, ""));
+  KP_ASSIGN_OR_RETURN(SyncMode mode, ParseSyncMode(vm["mode"].as<std::string>()));
+  const Bytes bucket = vm.count("bucket-gib") ? GiB(vm["bucket-gib"].as<double>())
+                                               : (mode == SyncMode::kFull ? kDefaultSyncBucket : GiB(1));
+  KP_ASSIGN_OR_RETURN(SyncReport report, WeightSyncReport(model, gpu, mode, vm["lora-rank"].as<int>(),
+                                                          vm["receivers"].as<int>(), bucket));
+  nlohmann::json result = ToJson(report);
+  const nlohmann::json request = {{"model", model.name}, {"gpu", gpu.name}, {"mode", SyncModeName(mode)},
+                                  {"lora_rank", vm["lora-rank"].as<int>()}, {"receivers", vm["receivers"].as<int>()},
+                                  {"bucket_bytes", bucket.value()}};
+  KP_ASSIGN_OR_RETURN(std::int64_t id, RecordSimulation(vm, env, "sync", 0, request, result));
+  result["id"] = id;
+  if (vm.count("json")) env.out << result.dump(2) << "\n";
+  else env.out << "kimi-plan simulate sync #" << id << "\n\n" << FormatSyncReport(report);
+  return Status::Ok();
+}
+
+}  // namespace kp
