@@ -1,28 +1,30 @@
-// Benchmarks (never timed tests): `kimi-plan-bench search` times the plan
-// search for kimi-k2.6 on 1024 H200; results go to docs/benchmarks.md.
+// Benchmarks (never timed tests). Each prints one line that goes into
+// docs/benchmarks.md with the command and the machine:
+//   kimi-plan-bench search [NODES]   the plan search for kimi-k2.6 on NODES x 8 H200
+//   kimi-plan-bench loop [NODES]     one SDPO step of kimi-k2.6 on NODES x 8 H200, priced and simulated
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <string>
 
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "planner/search.h"
+#include "simulator/loop_costs.h"
 #include "specs/presets.h"
 
-int main(int argc, char** argv) {
-  const std::string what = argc > 1 ? argv[1] : "search";
-  const int nodes = argc > 2 ? std::atoi(argv[2]) : 128;
-  if (what != "search") {
-    std::cerr << "usage: kimi-plan-bench search [NODES]\n";
-    return 2;
-  }
+namespace {
+
+kp::PlanRequest KimiOnH200(int nodes) {
   kp::RealFileSystem fs;
   kp::PresetCatalog catalog(fs, kp::DefaultPresetDir());
   auto model = catalog.Model("kimi-k2.6");
   auto gpu = catalog.Gpu("h200");
   if (!model.ok() || !gpu.ok()) {
     std::cerr << "presets not found under " << kp::DefaultPresetDir() << "\n";
-    return 1;
+    std::exit(1);
   }
   kp::PlanRequest req;
   req.model = *model;
@@ -30,19 +32,72 @@ int main(int argc, char** argv) {
   req.nodes = nodes;
   req.gpus_per_node = 8;
   req.global_batch = 1024;
-  req.search = true;
   req.plan.rollout_tp = 8;
   req.plan.rollout_ep = 8;
-  const kp::ParamCount pc = kp::CountParams(req.model);
-  const int repeats = 5;
+  return req;
+}
+
+/// Best wall time of `repeats` runs of `body`.
+double Best(int repeats, const std::function<void()>& body) {
   double best = 1e30;
-  kp::SearchResult r;
   for (int i = 0; i < repeats; ++i) {
     kp::Stopwatch w;
-    r = kp::SearchPlans(req, pc);
+    body();
     best = std::min(best, w.Seconds());
   }
-  std::printf("search kimi-k2.6 on %d H200: %lld valid plans evaluated, %lld feasible; best of %d: %.4f s, %.0f plans/s\n",
-              nodes * 8, r.evaluated, r.feasible, repeats, best, r.evaluated / best);
+  return best;
+}
+
+int Search(int nodes) {
+  kp::PlanRequest req = KimiOnH200(nodes);
+  req.search = true;
+  const kp::ParamCount pc = kp::CountParams(req.model);
+  kp::SearchResult r;
+  const double s = Best(5, [&] { r = kp::SearchPlans(req, pc); });
+  std::printf("search kimi-k2.6 on %d H200: %lld valid plans evaluated, %lld feasible; best of 5: %.4f s, %.0f plans/s\n",
+              nodes * 8, r.evaluated, r.feasible, s, r.evaluated / s);
   return 0;
+}
+
+int Loop(int nodes) {
+  kp::PlanRequest req = KimiOnH200(nodes);
+  req.search = true;
+  req.top = 1;
+  const kp::ParamCount pc = kp::CountParams(req.model);
+  kp::SearchResult found = kp::SearchPlans(req, pc);
+  if (found.best.empty()) {
+    std::cerr << "no feasible plan on " << nodes * 8 << " GPUs\n";
+    return 1;
+  }
+  const kp::PlanEvaluation& plan = found.best.front();
+  req.plan = plan.plan;
+  std::uint64_t events = 0;
+  double step = 0;
+  const double s = Best(5, [&] {
+    kp::LoopCostOptions o;
+    auto sync = kp::PlanSyncTime(req, plan.plan, kp::Network::kRdma);
+    o.sync = sync.ok() ? *sync : kp::Seconds(0);
+    auto costs = kp::EstimateLoopCosts(req, plan, pc, o);
+    kp::LoopOptions lo;
+    lo.actor_gpus = req.actor_gpus();
+    lo.steps = 2;
+    auto r = kp::SimulateLoop(costs.ok() ? costs->costs : kp::LoopCosts{}, lo);
+    events = r.ok() ? r->events : 0;
+    step = r.ok() ? r->step_time.value() : 0;
+  });
+  std::printf("one SDPO step of kimi-k2.6 on %d H200 (plan tp %d pp %d ep %d): priced and simulated in %.4f s "
+              "(best of 5), predicted step %.1f s, %llu loop events\n",
+              nodes * 8, plan.plan.tp, plan.plan.pp, plan.plan.ep, s, step, static_cast<unsigned long long>(events));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "search";
+  const int nodes = argc > 2 ? std::atoi(argv[2]) : 128;
+  if (what == "search") return Search(nodes);
+  if (what == "loop") return Loop(nodes);
+  std::cerr << "usage: kimi-plan-bench search|loop [NODES]\n";
+  return 2;
 }

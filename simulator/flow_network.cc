@@ -1,6 +1,7 @@
 #include "simulator/flow_network.h"
 
 #include <cassert>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -44,13 +45,27 @@ FlowNetwork::FlowId FlowNetwork::Start(std::vector<LinkId> path, Bytes bytes, Ev
     return id;
   }
   Advance();
+  f.rate = 0;
   flows_.emplace(id, std::move(f));
-  Recompute();
-  ScheduleNextDrain();
+  // Many transfers start at one instant (every GPU of a node, every hop of a
+  // broadcast): one recompute serves them all.
+  dirty_ = true;
+  if (!settle_pending_) {
+    settle_pending_ = true;
+    q_.After(Nanoseconds(0), [this] { Settle(); });
+  }
   return id;
 }
 
-BytesPerSecond FlowNetwork::rate(FlowId f) const {
+void FlowNetwork::Settle() {
+  settle_pending_ = false;
+  if (!dirty_) return;
+  Recompute();
+  ScheduleNextDrain();
+}
+
+BytesPerSecond FlowNetwork::rate(FlowId f) {
+  if (dirty_) Settle();
   auto it = flows_.find(f);
   return BytesPerSecond(it == flows_.end() ? 0.0 : it->second.rate);
 }
@@ -64,43 +79,47 @@ void FlowNetwork::Advance() {
 
 void FlowNetwork::Recompute() {
   ++recomputes_;
-  struct LinkState {
-    double spare = 0;  // capacity not yet given to frozen flows
-    int unfrozen = 0;
-    std::vector<Flow*> flows;
-  };
-  // Ordered by link id, so ties between equally tight links break the
-  // same way every run.
-  std::map<LinkId, LinkState> state;
+  dirty_ = false;
+  state_.resize(links_.size());
+  // Links in id order, so ties between equally tight links break the same
+  // way every run.
+  std::vector<LinkId> touched;
   for (auto& [id, f] : flows_) {
     f.rate = -1;  // not frozen yet
     for (LinkId l : f.path) {
-      LinkState& s = state[l];
-      s.spare = links_[l].bandwidth.value();
-      ++s.unfrozen;
-      s.flows.push_back(&f);
+      LinkState& st = state_[l];
+      if (st.flows.empty()) {
+        touched.push_back(l);
+        st.spare = links_[l].bandwidth.value();
+        st.unfrozen = 0;
+      }
+      ++st.unfrozen;
+      st.flows.push_back(&f);
     }
   }
+  std::sort(touched.begin(), touched.end());
   size_t unfrozen = flows_.size();
   while (unfrozen > 0) {
     // The tightest link fixes the rate of every flow still crossing it.
     LinkState* tight = nullptr;
     double share = std::numeric_limits<double>::infinity();
-    for (auto& [l, s] : state) {
-      if (s.unfrozen == 0) continue;
-      const double fair = std::max(0.0, s.spare) / s.unfrozen;
-      if (fair < share) share = fair, tight = &s;
+    for (LinkId l : touched) {
+      const LinkState& st = state_[l];
+      if (st.unfrozen == 0) continue;
+      const double fair = std::max(0.0, st.spare) / st.unfrozen;
+      if (fair < share) share = fair, tight = &state_[l];
     }
     for (Flow* f : tight->flows) {
       if (f->rate >= 0) continue;
       f->rate = share;
       --unfrozen;
       for (LinkId l : f->path) {
-        state[l].spare -= share;
-        --state[l].unfrozen;
+        state_[l].spare -= share;
+        --state_[l].unfrozen;
       }
     }
   }
+  for (LinkId l : touched) state_[l].flows.clear();
 }
 
 void FlowNetwork::ScheduleNextDrain() {

@@ -46,11 +46,12 @@ class FlowNetwork {
   FlowId Start(std::vector<LinkId> path, Bytes bytes, EventQueue::Callback done);
 
   /// The current rate of a flow; 0 once it has drained or for unknown ids.
-  BytesPerSecond rate(FlowId f) const;
+  /// (Non-const: starts at one instant are settled together, lazily.)
+  BytesPerSecond rate(FlowId f);
   /// Flows that still have bytes to move.
   int active() const { return static_cast<int>(flows_.size()); }
-  /// How many times rates were recomputed (once per start and per batch of
-  /// finishes): the simulation's work.
+  /// How many times rates were recomputed (once per instant with starts and
+  /// per batch of finishes): the simulation's work.
   std::uint64_t recomputes() const { return recomputes_; }
   const std::vector<LinkCapacity>& links() const { return links_; }
 
@@ -67,6 +68,8 @@ class FlowNetwork {
   void Advance();
   /// Progressive filling over the active flows.
   void Recompute();
+  /// Recomputes once for every flow started at this instant.
+  void Settle();
   /// Schedules the next drain; earlier schedules become stale.
   void ScheduleNextDrain();
   void OnDrainEvent(std::uint64_t epoch);
@@ -79,6 +82,14 @@ class FlowNetwork {
   Nanoseconds last_advance_{0};
   std::uint64_t epoch_ = 0;
   std::uint64_t recomputes_ = 0;
+  bool dirty_ = false;           // flows started since the last recompute
+  bool settle_pending_ = false;  // a Settle() is queued at the current instant
+  struct LinkState {
+    double spare = 0;  // capacity not yet given to frozen flows
+    int unfrozen = 0;
+    std::vector<Flow*> flows;
+  };
+  std::vector<LinkState> state_;  // by link id; reused across recomputes
 };
 
 }  // namespace kp

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# End-to-end checks of `kimi-plan simulate` as a user runs it: the PR's
+# transport numbers, the seed's sync numbers, a loop priced from a recorded
+# plan, one row per simulation, and bad input refused with one line, exit 2
+# and nothing written.
+set -u
+bin="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fails=0
+check() {
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+sims() { sqlite3 kimi-plan.db 'select count(*) from simulations' 2>/dev/null || echo 0; }
+json_check() {  # json_check NAME FILE PYTHON-EXPRESSION-ON-d
+  check "$1" python3 -c "import json,sys; d = json.load(open('$2')); assert $3, d"
+}
+
+"$bin" simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 --json > a.json
+json_check "attnres pp2 x vp2: 5 -> 2" a.json "d['naive_entries'] == 5 and d['cached_entries'] == 2"
+"$bin" simulate attnres --layers 16 --block-size 4 --pp 4 --vp 4 --json > b.json
+json_check "attnres pp4 x vp4: 39 -> 12" b.json "d['naive_entries'] == 39 and d['cached_entries'] == 12 and len(d['stages']) == 16"
+"$bin" simulate attnres --model kimi-k3 --pp 16 --vp 2 --json > c.json
+json_check "attnres kimi-k3 pp16 x vp2" c.json "(d['option1_entries'], d['naive_entries'], d['cached_entries'], d['cached_peak_per_hop'], d['option2_peak_per_hop']) == (96, 136, 96, 4, 8)"
+check "attnres table" bash -c "'$bin' simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 | grep -q 's2 (r0, v1)'"
+
+"$bin" simulate sync --model kimi-k2.6 --mode full --json > s.json
+json_check "sync full: 595.2 GB, 95.23 s TCP, 1.49 s RDMA within 2%" s.json \
+  "abs(d['bytes'] / 595.2e9 - 1) < 0.02 and abs(d['tcp_s'] / 95.23 - 1) < 0.02 and abs(d['rdma_s'] / 1.49 - 1) < 0.02"
+"$bin" simulate sync --model kimi-k2.6 --mode lora-shared-outer --json > so.json
+json_check "sync shared-outer: 9.4 GB, 1.50 s, 23.5 ms within 2%" so.json \
+  "abs(d['bytes'] / 9.4e9 - 1) < 0.02 and abs(d['tcp_s'] / 1.50 - 1) < 0.02 and abs(d['rdma_s'] / 0.0235 - 1) < 0.02"
+"$bin" simulate sync --model kimi-k2.6 --mode lora-per-expert --json > pe.json
+json_check "sync per-expert: 41.0 GB, 6.56 s, 102.5 ms within 2%" pe.json \
+  "abs(d['bytes'] / 41.0e9 - 1) < 0.02 and abs(d['tcp_s'] / 6.56 - 1) < 0.02 and abs(d['rdma_s'] / 0.1025 - 1) < 0.02"
+
+"$bin" plan --preset h200-lora --lora-native-base --recompute full --search --json > plan.json
+plan_id=$(python3 -c "import json; print(json.load(open('plan.json'))['id'])")
+"$bin" simulate loop --plan "$plan_id" --json --out figs > loop.json
+json_check "loop from a recorded plan" loop.json \
+  "d['plan_id'] == $plan_id and d['step_time_s'] > 0 and 0 <= d['gpu_idle_fraction'] < 1 and abs(sum(d['shares'].values()) - 1) < 1e-9"
+check "loop timeline picture" grep -q "<svg" figs/loop.svg
+"$bin" simulate loop --rollout-s 10 --feedback-s 2 --teacher-s 3 --train-s 5 --sync-s 1 --actor-gpus 8 --json > explicit.json
+json_check "loop with explicit costs" explicit.json "d['step_time_s'] == 21"
+check "every simulation recorded" test "$(sims)" -eq 9
+check "loop references its plan" test "$(sqlite3 kimi-plan.db "select plan_id from simulations where kind = 'loop' limit 1")" = "$plan_id"
+
+bad() {  # bad NAME EXPECTED ARGS...
+  local name=$1 expected=$2; shift 2
+  local before; before=$(sims)
+  "$bin" simulate "$@" > out.txt 2> err.txt
+  local rc=$?
+  check "$name: exit 2" test $rc -eq 2
+  check "$name: one line" test "$(wc -l < err.txt)" -eq 1
+  check "$name: says what" grep -q -- "$expected" err.txt
+  check "$name: nothing written" test "$(sims)" = "$before"
+}
+bad "unknown simulation" 'unknown simulation "weather"' weather
+bad "attnres block size" "--block-size" attnres --layers 8 --block-size 0 --pp 2 --vp 2
+bad "attnres dense model" "has no attention residuals" attnres --model kimi-k2.6 --pp 2
+bad "attnres split" "--split: the counts sum to 7 layers" attnres --layers 8 --block-size 4 --pp 2 --vp 2 --split 1,2,2,2
+bad "sync mode" "--mode" sync --model kimi-k2.6 --mode half
+bad "sync rank" "--lora-rank: must be a positive integer" sync --model kimi-k2.6 --mode lora-per-expert --lora-rank 0
+bad "loop unknown plan" "--plan: no plan with id 999" loop --plan 999
+bad "loop steps" "--steps: must be at least 2" loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s 1 --actor-gpus 8 --steps 1
+bad "loop negative cost" "--sync-s: must be >= 0" loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s -1 --actor-gpus 8
+
+echo "cli_simulate: $((fails == 0 ? 1 : 0)) passed, $fails failed"
+exit $((fails > 0))
