@@ -82,6 +82,34 @@ TEST(ConstraintsTest, EveryRuleHasItsMessage) {
   EXPECT_EQ(First(r), "--global-batch: interleaved-1f1b needs the 3 micro-batches per DP rank to be a multiple of pp = 2");
 }
 
+TEST(ConstraintsTest, ExpertTensorAndVShapedRules) {
+  PlanRequest r = H200Full();
+  r.plan.etp = 3;
+  r.plan.ep = 1;
+  EXPECT_TRUE(Mentions(r, "--etp: 3 does not divide the expert FFN width 2048"));
+  r = H200Full();
+  r.schedule = ScheduleKind::kZbv;
+  r.plan.pp = 1; r.plan.dp = 16;
+  EXPECT_TRUE(Mentions(r, "--pp: zbv needs at least 2 ranks"));
+  r = H200Full();
+  r.schedule = ScheduleKind::kDualPipeV;
+  r.plan.vp = 2;
+  EXPECT_TRUE(Mentions(r, "--vp: dualpipev has one stage per rank pair (always 2); leave --vp at 1"));
+  r = H200Full();
+  r.schedule = ScheduleKind::kZbv;
+  r.global_batch = 24;  // 3 micro-batches per DP rank, fewer than 2 x pp
+  EXPECT_TRUE(Mentions(r, "--global-batch: zbv needs at least 2 x pp = 4 micro-batches per DP rank, got 3"));
+}
+
+TEST(ConstraintsTest, RolloutEnginesMustTileTheirGpus) {
+  PlanRequest r = H200Full();
+  r.placement = Placement::kSplit;
+  r.rollout_gpus = 12;
+  r.plan.dp = 8;
+  r.plan.tp = 4; r.plan.pp = 29; // irrelevant: only the rollout rule is looked for
+  EXPECT_TRUE(Mentions(r, "--rollout-tp: engines of rollout tp x dp = 8 GPUs do not tile the 12 rollout GPUs"));
+}
+
 TEST(ConstraintsTest, DenseModelsTakeNoExpertParallelism) {
   PlanRequest r;
   r.model = testing::Gpt(4, 1024, 16, 1000);
