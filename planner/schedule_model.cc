@@ -18,7 +18,7 @@ int PeakInflightChunks(ScheduleKind kind, int p, int v, int m, int r) {
     case ScheduleKind::kInterleaved1F1B: return std::min(2 * (p - r - 1) + (v - 1) * p + 1, m * v);
     case ScheduleKind::kZbH2: return std::min(2 * (p - r) - 1, m);
     case ScheduleKind::kZbv: return std::min(2 * p, 2 * m);
-    case ScheduleKind::kDualPipeV: return std::min(2 * (p + 1), 2 * m);
+    case ScheduleKind::kDualPipeV: return std::min(2 * p + 1, 2 * m);
   }
   return m;
 }
@@ -31,9 +31,18 @@ Seconds BubbleTime(ScheduleKind kind, int p, int v, Seconds f, Seconds b, Second
     case ScheduleKind::k1F1B: t = steps * (f + b + w).value(); break;
     case ScheduleKind::kInterleaved1F1B: t = steps * (f + b + w).value() / v; break;
     case ScheduleKind::kZbH1: t = steps * (f + b - w).value(); break;
-    case ScheduleKind::kZbH2: t = steps * (f + b - w - w).value(); break;
-    case ScheduleKind::kZbv:
-    case ScheduleKind::kDualPipeV: t = steps * (f + b - w - w).value() / 2; break;
+    // The last rank's fill bounds the schedules that hide W in the bubbles.
+    case ScheduleKind::kZbH2: t = steps * std::max(f.value(), (f + b - w - w).value()); break;
+    case ScheduleKind::kZbv: {
+      const double x = std::max(f.value(), b.value());
+      t = steps * std::max(x - w.value(), x / 2);
+      break;
+    }
+    case ScheduleKind::kDualPipeV: {
+      const double x = std::max(f.value(), b.value());
+      t = steps * std::max(x - w.value() / 2, x / 2);
+      break;
+    }
   }
   return Seconds(std::max(0.0, t));
 }

@@ -18,15 +18,27 @@ int StagesPerRank(ScheduleKind kind, int vp);
 /// micro-batch) whose activations rank `rank` holds at once.
 ///   gpipe: M v; 1f1b and zb-h1: min(p - r, M);
 ///   interleaved (Megatron's warm-up): min(2(p - r - 1) + (v - 1) p + 1, M v);
-///   zb-h2: min(2(p - r) - 1, M); zbv: min(2p, 2M); dualpipev: min(2(p + 1), 2M).
+///   zb-h2: min(2(p - r) - 1, M); zbv: min(2p, 2M);
+///   dualpipev: min(2p + 1, 2M) (DualPipe's table: PP + 1 chunks for PP = 2p stages).
+/// The simulator's generated lists hold exactly these (simulator/pipeline_sim_test.cc).
 int PeakInflightChunks(ScheduleKind kind, int pp, int vp, int microbatches, int rank);
 
-/// The idle time of the critical rank with no communication cost, where F,
-/// B and W are one micro-batch's forward, input-backward and
-/// weight-backward through all the layers one rank holds:
+/// Each rank's idle time in one synchronised step (the step's makespan
+/// minus M (F + B + W)) with no communication cost, where F, B and W are one
+/// micro-batch's forward, input-backward and weight-backward through all
+/// the layers one rank holds:
 ///   gpipe, 1f1b: (p-1)(F+B+W); interleaved: (p-1)(F+B+W)/v;
-///   zb-h1: (p-1)(F+B-W); zb-h2: (p-1)(F+B-2W);
-///   zbv and dualpipev: (p-1)(F+B-2W)/2 (per-chunk times are half the rank's).
+///   zb-h1: (p-1)(F+B-W);
+///   zb-h2: (p-1) max(F, F+B-2W);
+///   zbv: (p-1) max(X-W, X/2), X = max(F, B);
+///   dualpipev: (p-1) max(X-W/2, X/2), X = max(F, B).
+/// The zero-bubble papers' (p-1)(F+B-2W) for zb-h2 (and zero for zbv when
+/// F = B = W) count idle time inside each rank's span only, which a step
+/// costs when the optimizer-step synchronisation is bypassed; a synchronised
+/// step also pays the last rank's fill, (p-1)F, or (p-1)F/2 V-shaped. The
+/// simulated schedules match these forms exactly for W <= min(F, B) (zb-h1,
+/// zb-h2), F <= B and W <= B (zbv), F = B and W <= B (dualpipev); elsewhere
+/// they are estimates (simulator/pipeline_sim_test.cc pins the exact cases).
 /// Never negative.
 Seconds BubbleTime(ScheduleKind kind, int pp, int vp, Seconds f, Seconds b, Seconds w);
 

@@ -30,8 +30,40 @@ TEST(ScheduleModelTest, BubbleClosedForms) {
   EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kInterleaved1F1B, 4, 2, f, b, w).value(), 3 * 3.5 / 2);
   EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH1, 4, 1, f, b, w).value(), 3 * 2.5);
   EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH2, 4, 1, f, b, w).value(), 3 * 2.0);
-  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH2, 4, 1, f, Seconds(0.5), Seconds(1)).value(), 0);
   EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::k1F1B, 1, 1, f, b, w).value(), 0);
+}
+
+// The ZB paper's zero bubble for zb-h2 and zbv at F = B = W counts idle time
+// inside each rank's span; a synchronised step still waits for the last
+// rank's fill: (p - 1) F for zb-h2, (p - 1) F / 2 for the V-shaped schedules
+// (whose chunks take half a rank's time).
+TEST(ScheduleModelTest, ZeroBubbleSchedulesStillPayTheFill) {
+  const Seconds x(2);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH2, 4, 1, x, x, x).value(), 3 * 2.0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbv, 4, 1, x, x, x).value(), 3 * 1.0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kDualPipeV, 4, 1, x, x, x).value(), 3 * 1.0);
+  // Where W is small enough to leave a bubble, the paper's zb-h2 form holds.
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH2, 4, 1, Seconds(1), Seconds(4), Seconds(1)).value(), 3 * 3.0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH2, 4, 1, Seconds(1), Seconds(0.5), Seconds(1)).value(), 3 * 1.0);
+}
+
+// Checked against the simulated schedules (simulator/pipeline_sim_test.cc):
+// zbv (p-1) max(B - W, B/2) for F <= B; dualpipev (p-1)(B - W/2) for F = B,
+// which is DeepSeek's (PP/2 - 1)(F&B + B - 3W) per chunk with the forward
+// wholly hidden in the overlapped pair (F&B = the full backward chunk).
+TEST(ScheduleModelTest, VShapedBubbles) {
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbv, 4, 1, Seconds(2), Seconds(4), Seconds(1)).value(), 3 * 3.0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbv, 4, 1, Seconds(2), Seconds(4), Seconds(3)).value(), 3 * 2.0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kDualPipeV, 4, 1, Seconds(4), Seconds(4), Seconds(2)).value(), 3 * 3.0);
+  const double chunk_b = (4 + 2) / 2.0, chunk_w = 2 / 2.0;
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kDualPipeV, 4, 1, Seconds(4), Seconds(4), Seconds(2)).value(),
+                   (8 / 2 - 1) * (chunk_b + chunk_b - 3 * chunk_w));
+}
+
+TEST(ScheduleModelTest, DualPipeVHoldsPPPlusOneChunks) {
+  // DualPipe's table: activation PP + 1 chunks, PP = 2p stages for DualPipeV.
+  EXPECT_EQ(PeakInflightChunks(ScheduleKind::kDualPipeV, 4, 1, 16, 0), 9);
+  EXPECT_EQ(PeakInflightChunks(ScheduleKind::kDualPipeV, 4, 1, 4, 3), 8);  // 2M caps it
 }
 
 TEST(ScheduleModelTest, StagesPerRank) {
