@@ -13,6 +13,7 @@ struct Simulation {
 };
 
 const Simulation kSimulations[] = {
+    {"pipeline", "one step of a pipeline schedule: makespan, bubble, idle and peak in flight per rank", SimulatePipelineCommand},
     {"sync", "trainer -> rollout weight sync: sizes from the model, TCP vs RDMA, broadcast to R nodes", SimulateSyncCommand},
     {"loop", "the SDPO loop's five systems on a placement: step time, shares, GPU idle", SimulateLoopCommand},
     {"attnres", "PR #4312's block transport: entries per hop with and without the rank cache", SimulateAttnResCommand},

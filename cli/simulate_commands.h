@@ -18,6 +18,7 @@ namespace kp {
 Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SimulateAttnResCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env);
+Status SimulatePipelineCommand(const std::vector<std::string>& args, CliEnv& env);
 
 /// A plan to price: from `--plan ID` (the store) or from the plan-request
 /// options (`--preset`, `--model` ...), evaluated.

@@ -44,7 +44,23 @@ json_check "loop from a recorded plan" loop.json \
 check "loop timeline picture" grep -q "<svg" figs/loop.svg
 "$bin" simulate loop --rollout-s 10 --feedback-s 2 --teacher-s 3 --train-s 5 --sync-s 1 --actor-gpus 8 --json > explicit.json
 json_check "loop with explicit costs" explicit.json "d['step_time_s'] == 21"
-check "every simulation recorded" test "$(sims)" -eq 9
+# Pipeline: 1f1b's bubble is (p-1)(F+B+W) with free transfers; a hand-worked
+# pp 2, M 2 run with F 1, B 2, W 0 and C 1 ends at 11 us.
+"$bin" simulate pipeline --schedule 1f1b --pp 4 --microbatches 8 --f-us 10 --b-us 20 --w-us 5 --p2p-us 0 --json --out gantt > p.json
+json_check "pipeline 1f1b closed form" p.json "d['makespan_us'] == 8 * 35 + 3 * 35 and d['peak_inflight'] == [4, 3, 2, 1]"
+check "pipeline gantt written" bash -c "grep -q '<svg' gantt/pipeline.svg && grep -q '<svg' gantt/pipeline.html && test \$(wc -l < gantt/schedule.csv) -eq 4"
+"$bin" simulate pipeline --schedule 1f1b --pp 4 --microbatches 8 --f-us 10 --b-us 20 --w-us 5 --p2p-us 0 --json --schedule-csv gantt/schedule.csv > pcsv.json
+json_check "a dumped schedule runs the same" pcsv.json "d['makespan_us'] == 8 * 35 + 3 * 35"
+"$bin" simulate pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 2 --w-us 0 --p2p-us 1 --json > hand.json
+json_check "pipeline hand-worked with transfers" hand.json "d['makespan_us'] == 11 and d['critical_path_us'] == 11"
+for c in on off; do
+  "$bin" simulate pipeline --model kimi-k3 --gpu h200 --nodes 64 --tp 8 --pp 8 --vp 4 --ep 64 \
+    --schedule interleaved-1f1b --global-batch 256 --attnres-cache $c --json > attn_$c.json
+done
+check "the rank cache shortens the plan's step" python3 -c "
+import json; on = json.load(open('attn_on.json')); off = json.load(open('attn_off.json'))
+assert on['makespan_us'] < off['makespan_us'], (on['makespan_us'], off['makespan_us'])"
+check "every simulation recorded" test "$(sims)" -eq 14
 check "loop references its plan" test "$(sqlite3 kimi-plan.db "select plan_id from simulations where kind = 'loop' limit 1")" = "$plan_id"
 
 bad() {  # bad NAME EXPECTED ARGS...
@@ -66,6 +82,15 @@ bad "sync rank" "--lora-rank: must be a positive integer" sync --model kimi-k2.6
 bad "loop unknown plan" "--plan: no plan with id 999" loop --plan 999
 bad "loop steps" "--steps: must be at least 2" loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s 1 --actor-gpus 8 --steps 1
 bad "loop negative cost" "--sync-s: must be >= 0" loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s -1 --actor-gpus 8
+
+bad "pipeline unknown schedule" 'unknown schedule "2f2b"' pipeline --schedule 2f2b --pp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+bad "pipeline vp on 1f1b" "--vp: 1f1b has one stage per rank" pipeline --schedule 1f1b --pp 2 --vp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+bad "pipeline microbatches" "--microbatches" pipeline --schedule interleaved-1f1b --pp 4 --vp 2 --microbatches 6 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+bad "pipeline negative cost" "--f-us: must be >= 0" pipeline --schedule 1f1b --pp 2 --microbatches 4 --f-us -1 --b-us 1 --w-us 1 --p2p-us 0
+printf '0F0,0F1,0B0,0B1\n1F0,1B0,5F1,1B1\n' > missing.csv
+bad "pipeline csv names a missing stage" "names stage 5" pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv missing.csv
+printf '0F0,0I0,0W0\n1I0,1W0,1F0\n' > dead.csv
+bad "pipeline deadlock named" "deadlock: rank 1 waits at 1I0 for 1F0" pipeline --schedule 1f1b --pp 2 --microbatches 1 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv dead.csv
 
 echo "cli_simulate: $((fails == 0 ? 1 : 0)) passed, $fails failed"
 exit $((fails > 0))
