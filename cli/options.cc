@@ -6,16 +6,17 @@
 
 namespace kp {
 
-Status ParseOptions(const std::vector<std::string>& args, const po::options_description& desc,
-                    po::variables_map* vm, bool* help) {
+Result<bool> ParseCommand(const std::vector<std::string>& args, const po::options_description& desc,
+                          po::variables_map* vm, std::ostream& out) {
   try {
     po::store(po::command_line_parser(args).options(desc).run(), *vm);
     po::notify(*vm);
   } catch (const po::error& e) {
     return Status::InvalidArgument(e.what());
   }
-  *help = vm->count("help") > 0;
-  return Status::Ok();
+  if (!vm->count("help")) return true;
+  out << desc << "\n";
+  return false;
 }
 
 void AddModelOptions(po::options_description& desc) {

@@ -18,9 +18,10 @@ namespace kp {
 
 namespace po = boost::program_options;
 
-/// Parses `args` against `desc`; a --help request sets *help.
-Status ParseOptions(const std::vector<std::string>& args, const po::options_description& desc,
-                    po::variables_map* vm, bool* help);
+/// Parses `args` against `desc`. On --help prints `desc` to `out` and
+/// returns false: the command has nothing more to do.
+Result<bool> ParseCommand(const std::vector<std::string>& args, const po::options_description& desc,
+                          po::variables_map* vm, std::ostream& out);
 
 /// --model, --model-file and the dense-GPT flags (--hidden --ffn-hidden
 /// --heads --head-dim --layers --vocab).

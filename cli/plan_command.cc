@@ -117,12 +117,8 @@ void PrintSearch(std::ostream& out, const SearchResult& s) {
 Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   const po::options_description desc = PlanOptions();
   po::variables_map vm;
-  bool help = false;
-  KP_RETURN_IF_ERROR(ParseOptions(args, desc, &vm, &help));
-  if (help) {
-    env.out << desc << "\n";
-    return Status::Ok();
-  }
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
   std::string preset;
   KP_ASSIGN_OR_RETURN(PlanRequest req, BuildPlanRequest(vm, env, &preset));
   req.search = vm.count("search") > 0;

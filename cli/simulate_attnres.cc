@@ -48,12 +48,8 @@ Result<std::pair<int, int>> LayersAndBlock(const po::variables_map& vm, const Cl
 Status SimulateAttnResCommand(const std::vector<std::string>& args, CliEnv& env) {
   const po::options_description desc = AttnResOptions();
   po::variables_map vm;
-  bool help = false;
-  KP_RETURN_IF_ERROR(ParseOptions(args, desc, &vm, &help));
-  if (help) {
-    env.out << desc << "\n";
-    return Status::Ok();
-  }
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(auto shape, LayersAndBlock(vm, env));
   const auto [layers, block] = shape;
   if (!vm.count("pp")) return Status::InvalidArgument("--pp: required");

@@ -75,12 +75,8 @@ void PrintLoop(std::ostream& out, std::int64_t id, const LoopCosts& c, const Loo
 Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
   const po::options_description desc = LoopOptionsDesc();
   po::variables_map vm;
-  bool help = false;
-  KP_RETURN_IF_ERROR(ParseOptions(args, desc, &vm, &help));
-  if (help) {
-    env.out << desc << "\n";
-    return Status::Ok();
-  }
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
   LoopOptions o;
   o.steps = vm["steps"].as<int>();
   o.off_policy_overlap = vm.count("off-policy") > 0;

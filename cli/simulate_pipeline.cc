@@ -162,12 +162,8 @@ void PrintCriticalPath(std::ostream& out, const nlohmann::json& result) {
 Status SimulatePipelineCommand(const std::vector<std::string>& args, CliEnv& env) {
   const po::options_description desc = PipelineOptions();
   po::variables_map vm;
-  bool help = false;
-  KP_RETURN_IF_ERROR(ParseOptions(args, desc, &vm, &help));
-  if (help) {
-    env.out << desc << "\n";
-    return Status::Ok();
-  }
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(PipelineInput in, HasPlanSource(vm) ? FromPlan(vm, env) : FromExplicitCosts(vm, env));
   in.options.record_timeline = vm.count("out") > 0;
   Stopwatch watch;

@@ -30,12 +30,8 @@ po::options_description SyncOptions() {
 Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env) {
   const po::options_description desc = SyncOptions();
   po::variables_map vm;
-  bool help = false;
-  KP_RETURN_IF_ERROR(ParseOptions(args, desc, &vm, &help));
-  if (help) {
-    env.out << desc << "\n";
-    return Status::Ok();
-  }
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(ModelSpec model, ResolveModel(vm, env, ""));
   KP_ASSIGN_OR_RETURN(GpuSpec gpu, ResolveGpu(vm, env, ""));
   KP_ASSIGN_OR_RETURN(SyncMode mode, ParseSyncMode(vm["mode"].as<std::string>()));

@@ -4,15 +4,11 @@
 # line, exit code 2 and no row written.
 set -u
 bin="$1"
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-fails=0
-check() {  # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-rows() { sqlite3 kimi-plan.db 'select count(*) from plans'; }
+source "$here/test_lib.sh"
 
 check "version" bash -c "'$bin' --version | grep -qx 'kimi-plan [0-9.]*'"
 check "help lists plan" bash -c "'$bin' --help | grep -q '^  plan '"
@@ -35,34 +31,24 @@ assert d["feasible"] == (len(d["violations"]) == 0)
 assert d["model"]["total_params"] > 1e12
 PY
 done
-check "three plans recorded" test "$(rows)" = 3
+check "three plans recorded" test "$(count_rows plans)" = 3
 check "h200-full verdict names the actor" bash -c "grep -q '\"actor: needs' h200-full.json"
 check "h200-full nearest fit is larger" python3 -c "
 import json; d = json.load(open('h200-full.json')); assert d['nearest_fit']['gpus'] > 128"
 
-bad() {  # bad NAME EXPECTED-PREFIX ARGS...
-  local name=$1 prefix=$2; shift 2
-  local before; before=$(rows)
-  "$bin" plan "$@" > out.txt 2> err.txt
-  local rc=$?
-  check "$name: exit 2" test $rc -eq 2
-  check "$name: one line" test "$(wc -l < err.txt)" -eq 1
-  check "$name: names the field" grep -q -- "$prefix" err.txt
-  check "$name: no row written" test "$(rows)" = "$before"
-}
-bad "unknown preset" '--preset: unknown preset "h300-full"' --preset h300-full
-bad "zero tp" "--tp: must be a positive integer, got 0" --preset h200-full --tp 0
-bad "negative nodes" "--nodes: must be a positive integer, got -1" --preset h200-full --nodes -1
-bad "unknown schedule" '--schedule: unknown schedule "2f2b"' --preset h200-full --schedule 2f2b
-bad "bad dtype" "--dtype: must be bf16 or fp16" --preset h200-full --dtype fp8
-bad "unknown flag" "unrecognised option '--bogus'" --preset h200-full --bogus 1
-bad "ep does not divide experts" "--ep: 7 does not divide the 384 experts" --preset h200-full --ep 7
-bad "rollout rule" "--rollout-ep: with expert parallelism on" --preset h200-full --rollout-ep 16 --rollout-dp 1
+refused "unknown preset" plans '--preset: unknown preset "h300-full"' plan --preset h300-full
+refused "zero tp" plans "--tp: must be a positive integer, got 0" plan --preset h200-full --tp 0
+refused "negative nodes" plans "--nodes: must be a positive integer, got -1" plan --preset h200-full --nodes -1
+refused "unknown schedule" plans '--schedule: unknown schedule "2f2b"' plan --preset h200-full --schedule 2f2b
+refused "bad dtype" plans "--dtype: must be bf16 or fp16" plan --preset h200-full --dtype fp8
+refused "unknown flag" plans "unrecognised option '--bogus'" plan --preset h200-full --bogus 1
+refused "ep does not divide experts" plans "--ep: 7 does not divide the 384 experts" plan --preset h200-full --ep 7
+refused "rollout rule" plans "--rollout-ep: with expert parallelism on" plan --preset h200-full --rollout-ep 16 --rollout-dp 1
 echo '{"name": "m", "layers": 2,' > broken.json
-bad "malformed model file" "broken.json: not valid JSON" --model-file broken.json --gpu h200
+refused "malformed model file" plans "broken.json: not valid JSON" plan --model-file broken.json --gpu h200
 echo '{"name": "m", "layers": 0, "hidden": 8, "heads": 2, "vocab": 10, "dense_ffn": 16, "attention": {"pattern": ["mha"]}}' > zero.json
-bad "zero layers" "layers: must be a positive integer, got 0" --model-file zero.json --gpu h200
-bad "gpt flags missing vocab" "--vocab: required" --hidden 1024 --ffn-hidden 4096 --heads 16 --layers 4 --gpu h100
+refused "zero layers" plans "layers: must be a positive integer, got 0" plan --model-file zero.json --gpu h200
+refused "gpt flags missing vocab" plans "--vocab: required" plan --hidden 1024 --ffn-hidden 4096 --heads 16 --layers 4 --gpu h100
 
 "$bin" plan --hidden 4096 --ffn-hidden 16384 --heads 32 --layers 32 --vocab 50257 --seq-len 2048 --gpu h100 --nodes 1 --tp 8 > gpt.txt
 check "dense GPT by flags" grep -q "verdict" gpt.txt
@@ -72,5 +58,4 @@ import json; d = json.load(open('search.json')); s = d['search']
 assert s['evaluated'] > 0 and 0 < s['feasible'] <= s['evaluated'] and len(s['top']) == 3 and d['feasible']"
 check "table by default" bash -c "'$bin' plan --preset h200-lora | grep -q '^actor '"
 
-echo "cli_plan: $((fails == 0 ? 1 : 0)) passed, $fails failed"
-exit $((fails > 0))
+finish "cli_plan"

@@ -5,18 +5,11 @@
 # and nothing written.
 set -u
 bin="$1"
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-sims() { sqlite3 kimi-plan.db 'select count(*) from simulations' 2>/dev/null || echo 0; }
-json_check() {  # json_check NAME FILE PYTHON-EXPRESSION-ON-d
-  check "$1" python3 -c "import json,sys; d = json.load(open('$2')); assert $3, d"
-}
+source "$here/test_lib.sh"
 
 "$bin" simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 --json > a.json
 json_check "attnres pp2 x vp2: 5 -> 2" a.json "d['naive_entries'] == 5 and d['cached_entries'] == 2"
@@ -60,37 +53,26 @@ done
 check "the rank cache shortens the plan's step" python3 -c "
 import json; on = json.load(open('attn_on.json')); off = json.load(open('attn_off.json'))
 assert on['makespan_us'] < off['makespan_us'], (on['makespan_us'], off['makespan_us'])"
-check "every simulation recorded" test "$(sims)" -eq 14
+check "every simulation recorded" test "$(count_rows simulations)" -eq 14
 check "loop references its plan" test "$(sqlite3 kimi-plan.db "select plan_id from simulations where kind = 'loop' limit 1")" = "$plan_id"
 
-bad() {  # bad NAME EXPECTED ARGS...
-  local name=$1 expected=$2; shift 2
-  local before; before=$(sims)
-  "$bin" simulate "$@" > out.txt 2> err.txt
-  local rc=$?
-  check "$name: exit 2" test $rc -eq 2
-  check "$name: one line" test "$(wc -l < err.txt)" -eq 1
-  check "$name: says what" grep -q -- "$expected" err.txt
-  check "$name: nothing written" test "$(sims)" = "$before"
-}
-bad "unknown simulation" 'unknown simulation "weather"' weather
-bad "attnres block size" "--block-size" attnres --layers 8 --block-size 0 --pp 2 --vp 2
-bad "attnres dense model" "has no attention residuals" attnres --model kimi-k2.6 --pp 2
-bad "attnres split" "--split: the counts sum to 7 layers" attnres --layers 8 --block-size 4 --pp 2 --vp 2 --split 1,2,2,2
-bad "sync mode" "--mode" sync --model kimi-k2.6 --mode half
-bad "sync rank" "--lora-rank: must be a positive integer" sync --model kimi-k2.6 --mode lora-per-expert --lora-rank 0
-bad "loop unknown plan" "--plan: no plan with id 999" loop --plan 999
-bad "loop steps" "--steps: must be at least 2" loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s 1 --actor-gpus 8 --steps 1
-bad "loop negative cost" "--sync-s: must be >= 0" loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s -1 --actor-gpus 8
+refused "unknown simulation" simulations 'unknown simulation "weather"' simulate weather
+refused "attnres block size" simulations "--block-size" simulate attnres --layers 8 --block-size 0 --pp 2 --vp 2
+refused "attnres dense model" simulations "has no attention residuals" simulate attnres --model kimi-k2.6 --pp 2
+refused "attnres split" simulations "--split: the counts sum to 7 layers" simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 --split 1,2,2,2
+refused "sync mode" simulations "--mode" simulate sync --model kimi-k2.6 --mode half
+refused "sync rank" simulations "--lora-rank: must be a positive integer" simulate sync --model kimi-k2.6 --mode lora-per-expert --lora-rank 0
+refused "loop unknown plan" simulations "--plan: no plan with id 999" simulate loop --plan 999
+refused "loop steps" simulations "--steps: must be at least 2" simulate loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s 1 --actor-gpus 8 --steps 1
+refused "loop negative cost" simulations "--sync-s: must be >= 0" simulate loop --rollout-s 1 --feedback-s 1 --teacher-s 1 --train-s 1 --sync-s -1 --actor-gpus 8
 
-bad "pipeline unknown schedule" 'unknown schedule "2f2b"' pipeline --schedule 2f2b --pp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
-bad "pipeline vp on 1f1b" "--vp: 1f1b has one stage per rank" pipeline --schedule 1f1b --pp 2 --vp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
-bad "pipeline microbatches" "--microbatches" pipeline --schedule interleaved-1f1b --pp 4 --vp 2 --microbatches 6 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
-bad "pipeline negative cost" "--f-us: must be >= 0" pipeline --schedule 1f1b --pp 2 --microbatches 4 --f-us -1 --b-us 1 --w-us 1 --p2p-us 0
+refused "pipeline unknown schedule" simulations 'unknown schedule "2f2b"' simulate pipeline --schedule 2f2b --pp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+refused "pipeline vp on 1f1b" simulations "--vp: 1f1b has one stage per rank" simulate pipeline --schedule 1f1b --pp 2 --vp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+refused "pipeline microbatches" simulations "--microbatches" simulate pipeline --schedule interleaved-1f1b --pp 4 --vp 2 --microbatches 6 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+refused "pipeline negative cost" simulations "--f-us: must be >= 0" simulate pipeline --schedule 1f1b --pp 2 --microbatches 4 --f-us -1 --b-us 1 --w-us 1 --p2p-us 0
 printf '0F0,0F1,0B0,0B1\n1F0,1B0,5F1,1B1\n' > missing.csv
-bad "pipeline csv names a missing stage" "names stage 5" pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv missing.csv
+refused "pipeline csv names a missing stage" simulations "names stage 5" simulate pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv missing.csv
 printf '0F0,0I0,0W0\n1I0,1W0,1F0\n' > dead.csv
-bad "pipeline deadlock named" "deadlock: rank 1 waits at 1I0 for 1F0" pipeline --schedule 1f1b --pp 2 --microbatches 1 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv dead.csv
+refused "pipeline deadlock named" simulations "deadlock: rank 1 waits at 1I0 for 1F0" simulate pipeline --schedule 1f1b --pp 2 --microbatches 1 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv dead.csv
 
-echo "cli_simulate: $((fails == 0 ? 1 : 0)) passed, $fails failed"
-exit $((fails > 0))
+finish "cli_simulate"

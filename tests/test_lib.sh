@@ -1,0 +1,29 @@
+# Shared by the end-to-end test scripts: sourced, not run. Each script sets
+# `bin` (the kimi-plan executable), works in a scratch directory, and ends
+# with `finish NAME`.
+fails=0
+passes=0
+check() {  # check NAME COMMAND...: one line ok/FAIL per check
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; passes=$((passes + 1)); else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+json_check() {  # json_check NAME FILE PYTHON-EXPRESSION-ON-d
+  check "$1" python3 -c "import json,sys; d = json.load(open('$2')); assert $3, d"
+}
+count_rows() {  # count_rows TABLE: rows in the store's table, 0 without a store
+  sqlite3 kimi-plan.db "select count(*) from $1" 2>/dev/null || echo 0
+}
+refused() {  # refused NAME TABLE EXPECTED ARGS...: bad input gets one line, exit 2, and writes nothing
+  local name=$1 table=$2 expected=$3; shift 3
+  local before; before=$(count_rows "$table")
+  "$bin" "$@" > out.txt 2> err.txt
+  local rc=$?
+  check "$name: exit 2" test $rc -eq 2
+  check "$name: one line" test "$(wc -l < err.txt)" -eq 1
+  check "$name: says what" grep -q -- "$expected" err.txt
+  check "$name: nothing written" test "$(count_rows "$table")" = "$before"
+}
+finish() {  # finish NAME: the closing line ctest's log shows
+  echo "$1: $passes passed, $fails failed"
+  exit $((fails > 0))
+}
