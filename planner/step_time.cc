@@ -9,6 +9,8 @@ namespace kp {
 
 namespace {
 constexpr int kKdaChunk = 64;
+// The width at which a GEMM reaches half its large-shape throughput.
+constexpr double kGemmHalfWidth = 128;
 constexpr double kBf16 = 2, kFp32 = 4;
 // Bytes an Adam step moves per parameter: reads master, m, v, grad (fp32),
 // writes master, m, v (fp32) and the bf16 weight.
@@ -41,6 +43,8 @@ double ModelTrainFlopsPerToken(const ModelSpec& m, const ParamCount& pc, int seq
   return 3 * fwd;
 }
 
+double GemmWidthEfficiency(double n) { return n / (n + kGemmHalfWidth); }
+
 namespace {
 
 BytesPerSecond LinkFor(const PlanRequest& req, int group, double comm_eff) {
@@ -63,14 +67,19 @@ ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const Stage
   const EfficiencyModel& e = req.efficiency;
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const FlopsPerSecond peak = (req.bf16 ? req.gpu.bf16 : req.gpu.fp16) * e.matmul;
-  double fwd = 0, core = 0;
+  double fwd = 0, routed = 0, core = 0;
   for (int l = st.first_layer; l < st.end_layer; ++l) {
-    fwd += LayerForwardFlopsPerToken(m, pc.layers[l], l, req.seq_length(), e.moe_imbalance);
+    const LayerParams& lp = pc.layers[l];
+    const double expert = 2 * lp.routed_expert * m.moe.top_k * e.moe_imbalance;
+    fwd += LayerForwardFlopsPerToken(m, lp, l, req.seq_length(), e.moe_imbalance) - expert;
+    routed += expert;
     core += AttentionCoreFlopsPerToken(m, l, req.seq_length());
   }
   if (st.head) fwd += 2.0 * (pc.head > 0 ? pc.head : pc.embedding);
   ChunkCost c;
-  c.f = ComputeTime(Flops(fwd * tokens / p.tp), peak);
+  const double expert_width = m.is_moe() ? double(m.moe.expert_ffn) / p.etp : 1;
+  c.f = ComputeTime(Flops(fwd * tokens / p.tp), peak) +
+        ComputeTime(Flops(routed * tokens / p.tp), peak * GemmWidthEfficiency(expert_width));
   // A frozen base has no weight gradients: under LoRA only the adapters' W remains.
   c.w = req.mode == TrainMode::kLora ? c.f * (LoraParams(m, req.lora) / pc.total) : c.f;
   c.b_input = c.f;

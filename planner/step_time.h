@@ -23,6 +23,12 @@ double AttentionCoreFlopsPerToken(const ModelSpec& m, int layer, int seq);
 /// no recomputation, no imbalance).
 double ModelTrainFlopsPerToken(const ModelSpec& m, const ParamCount& pc, int seq);
 
+/// Share of the large-GEMM throughput a matmul of width n reaches:
+/// n / (n + 128). Applied to the routed experts, whose width f / etp shrinks
+/// as ETP grows (Kimi K2.6: 0.94 at ETP 1, 0.67 at ETP 8), so a search does
+/// not split small experts for free.
+double GemmWidthEfficiency(double n);
+
 struct StepTime {
   Seconds compute;        ///< M x (F + B + W) on the critical rank
   Seconds bubble;

@@ -73,5 +73,30 @@ TEST(StepTimeTest, MoreMicroBatchesShrinkTheBubbleShare) {
   EXPECT_GT(many.tokens_per_s_per_gpu, few.tokens_per_s_per_gpu);
 }
 
+// Splitting an expert over ETP ranks narrows its GEMMs: the routed part of
+// a forward slows by the ratio of the two widths' efficiencies.
+TEST(StepTimeTest, NarrowExpertSlicesRunBelowPeak) {
+  EXPECT_DOUBLE_EQ(GemmWidthEfficiency(2048), 2048.0 / 2176);
+  EXPECT_DOUBLE_EQ(GemmWidthEfficiency(256), 256.0 / 384);
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 1);
+  r.global_batch = 8;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(61, 1);
+  ParallelPlan etp1{8, 1, 1, 8, 1, 1, 1, 8, 8, 1}, etp8{8, 1, 1, 1, 8, 1, 1, 8, 8, 1};
+  r.plan = etp1;
+  const StepTime a = EstimateStepTime(r, etp1, *split, pc);
+  r.plan = etp8;
+  const StepTime b = EstimateStepTime(r, etp8, *split, pc);
+  // Same tokens and FLOPs per GPU (each ETP rank runs every token on 1/8 of
+  // each expert; each EP rank runs 1/8 of the tokens on whole experts).
+  double routed = 0;
+  for (const LayerParams& lp : pc.layers) routed += 2 * lp.routed_expert * 8 * r.efficiency.moe_imbalance;
+  const double tokens = 4096.0;
+  const double peak = 989e12 * r.efficiency.matmul;
+  const double expected = 3 * routed * tokens / 8 / peak * (1 / GemmWidthEfficiency(256) - 1 / GemmWidthEfficiency(2048));
+  EXPECT_NEAR((b.f + b.b + b.w - a.f - a.b - a.w).value() - (b.tp_comm + b.ep_comm - a.tp_comm - a.ep_comm).value() / b.microbatches,
+              expected, 1e-9);
+}
+
 }  // namespace
 }  // namespace kp
