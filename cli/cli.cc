@@ -21,6 +21,9 @@ struct Subcommand {
 const std::vector<Subcommand>& Subcommands() {
   static const std::vector<Subcommand> kAll = {
       {"plan", "size TP/PP/VP/EP/ETP/CP/DP and memory per GPU for a model on a cluster", PlanCommand},
+#ifdef KIMI_PLAN_HAS_TORCH
+      {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
+#endif
   };
   return kAll;
 }
