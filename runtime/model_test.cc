@@ -130,7 +130,9 @@ TEST(StageTest, StagesBuiltAloneComposeToTheWholeModel) {
     ASSERT_TRUE(stage.ok());
     if (s.embedding) stream = (*stage)->Embed(tokens);
     stream = (*stage)->RunLayers(std::move(stream));
-    if (s.head) EXPECT_TRUE(torch::equal((*stage)->Head(stream), want));
+    if (s.head) {
+      EXPECT_TRUE(torch::equal((*stage)->Head(stream), want));
+    }
   }
 }
 
@@ -212,7 +214,9 @@ TEST(CheckpointingTest, GivesBitwiseIdenticalGradientsAndCountsRoutingOnce) {
     EXPECT_GT(compared, lora ? 20 : 60);
     std::size_t j = 0;
     for (auto& layer : model->layers())
-      if (layer->moe()) EXPECT_TRUE(torch::equal(layer->moe()->router().load(), plain_load[j++]));
+      if (layer->moe()) {
+        EXPECT_TRUE(torch::equal(layer->moe()->router().load(), plain_load[j++]));
+      }
     EXPECT_EQ(plain_load.front().sum().item<double>(), 2 * 7 * 2);  // tokens x top_k, once
   }
 }
@@ -245,7 +249,9 @@ TEST(LoraTest, MergedEqualsUnmergedWithinFp32RoundingForBothExpertModes) {
                 MaxAbsDiff(model->forward(tokens), unmerged) < 1e-5);
     std::size_t i = 0;
     for (auto& p : model->named_parameters())
-      if (p.key().find("lora_") == std::string::npos) EXPECT_LT(MaxAbsDiff(p.value(), base[i++]), 1e-6) << p.key();
+      if (p.key().find("lora_") == std::string::npos) {
+        EXPECT_LT(MaxAbsDiff(p.value(), base[i++]), 1e-6) << p.key();
+      }
   }
 }
 
@@ -281,7 +287,9 @@ TEST(LoraTest, AdaptersCoverAttentionFfnAndExpertsAndOnlyTheyTrain) {
   }
   std::size_t i = 0;
   for (const torch::Tensor& p : model->parameters())
-    if (!p.requires_grad()) EXPECT_TRUE(torch::equal(p, frozen[i++]));
+    if (!p.requires_grad()) {
+      EXPECT_TRUE(torch::equal(p, frozen[i++]));
+    }
   EXPECT_GT(lora["layers.1.moe.experts.down_lora_b"].abs().sum().item<double>(), 0.0);
 }
 
@@ -343,7 +351,9 @@ TEST(ShapeTest, Bf16KeepsFp32MasterWeightsAndTracksFp32) {
   EXPECT_NEAR(la.item<double>(), lb.item<double>(), 0.05);
   lb.backward();
   for (const torch::Tensor& p : b->parameters())
-    if (p.grad().defined()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat);
+    if (p.grad().defined()) {
+      EXPECT_EQ(p.grad().scalar_type(), torch::kFloat);
+    }
 }
 
 TEST(ShapeTest, PlainResidualAndMhaBuildForGptStyleSpecs) {
