@@ -36,6 +36,28 @@ const char* const kMigrations[] = {
     );
     CREATE INDEX simulations_by_plan ON simulations(plan_id);
     )sql",
+    // 2 -> 3: runtime runs and their per-step log.
+    R"sql(
+    CREATE TABLE runs (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      created_at TEXT NOT NULL,
+      kind TEXT NOT NULL,
+      model TEXT NOT NULL,
+      config_json TEXT NOT NULL
+    );
+    CREATE TABLE steps (
+      run_id INTEGER NOT NULL REFERENCES runs(id),
+      step INTEGER NOT NULL CHECK (step > 0),
+      loss REAL NOT NULL,
+      grad_norm REAL NOT NULL,
+      lr REAL NOT NULL,
+      tokens_per_s REAL NOT NULL,
+      step_time_s REAL NOT NULL,
+      peak_memory_bytes REAL NOT NULL,
+      created_at TEXT NOT NULL,
+      PRIMARY KEY (run_id, step)
+    );
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -90,6 +112,34 @@ PlanRecord ReadPlan(const Statement& st) {
   p.request_json = st.Text(8);
   p.result_json = st.Text(9);
   return p;
+}
+
+constexpr const char* kRunColumns = "id, created_at, kind, model, config_json";
+constexpr const char* kStepColumns =
+    "run_id, step, loss, grad_norm, lr, tokens_per_s, step_time_s, peak_memory_bytes, created_at";
+
+RunRecord ReadRun(const Statement& st) {
+  RunRecord r;
+  r.id = st.Int(0);
+  r.created_at = st.Text(1);
+  r.kind = st.Text(2);
+  r.model = st.Text(3);
+  r.config_json = st.Text(4);
+  return r;
+}
+
+StepRecord ReadStep(const Statement& st) {
+  StepRecord s;
+  s.run_id = st.Int(0);
+  s.step = static_cast<int>(st.Int(1));
+  s.loss = st.Real(2);
+  s.grad_norm = st.Real(3);
+  s.lr = st.Real(4);
+  s.tokens_per_s = st.Real(5);
+  s.step_time_s = st.Real(6);
+  s.peak_memory_bytes = st.Real(7);
+  s.created_at = st.Text(8);
+  return s;
 }
 
 }  // namespace
@@ -195,6 +245,64 @@ Result<std::vector<PlanRecord>> Store::ListPlans() const {
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadPlan(st));
   if (rc != SQLITE_DONE) return st.Error("list plans");
+  return out;
+}
+
+Result<std::int64_t> Store::CreateRun(const RunRecord& r) {
+  std::int64_t id = 0;
+  Status s = InTransaction([&]() -> Status {
+    Statement st(db_, "INSERT INTO runs (created_at, kind, model, config_json) VALUES (?, ?, ?, ?)");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, clock_.NowIso8601());
+    st.Bind(2, r.kind);
+    st.Bind(3, r.model);
+    st.Bind(4, r.config_json);
+    if (st.Step() != SQLITE_DONE) return st.Error("insert run");
+    id = sqlite3_last_insert_rowid(db_);
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return id;
+}
+
+Status Store::AppendStep(const StepRecord& r) {
+  return InTransaction([&]() -> Status {
+    Statement st(db_,
+                 "INSERT INTO steps (run_id, step, loss, grad_norm, lr, tokens_per_s, step_time_s, "
+                 "peak_memory_bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, r.run_id);
+    st.Bind(2, static_cast<std::int64_t>(r.step));
+    st.Bind(3, r.loss);
+    st.Bind(4, r.grad_norm);
+    st.Bind(5, r.lr);
+    st.Bind(6, r.tokens_per_s);
+    st.Bind(7, r.step_time_s);
+    st.Bind(8, r.peak_memory_bytes);
+    st.Bind(9, clock_.NowIso8601());
+    if (st.Step() != SQLITE_DONE) return st.Error("append step");
+    return Status::Ok();
+  });
+}
+
+Result<RunRecord> Store::GetRun(std::int64_t id) const {
+  Statement st(db_, (std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?").c_str());
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, id);
+  const int rc = st.Step();
+  if (rc == SQLITE_DONE) return Status::NotFound("--run: no run with id " + std::to_string(id));
+  if (rc != SQLITE_ROW) return st.Error("read run");
+  return ReadRun(st);
+}
+
+Result<std::vector<StepRecord>> Store::ListSteps(std::int64_t run_id) const {
+  Statement st(db_, (std::string("SELECT ") + kStepColumns + " FROM steps WHERE run_id = ? ORDER BY step").c_str());
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, run_id);
+  std::vector<StepRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadStep(st));
+  if (rc != SQLITE_DONE) return st.Error("list steps");
   return out;
 }
 

@@ -49,10 +49,33 @@ struct SimulationRecord {
   std::string result_json;
 };
 
+/// A recorded run of the runtime (`kimi-plan train`): what ran, with its full
+/// configuration.
+struct RunRecord {
+  std::int64_t id = 0;
+  std::string created_at;
+  std::string kind;         ///< "train"
+  std::string model;        ///< the model's name
+  std::string config_json;  ///< the full configuration, enough to re-run it
+};
+
+/// One optimizer step of a run.
+struct StepRecord {
+  std::int64_t run_id = 0;
+  int step = 0;             ///< 1-based optimizer step count after the step
+  double loss = 0;          ///< nats per token
+  double grad_norm = 0;     ///< before clipping
+  double lr = 0;
+  double tokens_per_s = 0;
+  double step_time_s = 0;
+  double peak_memory_bytes = 0;
+  std::string created_at;
+};
+
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   /// Opens (creating if needed) and migrates the database at `path`.
   /// ":memory:" gives a private in-memory store for tests.
@@ -71,6 +94,15 @@ class Store {
   /// Inserts a simulation (id and created_at assigned) and returns its id.
   Result<std::int64_t> InsertSimulation(const SimulationRecord& sim);
   Result<std::vector<SimulationRecord>> ListSimulations() const;
+
+  /// Inserts `run` (id and created_at are assigned) and returns its id.
+  Result<std::int64_t> CreateRun(const RunRecord& run);
+  /// Appends one step of a run in its own committed transaction, so a run
+  /// killed later keeps every step logged so far. (run_id, step) is unique.
+  Status AppendStep(const StepRecord& step);
+  Result<RunRecord> GetRun(std::int64_t id) const;
+  /// The run's steps in step order.
+  Result<std::vector<StepRecord>> ListSteps(std::int64_t run_id) const;
 
   /// Runs `body` in one transaction: committed if it returns Ok, rolled
   /// back otherwise.

@@ -2,6 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <gtest/gtest.h>
 
@@ -93,6 +97,126 @@ TEST(StoreTest, ReopeningKeepsRecordsAndDoesNotMigrateTwice) {
   EXPECT_EQ((*s)->ListPlans()->size(), 1u);
 }
 
+RunRecord SampleRun() {
+  RunRecord r;
+  r.kind = "train";
+  r.model = "kimi-k3-debug";
+  r.config_json = "{\"steps\": 200}";
+  return r;
+}
+
+StepRecord SampleStep(std::int64_t run, int step) {
+  StepRecord s;
+  s.run_id = run;
+  s.step = step;
+  s.loss = 8.0 - 0.5 * step;
+  s.grad_norm = 1.0 + step;
+  s.lr = 1e-3;
+  s.tokens_per_s = 1000.0 * step;
+  s.step_time_s = 0.25;
+  s.peak_memory_bytes = 1e9;
+  return s;
+}
+
+TEST(StoreTest, MigratesAVersion1FileToRuns) {
+  const std::string path = ::testing::TempDir() + "/v1.db";
+  std::remove(path.c_str());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  // Exactly migration 0 -> 1, as a version-1 build left the file.
+  sqlite3_exec(db,
+               "CREATE TABLE plans (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, model TEXT NOT "
+               "NULL, gpu TEXT NOT NULL, world INTEGER NOT NULL CHECK (world > 0), preset TEXT, feasible INTEGER NOT "
+               "NULL CHECK (feasible IN (0, 1)), step_time_s REAL NOT NULL, request_json TEXT NOT NULL, result_json "
+               "TEXT NOT NULL); PRAGMA user_version = 1;",
+               nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  FakeClock clock;
+  auto s = Store::Open(path, clock);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ((*s)->SchemaVersion(), Store::kSchemaVersion);
+  EXPECT_TRUE((*s)->CreateRun(SampleRun()).ok());
+  EXPECT_TRUE((*s)->ListSimulations()->empty());
+}
+
+TEST(StoreTest, RoundTripsARunAndItsSteps) {
+  FakeClock clock(1700000000);
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  auto run = (*s)->CreateRun(SampleRun());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE((*s)->AppendStep(SampleStep(*run, step)).ok());
+  auto back = (*s)->GetRun(*run);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->kind, "train");
+  EXPECT_EQ(back->model, "kimi-k3-debug");
+  EXPECT_EQ(back->config_json, "{\"steps\": 200}");
+  EXPECT_EQ(back->created_at, "2023-11-14T22:13:20Z");
+  auto steps = (*s)->ListSteps(*run);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 3u);
+  EXPECT_EQ((*steps)[2].step, 3);
+  EXPECT_DOUBLE_EQ((*steps)[2].loss, 6.5);
+  EXPECT_DOUBLE_EQ((*steps)[2].tokens_per_s, 3000.0);
+  EXPECT_DOUBLE_EQ((*steps)[0].peak_memory_bytes, 1e9);
+  EXPECT_EQ((*s)->GetRun(*run + 1).status().code(), Status::Code::kNotFound);
+}
+
+TEST(StoreTest, RefusesADuplicateStepAndAStepOfNoRun) {
+  FakeClock clock;
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  auto run = (*s)->CreateRun(SampleRun());
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE((*s)->AppendStep(SampleStep(*run, 1)).ok());
+  EXPECT_FALSE((*s)->AppendStep(SampleStep(*run, 1)).ok());
+  EXPECT_FALSE((*s)->AppendStep(SampleStep(*run + 7, 1)).ok());  // foreign key
+  EXPECT_EQ((*s)->ListSteps(*run)->size(), 1u);
+}
+
+// A child process logs steps and is killed with SIGKILL mid-run, without
+// closing the database: every step it appended is still there.
+TEST(StoreTest, AKilledRunKeepsEveryLoggedStep) {
+  const std::string path = ::testing::TempDir() + "/killed.db";
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  FakeClock clock;
+  std::int64_t run = 0;
+  {
+    auto s = Store::Open(path, clock);
+    ASSERT_TRUE(s.ok());
+    run = *(*s)->CreateRun(SampleRun());
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto s = Store::Open(path, clock);
+    if (!s.ok()) _exit(3);
+    for (int step = 1; step <= 5; ++step)
+      if (!(*s)->AppendStep(SampleStep(run, step)).ok()) _exit(4);
+    const char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(5);
+    pause();  // "training" the next step when the kill comes
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  close(ready[0]);
+  close(ready[1]);
+  auto s = Store::Open(path, clock);
+  ASSERT_TRUE(s.ok());
+  auto steps = (*s)->ListSteps(run);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 5u);
+  EXPECT_EQ(steps->back().step, 5);
+  EXPECT_DOUBLE_EQ(steps->back().loss, 5.5);
+}
+
 TEST(StoreTest, SimulationsReferenceAnExistingPlan) {
   FakeClock clock;
   auto s = Store::Open(":memory:", clock);
@@ -114,29 +238,6 @@ TEST(StoreTest, SimulationsReferenceAnExistingPlan) {
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 1u);
   EXPECT_EQ(all->front().plan_id, *plan);
-}
-
-// A version-1 file (plans only) is migrated to the current schema on open,
-// keeping its rows.
-TEST(StoreTest, MigratesAVersionOneFile) {
-  const std::string path = ::testing::TempDir() + "/v1.db";
-  std::remove(path.c_str());
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  const char* v1 =
-      "CREATE TABLE plans (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, model TEXT NOT NULL,"
-      " gpu TEXT NOT NULL, world INTEGER NOT NULL CHECK (world > 0), preset TEXT, feasible INTEGER NOT NULL"
-      " CHECK (feasible IN (0, 1)), step_time_s REAL NOT NULL, request_json TEXT NOT NULL, result_json TEXT NOT NULL);"
-      "INSERT INTO plans VALUES (1, 't', 'm', 'g', 8, NULL, 1, 1.0, '{}', '{}');"
-      "PRAGMA user_version = 1;";
-  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
-  FakeClock clock;
-  auto s = Store::Open(path, clock);
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  EXPECT_EQ((*s)->SchemaVersion(), Store::kSchemaVersion);
-  EXPECT_EQ((*s)->ListPlans()->size(), 1u);
-  EXPECT_TRUE((*s)->ListSimulations()->empty());
 }
 
 }  // namespace

@@ -1,0 +1,264 @@
+// `kimi-plan train`: trains the runtime's model in this process (docs/runtime.md),
+// logging every step to the store and progress to stderr. Sees the runtime only
+// through runtime/trainer.h, which includes no LibTorch.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/table.h"
+#include "runtime/runtime_config.h"
+#include "runtime/trainer.h"
+#include "specs/presets.h"
+#include "store/store.h"
+
+namespace kp {
+
+namespace {
+
+using nlohmann::json;
+using runtime::TrainConfig;
+
+po::options_description TrainOptions() {
+  po::options_description desc("kimi-plan train [options]\n\n"
+                               "Trains the runtime's model (LibTorch) in this process: AdamW, gradient clipping,\n"
+                               "checkpoints, every step logged to the store. Options");
+  desc.add_options()("help,h", "this text")
+      ("model", po::value<std::string>()->default_value("kimi-k3-debug"), "model preset")
+      ("model-file", po::value<std::string>(), "a model file in the preset format (instead of --model)")
+      ("layers", po::value<int>(), "scale the preset: decoder layers (at most the preset's)")
+      ("hidden", po::value<int>(), "scale the preset: hidden size (FFN, latent and LoRA-rank widths follow)")
+      ("heads", po::value<int>(), "scale the preset: attention heads")
+      ("experts", po::value<int>(), "scale the preset: routed experts (0: dense)")
+      ("top-k", po::value<int>(), "scale the preset: experts per token")
+      ("vocab", po::value<int>(), "scale the preset: vocabulary size")
+      ("attn-res-block", po::value<int>(), "scale the preset: attention-residual block size (0: plain residual)")
+      ("dense-layers", po::value<int>(), "scale the preset: leading dense-FFN layers")
+      ("steps", po::value<int>(), "train until this many optimizer steps in total (required)")
+      ("batch", po::value<int>()->default_value(8), "sequences per step")
+      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence")
+      ("lr", po::value<double>()->default_value(3e-3), "peak learning rate")
+      ("warmup", po::value<int>()->default_value(10), "linear warmup steps")
+      ("min-lr-ratio", po::value<double>()->default_value(0.1), "final / peak learning rate of the cosine")
+      ("weight-decay", po::value<double>()->default_value(0.1), "AdamW weight decay on matrices")
+      ("grad-clip", po::value<double>()->default_value(1.0), "max global gradient norm")
+      ("bias-update-rate", po::value<double>(), "router-bias step per optimizer step (default 1e-3; 0 with LoRA)")
+      ("lora-rank", po::value<int>()->default_value(0), "LoRA rank (0: full training)")
+      ("lora-alpha", po::value<double>(), "LoRA alpha (default 2 x rank)")
+      ("lora-experts", po::value<std::string>()->default_value("shared-outer"), "shared-outer | per-expert")
+      ("save-adapters", po::value<std::string>(), "with --lora-rank: write the adapters alone to this file at the end")
+      ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
+      ("activation-checkpointing", po::value<std::string>()->default_value("off"), "on | off: recompute each layer in backward")
+      ("kda-chunk", po::value<int>()->default_value(16), "KDA scan chunk length (0: token-by-token recurrence)")
+      ("deterministic", po::value<std::string>()->default_value("on"), "on | off: deterministic algorithms")
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda | cuda:N")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, data and RNG seed")
+      ("data", po::value<std::string>()->default_value("synthetic"), "synthetic | a token file (nanoGPT .bin)")
+      ("token-dtype", po::value<std::string>()->default_value("uint16"), "uint16 | uint32: the token file's width")
+      ("resume", po::value<std::string>(), "continue from this checkpoint")
+      ("checkpoint-dir", po::value<std::string>(), "write step-N.pt checkpoints here (at the end, and every --checkpoint-every)")
+      ("checkpoint-every", po::value<int>()->default_value(0), "steps between checkpoints (0: only at the end)")
+      ("log-every", po::value<int>()->default_value(10), "a progress line on stderr every this many steps");
+  AddOutputOptions(desc);
+  return desc;
+}
+
+template <typename T>
+void Set(const po::variables_map& vm, const char* name, std::optional<T>* field) {
+  if (vm.count(name)) *field = vm[name].as<T>();
+}
+
+Result<ModelSpec> ResolveTrainModel(const po::variables_map& vm, const CliEnv& env) {
+  PresetCatalog catalog(env.fs, env.preset_dir);
+  ModelSpec preset;
+  if (vm.count("model-file")) {
+    KP_ASSIGN_OR_RETURN(preset, catalog.ModelFile(vm["model-file"].as<std::string>()));
+  } else {
+    KP_ASSIGN_OR_RETURN(preset, catalog.Model(vm["model"].as<std::string>()));
+  }
+  runtime::ScaleFlags f;
+  Set(vm, "layers", &f.layers);
+  Set(vm, "hidden", &f.hidden);
+  Set(vm, "heads", &f.heads);
+  Set(vm, "experts", &f.experts);
+  Set(vm, "top-k", &f.top_k);
+  Set(vm, "vocab", &f.vocab);
+  Set(vm, "attn-res-block", &f.attn_res_block);
+  Set(vm, "dense-layers", &f.dense_layers);
+  return runtime::ScaleModel(preset, f);
+}
+
+Result<TrainConfig> BuildTrainConfig(const po::variables_map& vm, const CliEnv& env) {
+  TrainConfig c;
+  KP_ASSIGN_OR_RETURN(c.model, ResolveTrainModel(vm, env));
+  if (!vm.count("steps")) return Status::InvalidArgument("--steps: required (the total optimizer steps to reach)");
+  c.steps = vm["steps"].as<int>();
+  c.batch = vm["batch"].as<int>();
+  c.seq_len = vm["seq-len"].as<int>();
+  c.lr = vm["lr"].as<double>();
+  c.warmup = vm["warmup"].as<int>();
+  c.min_lr_ratio = vm["min-lr-ratio"].as<double>();
+  c.weight_decay = vm["weight-decay"].as<double>();
+  c.grad_clip = vm["grad-clip"].as<double>();
+  c.lora.rank = vm["lora-rank"].as<int>();
+  c.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.lora.rank;
+  const std::string experts = vm["lora-experts"].as<std::string>();
+  if (experts == "per-expert") c.lora.experts = runtime::LoraExperts::kPerExpert;
+  else if (experts != "shared-outer")
+    return Status::InvalidArgument("--lora-experts: must be shared-outer or per-expert, got \"" + experts + "\"");
+  // Under LoRA the router is part of the frozen base: its bias stays put.
+  c.bias_update_rate = vm.count("bias-update-rate") ? vm["bias-update-rate"].as<double>()
+                                                    : (c.lora.enabled() ? 0.0 : 1e-3);
+  KP_ASSIGN_OR_RETURN(c.options.dtype, runtime::ParseDType(vm["dtype"].as<std::string>()));
+  KP_ASSIGN_OR_RETURN(c.options.activation_checkpointing, OnOff(vm, "activation-checkpointing", false));
+  c.options.kda_chunk = vm["kda-chunk"].as<int>();
+  KP_ASSIGN_OR_RETURN(c.deterministic, OnOff(vm, "deterministic", true));
+  c.device = vm["device"].as<std::string>();
+  c.seed = vm["seed"].as<std::uint64_t>();
+  c.data.source = vm["data"].as<std::string>();
+  const std::string width = vm["token-dtype"].as<std::string>();
+  if (width != "uint16" && width != "uint32")
+    return Status::InvalidArgument("--token-dtype: must be uint16 or uint32, got \"" + width + "\"");
+  c.data.token_bytes = width == "uint16" ? 2 : 4;
+  if (vm.count("resume")) c.resume = vm["resume"].as<std::string>();
+  if (vm["log-every"].as<int>() <= 0) return Status::InvalidArgument("--log-every: must be a positive integer");
+  if (vm["checkpoint-every"].as<int>() < 0) return Status::InvalidArgument("--checkpoint-every: must be >= 0");
+  if (vm.count("save-adapters") && !c.lora.enabled())
+    return Status::InvalidArgument("--save-adapters: needs --lora-rank > 0");
+  return c;
+}
+
+std::string Millions(double n) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << n / 1e6 << "M";
+  return o.str();
+}
+
+std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
+  std::ostringstream o;
+  o << "step " << std::setw(5) << m.step << "/" << steps << "  loss " << std::fixed << std::setprecision(4) << m.loss
+    << "  grad-norm " << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific << std::setprecision(2)
+    << m.lr << std::fixed << std::setprecision(0) << "  " << m.tokens_per_s << " tok/s  peak "
+    << m.peak_memory_bytes / 1e6 << " MB";
+  return o.str();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double MeanOf(const std::vector<double>& v, std::size_t from, std::size_t to) {
+  double s = 0;
+  for (std::size_t i = from; i < to; ++i) s += v[i];
+  return to > from ? s / double(to - from) : 0;
+}
+
+Result<std::string> CheckpointPath(const std::string& dir, int step) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("--checkpoint-dir: cannot create " + dir + ": " + ec.message());
+  return dir + "/step-" + std::to_string(step) + ".pt";
+}
+
+}  // namespace
+
+Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
+  const po::options_description desc = TrainOptions();
+  po::variables_map vm;
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
+  KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session, runtime::TrainSession::Create(config, env.fs));
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
+  RunRecord run;
+  run.kind = "train";
+  run.model = config.model.name;
+  run.config_json = runtime::TrainConfigJson(config);
+  KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
+
+  const int log_every = vm["log-every"].as<int>(), checkpoint_every = vm["checkpoint-every"].as<int>();
+  const std::string checkpoint_dir = vm.count("checkpoint-dir") ? vm["checkpoint-dir"].as<std::string>() : "";
+  env.err << "train run #" << run.id << ": " << config.model.name << ", " << Millions(session->parameter_count())
+          << " parameters (" << Millions(session->trainable_count()) << " trainable), "
+          << runtime::DTypeName(config.options.dtype) << ", " << config.batch << " x " << config.seq_len
+          << " tokens per step, " << session->data_description() << "\n";
+  if (session->step() > 0) env.err << "resumed at step " << session->step() << " from " << config.resume << "\n";
+
+  std::vector<double> losses, speeds;
+  double peak = 0;
+  const int first_step = session->step() + 1;
+  std::string checkpoint;
+  while (session->step() < config.steps) {
+    KP_ASSIGN_OR_RETURN(runtime::StepMetrics m, session->Step());
+    StepRecord rec;
+    rec.run_id = run.id;
+    rec.step = m.step;
+    rec.loss = m.loss;
+    rec.grad_norm = m.grad_norm;
+    rec.lr = m.lr;
+    rec.tokens_per_s = m.tokens_per_s;
+    rec.step_time_s = m.step_seconds;
+    rec.peak_memory_bytes = m.peak_memory_bytes;
+    KP_RETURN_IF_ERROR(store->AppendStep(rec));
+    losses.push_back(m.loss);
+    speeds.push_back(m.tokens_per_s);
+    peak = std::max(peak, m.peak_memory_bytes);
+    if (m.step == first_step || m.step % log_every == 0 || m.step == config.steps)
+      env.err << ProgressLine(m, config.steps) << "\n";
+    if (!checkpoint_dir.empty() && checkpoint_every > 0 && m.step % checkpoint_every == 0 && m.step != config.steps) {
+      KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, m.step));
+      KP_RETURN_IF_ERROR(session->SaveCheckpoint(checkpoint));
+    }
+  }
+  if (!checkpoint_dir.empty()) {
+    KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, session->step()));
+    KP_RETURN_IF_ERROR(session->SaveCheckpoint(checkpoint));
+  }
+  if (vm.count("save-adapters")) KP_RETURN_IF_ERROR(session->SaveAdapters(vm["save-adapters"].as<std::string>()));
+
+  const std::size_t n = losses.size(), tenth = std::max<std::size_t>(1, n / 10);
+  json result = {{"run_id", run.id},
+                 {"model", config.model.name},
+                 {"parameters", session->parameter_count()},
+                 {"trainable_parameters", session->trainable_count()},
+                 {"dtype", runtime::DTypeName(config.options.dtype)},
+                 {"first_step", first_step},
+                 {"last_step", session->step()},
+                 {"first_loss", n ? json(losses.front()) : json(nullptr)},
+                 {"last_loss", n ? json(losses.back()) : json(nullptr)},
+                 {"first_tenth_mean_loss", n ? json(MeanOf(losses, 0, tenth)) : json(nullptr)},
+                 {"last_tenth_mean_loss", n ? json(MeanOf(losses, n - tenth, n)) : json(nullptr)},
+                 {"median_tokens_per_s", Median(speeds)},
+                 {"peak_memory_bytes", peak},
+                 {"checkpoint", checkpoint.empty() ? json(nullptr) : json(checkpoint)}};
+  if (vm.count("json")) {
+    env.out << result.dump(2) << "\n";
+    return Status::Ok();
+  }
+  env.out << "kimi-plan train run #" << run.id << ": " << config.model.name << ", "
+          << Millions(session->parameter_count()) << " parameters (" << Millions(session->trainable_count())
+          << " trainable), " << runtime::DTypeName(config.options.dtype) << "\n";
+  if (n == 0) {
+    env.out << "nothing to do: the checkpoint is already at step " << session->step() << "\n";
+    return Status::Ok();
+  }
+  env.out << "steps     " << first_step << ".." << session->step() << " of " << config.steps << ", " << config.batch
+          << " x " << config.seq_len << " tokens each\n";
+  env.out << "loss      " << FormatFixed(losses.front(), 4) << " (step " << first_step << ") -> "
+          << FormatFixed(losses.back(), 4) << " (step " << session->step() << "); mean of the first " << tenth
+          << " steps " << FormatFixed(MeanOf(losses, 0, tenth), 4) << ", of the last " << tenth << " "
+          << FormatFixed(MeanOf(losses, n - tenth, n), 4) << "\n";
+  env.out << "speed     " << FormatFixed(Median(speeds), 0) << " tokens/s (median step), peak memory "
+          << FormatFixed(peak / 1e6, 0) << " MB\n";
+  if (!checkpoint.empty()) env.out << "checkpoint " << checkpoint << "\n";
+  return Status::Ok();
+}
+
+}  // namespace kp
