@@ -14,6 +14,7 @@ namespace kp {
 /// to an exit code. Printing the error is the dispatcher's job.
 Status PlanCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SimulateCommand(const std::vector<std::string>& args, CliEnv& env);
+Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env);
 
 }  // namespace kp
 
