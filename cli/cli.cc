@@ -22,6 +22,7 @@ const std::vector<Subcommand>& Subcommands() {
   static const std::vector<Subcommand> kAll = {
       {"plan", "size TP/PP/VP/EP/ETP/CP/DP and memory per GPU for a model on a cluster", PlanCommand},
       {"simulate", "simulate pipeline schedules, the AttnRes transport, weight sync and the SDPO loop", SimulateCommand},
+      {"launch", "write and start the Slurm or Modal job of a plan, or run it here", LaunchCommand},
 #ifdef KIMI_PLAN_HAS_TORCH
       {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
 #endif

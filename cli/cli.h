@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/file_system.h"
+#include "common/process_launcher.h"
 
 namespace kp {
 
@@ -19,6 +20,11 @@ struct CliEnv {
   const FileSystem& fs;
   const Clock& clock;
   std::string preset_dir;
+  /// Starts other programs (sbatch, modal, the native runtime); a command
+  /// that needs one fails with an internal error when it is missing.
+  const ProcessLauncher* processes = nullptr;
+  /// How this executable was invoked (argv[0]), so that it can start itself.
+  std::string program = "kimi-plan";
 };
 
 /// Runs `kimi-plan args...` (args excludes the program name) and returns the

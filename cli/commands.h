@@ -14,6 +14,7 @@ namespace kp {
 /// to an exit code. Printing the error is the dispatcher's job.
 Status PlanCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SimulateCommand(const std::vector<std::string>& args, CliEnv& env);
+Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env);
 #ifdef KIMI_PLAN_HAS_TORCH
 /// Built only when LibTorch was found at configure time.
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);

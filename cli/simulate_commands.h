@@ -1,5 +1,6 @@
 // The `simulate` sub-commands, one file each, and what they share: loading
-// the plan a simulation prices and recording the simulation in the store.
+// the plan a simulation prices (which `launch` uses too) and recording the
+// simulation in the store.
 #ifndef KIMI_PLAN_CLI_SIMULATE_COMMANDS_H_
 #define KIMI_PLAN_CLI_SIMULATE_COMMANDS_H_
 

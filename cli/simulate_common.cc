@@ -18,7 +18,7 @@ Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env) {
     KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
     KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(p.plan_id));
     if (!rec.feasible && rec.step_time_s == 0)
-      return Status::InvalidArgument("--plan: plan " + std::to_string(p.plan_id) + " found no feasible layout to simulate");
+      return Status::InvalidArgument("--plan: plan " + std::to_string(p.plan_id) + " is a search that found no feasible layout");
     KP_ASSIGN_OR_RETURN(p.request, RequestFromJson(nlohmann::json::parse(rec.request_json)));
   } else {
     std::string preset;

@@ -49,6 +49,18 @@ Status RealFileSystem::WriteFile(const std::string& path, const std::string& con
   return Status::Ok();
 }
 
+bool RealFileSystem::Exists(const std::string& path) const {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+bool FakeFileSystem::Exists(const std::string& path) const {
+  if (files_.count(path)) return true;
+  const std::string prefix = path + "/";
+  auto it = files_.lower_bound(prefix);
+  return it != files_.end() && it->first.rfind(prefix, 0) == 0;
+}
+
 Status FakeFileSystem::WriteFile(const std::string& path, const std::string& contents) const {
   files_[path] = contents;
   return Status::Ok();

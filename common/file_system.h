@@ -1,5 +1,5 @@
-// The filesystem as the libraries see it: reading whole files and listing a
-// directory. The real implementation touches the disk; tests use the fake.
+// The filesystem as the libraries see it: reading whole files, listing a
+// directory, writing a file and asking whether a path exists. The real implementation touches the disk; tests use the fake.
 #ifndef KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 #define KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 
@@ -20,6 +20,8 @@ class FileSystem {
   virtual std::vector<std::string> List(const std::string& dir, const std::string& suffix) const = 0;
   /// Writes `contents` to `path`, creating its directory; IoError naming the path.
   virtual Status WriteFile(const std::string& path, const std::string& contents) const = 0;
+  /// Whether `path` names an existing file or directory.
+  virtual bool Exists(const std::string& path) const = 0;
 };
 
 class RealFileSystem : public FileSystem {
@@ -27,6 +29,7 @@ class RealFileSystem : public FileSystem {
   Result<std::string> ReadFile(const std::string& path) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
+  bool Exists(const std::string& path) const override;
 };
 
 /// An in-memory filesystem keyed by full path.
@@ -36,6 +39,8 @@ class FakeFileSystem : public FileSystem {
   Result<std::string> ReadFile(const std::string& path) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
+  /// A file added or written, or a directory holding one.
+  bool Exists(const std::string& path) const override;
 
  private:
   // Mutable: writing through the const interface is the point of a fake.

@@ -1,0 +1,66 @@
+// Shared fixtures of the launcher tests: the seed topologies as evaluated
+// plans, and the repository's Verl key list.
+#ifndef KIMI_PLAN_LAUNCHER_TEST_UTIL_H_
+#define KIMI_PLAN_LAUNCHER_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include "common/file_system.h"
+#include "launcher/launch_spec.h"
+#include "launcher/verl_overrides.h"
+#include "planner/test_util.h"
+
+namespace kp::testing {
+
+/// The seed's topologies as presets/topologies/*.json describe them.
+inline PlanRequest SeedTopology(const std::string& preset) {
+  if (preset == "h200-full") {
+    PlanRequest r = SeedRequest("kimi-k2.6", "h200", 16);
+    r.plan = ParallelPlan{8, 2, 1, 8, 1, 1, 8, 8, 8, 1};
+    return r;
+  }
+  if (preset == "b200-full") {
+    PlanRequest r = SeedRequest("kimi-k2.6", "b200", 8);
+    r.plan = ParallelPlan{8, 1, 1, 8, 1, 1, 8, 8, 8, 1};
+    return r;
+  }
+  EXPECT_EQ(preset, "h200-lora");
+  PlanRequest r = SeedRequest("kimi-k2.6", "h200", 2);
+  r.mode = TrainMode::kLora;
+  r.lora.rank = 32;
+  r.lora.alpha = 64;
+  r.plan = ParallelPlan{4, 1, 1, 4, 1, 1, 4, 8, 8, 1};
+  return r;
+}
+
+/// A launch of `r` as the planner evaluates it, named like the CLI names a preset.
+inline Launch MakeLaunch(const PlanRequest& r, const std::string& label, LaunchTarget target, LaunchEngine engine) {
+  auto e = PlanFixed(r, CountParams(r.model));
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  Launch l{r, e.ok() ? *e : PlanEvaluation{}, LaunchOptions{}};
+  l.options.target = target;
+  l.options.engine = engine;
+  l.options.label = label;
+  l.options.source = "--preset " + label;
+  return l;
+}
+
+/// A seed preset launched with --force, as the seeds do not fit.
+inline Launch SeedLaunch(const std::string& preset, LaunchTarget target, LaunchEngine engine) {
+  Launch l = MakeLaunch(SeedTopology(preset), preset, target, engine);
+  l.options.force = true;
+  return l;
+}
+
+inline VerlKeys RepoVerlKeys() {
+  RealFileSystem fs;
+  auto text = fs.ReadFile(DefaultVerlKeysPath());
+  EXPECT_TRUE(text.ok()) << text.status().message();
+  auto keys = VerlKeys::Parse(text.ok() ? *text : "", DefaultVerlKeysPath());
+  EXPECT_TRUE(keys.ok()) << keys.status().message();
+  return keys.ok() ? *keys : VerlKeys();
+}
+
+}  // namespace kp::testing
+
+#endif  // KIMI_PLAN_LAUNCHER_TEST_UTIL_H_

@@ -1,0 +1,149 @@
+#include "launcher/verl_overrides.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "launcher/test_util.h"
+
+namespace kp {
+namespace {
+
+using testing::RepoVerlKeys;
+using testing::SeedLaunch;
+
+std::map<std::string, std::string> AsMap(const std::vector<VerlOverride>& v) {
+  std::map<std::string, std::string> m;
+  for (const VerlOverride& o : v) EXPECT_TRUE(m.emplace(o.key, o.value).second) << "emitted twice: " << o.key;
+  return m;
+}
+
+std::map<std::string, std::string> Overrides(const Launch& l) {
+  auto v = VerlOverrides(l, RepoVerlKeys());
+  EXPECT_TRUE(v.ok()) << v.status().message();
+  return v.ok() ? AsMap(*v) : std::map<std::string, std::string>{};
+}
+
+TEST(VerlKeys, TheRepositoryListIsVerlsMegatronTrainerConfig) {
+  const VerlKeys keys = RepoVerlKeys();
+  EXPECT_GT(keys.size(), 1000u);
+  EXPECT_EQ(keys.commit(), "1dda039b9c6311889a9c9a26040677e1254814f9");
+  for (const char* k : {"actor_rollout_ref.actor.megatron.expert_tensor_parallel_size",
+                        "actor_rollout_ref.rollout.expert_parallel_size", "actor_rollout_ref.model.lora.rank",
+                        "distillation.distillation_loss.use_policy_gradient", "trainer.n_gpus_per_node",
+                        "model_engine", "+ray_kwargs.ray_init.address"})
+    EXPECT_TRUE(keys.Contains(k)) << k;
+  // Keys an older or imagined Verl has are not there.
+  EXPECT_FALSE(keys.Contains("actor_rollout_ref.rollout.expert_model_parallel_size"));
+  EXPECT_FALSE(keys.Contains("ray_kwargs.ray_init.address"));
+}
+
+TEST(VerlKeys, ParseNamesTheLineOfAMalformedKey) {
+  auto k = VerlKeys::Parse("# header\n#   commit  " + std::string(40, 'a') + " (2026)\na.b\n\nc.d  # note\n", "k.txt");
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  EXPECT_EQ(k->size(), 2u);
+  EXPECT_TRUE(k->Contains("c.d"));
+  EXPECT_EQ(k->commit(), std::string(40, 'a'));
+  EXPECT_EQ(VerlKeys::Parse("a.b\nx = 1\n", "k.txt").status().message(), "k.txt:2: not a dotted key: \"x = 1\"");
+  EXPECT_EQ(VerlKeys::Parse("# only comments\n", "k.txt").status().message(), "k.txt: no keys");
+}
+
+TEST(VerlOverrides, CarryTheH200FullPlan) {
+  const auto m = Overrides(SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kVerl));
+  const std::map<std::string, std::string> expected = {
+      {"model_engine", "megatron"},
+      {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "8"},
+      {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "2"},
+      {"actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size", "null"},
+      {"actor_rollout_ref.actor.megatron.expert_model_parallel_size", "8"},
+      {"actor_rollout_ref.actor.megatron.expert_tensor_parallel_size", "1"},
+      {"actor_rollout_ref.actor.megatron.context_parallel_size", "1"},
+      {"actor_rollout_ref.rollout.tensor_model_parallel_size", "8"},
+      {"actor_rollout_ref.rollout.expert_parallel_size", "8"},
+      {"actor_rollout_ref.rollout.data_parallel_size", "1"},
+      {"actor_rollout_ref.rollout.n", "1"},
+      {"actor_rollout_ref.rollout.gpu_memory_utilization", "0.5"},
+      {"data.max_prompt_length", "2048"},
+      {"data.max_response_length", "2048"},
+      {"data.train_batch_size", "128"},
+      {"trainer.nnodes", "16"},
+      {"trainer.n_gpus_per_node", "8"},
+      {"distillation.enabled", "True"},
+      {"distillation.nnodes", "1"},
+      {"distillation.n_gpus_per_node", "8"},
+      {"distillation.distillation_loss.loss_mode", "k1"},
+      {"distillation.distillation_loss.use_policy_gradient", "True"},
+      {"distillation.teacher_models.teacher_model.model_path", "/cache/models/kimi-k2.6"},
+      {"distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size", "8"},
+      {"distillation.teacher_models.teacher_model.inference.expert_parallel_size", "8"},
+      {"+ray_kwargs.ray_init.address", "auto"},
+  };
+  for (const auto& [k, v] : expected) {
+    auto it = m.find(k);
+    ASSERT_NE(it, m.end()) << k;
+    EXPECT_EQ(it->second, v) << k;
+  }
+  EXPECT_EQ(m.count("actor_rollout_ref.model.lora.rank"), 0u);  // full fine-tuning
+}
+
+TEST(VerlOverrides, CarryLoraInMegatronBridgesKeys) {
+  const auto m = Overrides(SeedLaunch("h200-lora", LaunchTarget::kModal, LaunchEngine::kVerl));
+  EXPECT_EQ(m.at("actor_rollout_ref.model.lora.rank"), "32");
+  EXPECT_EQ(m.at("actor_rollout_ref.model.lora.alpha"), "64");
+  // Kimi K2.6 is MLA with a low-rank q: its projections, then the routed experts.
+  EXPECT_EQ(m.at("actor_rollout_ref.model.lora.target_modules"),
+            "[\"linear_q_down_proj\",\"linear_q_up_proj\",\"linear_kv_down_proj\",\"linear_kv_up_proj\","
+            "\"linear_proj\",\"*.mlp.experts.*linear_fc1\",\"*.mlp.experts.*linear_fc2\"]");
+  EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.tensor_model_parallel_size"), "4");
+  EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.expert_model_parallel_size"), "4");
+  EXPECT_EQ(m.at("trainer.nnodes"), "2");
+}
+
+TEST(VerlOverrides, FollowVpRecomputeAndTheTeacherPool) {
+  Launch l = SeedLaunch("b200-full", LaunchTarget::kSlurm, LaunchEngine::kVerl);
+  l.request.schedule = ScheduleKind::kInterleaved1F1B;
+  l.evaluation.plan.vp = 2;
+  l.request.recompute = Recompute::kFull;
+  l.options.teacher_nodes = 0;
+  l.options.model_path = "/data/kimi k2.6";
+  const auto m = Overrides(l);
+  EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size"), "2");
+  EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity"), "full");
+  EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method"), "uniform");
+  EXPECT_EQ(m.at("actor_rollout_ref.model.path"), "'/data/kimi k2.6'");
+  for (const auto& [k, v] : m) EXPECT_NE(k.rfind("distillation.", 0), 0u) << "no teacher pool, yet " << k;
+}
+
+// Every key any seed launch emits is one of Verl's (the list checks itself,
+// and this states it for each emitted key).
+TEST(VerlOverrides, EveryEmittedKeyIsInTheList) {
+  const VerlKeys keys = RepoVerlKeys();
+  for (const char* preset : {"h200-full", "b200-full", "h200-lora"}) {
+    for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      Launch l = SeedLaunch(preset, LaunchTarget::kSlurm, LaunchEngine::kVerl);
+      l.request.recompute = rc;
+      auto v = VerlOverrides(l, keys);
+      ASSERT_TRUE(v.ok()) << v.status().message();
+      for (const VerlOverride& o : *v) EXPECT_TRUE(keys.Contains(o.key)) << preset << ": " << o.key;
+    }
+  }
+}
+
+TEST(VerlOverrides, FailNamingAKeyTheListLacks) {
+  RealFileSystem fs;
+  std::string text = *fs.ReadFile(DefaultVerlKeysPath());
+  const std::string line = "\ntrainer.nnodes\n";
+  const size_t at = text.find(line);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, line.size(), "\n");
+  auto keys = VerlKeys::Parse(text, "k.txt");
+  ASSERT_TRUE(keys.ok());
+  auto v = VerlOverrides(SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kVerl), *keys);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), Status::Code::kInternal);
+  EXPECT_EQ(v.status().message().rfind("verl override key \"trainer.nnodes\" is not in ", 0), 0u) << v.status().message();
+}
+
+}  // namespace
+}  // namespace kp

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# End-to-end checks of `kimi-plan launch` as a user runs it: Slurm scripts
+# and Modal apps for the three seed presets (which do not fit, hence
+# --force, and which are refused without it), every script through
+# `bash -n` and every app through `python3 -m py_compile` (the modal
+# package is not needed), --submit through stand-in sbatch and modal
+# commands, the local target starting the native runtime, and bad input
+# refused with one line, exit code 2 and nothing written.
+set -u
+bin="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fails=0
+check() {  # check NAME COMMAND...
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+has() { grep -qF -- "$2" "$1"; }  # has FILE TEXT
+
+declare -A nodes=([h200-full]=16 [b200-full]=8 [h200-lora]=2)
+declare -A gpu=([h200-full]=H200 [b200-full]=B200 [h200-lora]=H200)
+for p in h200-full b200-full h200-lora; do
+  "$bin" launch --target slurm --preset "$p" > out.txt 2> err.txt
+  check "$p: refused without --force, exit 2" test $? -eq 2
+  check "$p: refusal is one line" test "$(wc -l < err.txt)" -eq 1
+  check "$p: refusal names the preset and the first violation" \
+    has err.txt "kimi-plan launch: --preset $p: the planner marks the plan infeasible (actor: needs"
+  check "$p: refusal wrote nothing" test ! -e "launch/$p"
+
+  for engine in native verl; do
+    teacher=0; [ "$engine" = verl ] && teacher=1
+    want=$((nodes[$p] + teacher))
+    dir="jobs/$p-$engine"
+    "$bin" launch --target slurm --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
+    check "$p $engine slurm: exit 0" test $? -eq 0
+    check "$p $engine slurm: says what it wrote" has out.txt "wrote     $dir/kimi-plan.sbatch"
+    check "$p $engine slurm: says how to start it" has out.txt "start it  sbatch $dir/kimi-plan.sbatch"
+    check "$p $engine slurm: bash -n" bash -n "$dir/kimi-plan.sbatch"
+    check "$p $engine slurm: $want nodes of 8 GPUs" \
+      bash -c "grep -qx '#SBATCH --nodes=$want' '$dir/kimi-plan.sbatch' && grep -qx '#SBATCH --gpus-per-node=8' '$dir/kimi-plan.sbatch'"
+    check "$p $engine slurm: head node discovery" has "$dir/kimi-plan.sbatch" \
+      'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
+    check "$p $engine slurm: NCCL defaults" has "$dir/kimi-plan.sbatch" "export NCCL_SOCKET_IFNAME=\${NCCL_SOCKET_IFNAME:-'^lo,docker0'}"
+
+    "$bin" launch --target modal --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
+    check "$p $engine modal: exit 0" test $? -eq 0
+    check "$p $engine modal: says how to start it" has out.txt "start it  modal run --detach $dir/kimi_plan_modal.py"
+    check "$p $engine modal: py_compile" python3 -m py_compile "$dir/kimi_plan_modal.py"
+    check "$p $engine modal: gpu and cluster" bash -c "grep -qF 'gpu=\"${gpu[$p]}:8\"' '$dir/kimi_plan_modal.py' &&
+      grep -qF '@modal.experimental.clustered(size=$want, rdma=True)' '$dir/kimi_plan_modal.py'"
+  done
+done
+check "modal is not installed here" python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('modal') is not None)"
+check "verl script waits for all 17 Ray nodes" has jobs/h200-full-verl/kimi-plan.sbatch "wait_for_ray_nodes 17"
+check "verl script carries the plan's pp" has jobs/h200-full-verl/kimi-plan.sbatch \
+  "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"
+
+# A recorded plan, by id, into the default directory, as JSON.
+plan_id=$("$bin" plan --preset h200-lora --json | python3 -c "import json, sys; print(json.load(sys.stdin)['id'])")
+"$bin" launch --target slurm --plan "$plan_id" --force --json > plan.json
+check "--plan: exit 0" test $? -eq 0
+check "--plan: default directory and JSON" python3 - plan.json "$plan_id" <<'PY'
+import json, os, sys
+d = json.load(open(sys.argv[1])); pid = sys.argv[2]
+assert d["schema"] == "kimi-plan.launch/1" and d["plan_id"] == int(pid), d
+assert d["files"] == [f"launch/{pid}/kimi-plan.sbatch"] and os.path.exists(d["files"][0]), d
+assert d["start_command"] == ["sbatch", f"launch/{pid}/kimi-plan.sbatch"] and d["started"] is False
+assert d["job_nodes"] == 2 and d["gpus"] == 16 and d["forced"] and not d["feasible"]
+PY
+
+# --submit through stand-ins that record their arguments.
+mkdir -p fakebin
+cat > fakebin/sbatch <<'SH'
+#!/bin/sh
+echo "$@" > "$FAKE_LOG"; echo "Submitted batch job 42"; exit "${FAKE_RC:-0}"
+SH
+cp fakebin/sbatch fakebin/modal
+chmod +x fakebin/sbatch fakebin/modal
+PATH="$PWD/fakebin:$PATH" FAKE_LOG=sbatch.log "$bin" launch --target slurm --preset b200-full --force --out sub --submit > out.txt
+check "--submit slurm: exit 0" test $? -eq 0
+check "--submit slurm: ran sbatch on the script" test "$(cat sbatch.log)" = "sub/kimi-plan.sbatch"
+check "--submit slurm: says it started" has out.txt "started   sbatch sub/kimi-plan.sbatch"
+PATH="$PWD/fakebin:$PATH" FAKE_LOG=modal.log "$bin" launch --target modal --preset b200-full --force --out sub --submit > /dev/null
+check "--submit modal: ran modal run --detach" test "$(cat modal.log)" = "run --detach sub/kimi_plan_modal.py"
+PATH="$PWD/fakebin:$PATH" FAKE_LOG=x.log FAKE_RC=1 "$bin" launch --target slurm --preset b200-full --force --out sub --submit > /dev/null 2> err.txt
+check "--submit failing sbatch: exit 1" test $? -eq 1
+check "--submit failing sbatch: names the command" has err.txt "--submit: \`sbatch sub/kimi-plan.sbatch\` exited with code 1"
+
+# The local target starts the native runtime here with every rank of the plan.
+local_plan=(--model kimi-k3-debug --gpu h100 --nodes 1 --pp 2)
+"$bin" launch --target local "${local_plan[@]}" > out.txt 2> err.txt
+rc=$?
+check "local: ran kimi-plan run with 8 ranks" has out.txt "running   $bin run --nproc 8 --model kimi-k3-debug --gpu h100"
+if "$bin" run --help > /dev/null 2>&1; then
+  check "local: exit 0 with the runtime present" test $rc -eq 0
+else
+  check "local: the missing runtime's own error" has err.txt "kimi-plan: 'run' is not a command"
+  check "local: exit 1 naming the command" bash -c "test $rc -eq 1 && grep -qF -- '--target local: \`$bin run --nproc 8' err.txt"
+fi
+
+bad() {  # bad NAME EXPECTED-TEXT ARGS...
+  local name=$1 text=$2; shift 2
+  rm -rf launch
+  "$bin" launch "$@" > out.txt 2> err.txt
+  local rc=$?
+  check "$name: exit 2" test $rc -eq 2
+  check "$name: one line" test "$(wc -l < err.txt)" -eq 1
+  check "$name: names the flag" has err.txt "$text"
+  check "$name: nothing written" test ! -e launch
+}
+bad "no target" "--target: required" --preset h200-full --force
+bad "unknown target" '--target: must be slurm, modal or local, got "k8s"' --target k8s --preset h200-full --force
+bad "unknown engine" '--engine: must be native or verl, got "torchrun"' --target slurm --engine torchrun --preset h200-full --force
+bad "unknown preset" '--preset: unknown preset "h300-full"' --target slurm --preset h300-full
+bad "missing database" "--db: missing.db does not exist" --target slurm --plan 1 --db missing.db
+check "missing database: not created" test ! -e missing.db
+bad "unknown plan id" "--plan: no plan with id 999" --target slurm --plan 999
+bad "plan and preset" "--plan: give --plan or --preset, not both" --target slurm --plan "$plan_id" --preset h200-full
+bad "larger than --max-nodes" "--max-nodes: the job needs 16 nodes (128 GPUs) but the modal target allows 8" \
+  --target modal --preset h200-full --force --max-nodes 8
+bad "larger than Modal's clusters" "--max-nodes: the job needs 64 nodes (512 GPUs) but the modal target allows 32" \
+  --target modal --preset h200-full --force --nodes 64
+bad "more than this machine" "--max-nodes: the job needs 2 nodes (16 GPUs) but the local target allows 1 (this machine)" \
+  --target local --preset h200-lora --force
+bad "verl here" "--engine: the local target runs the native runtime only, not verl" --target local --engine verl "${local_plan[@]}"
+bad "files for local" "--out: the local target runs here and writes no files" --target local --out x "${local_plan[@]}"
+bad "bad time" '--time: use minutes, HH:MM:SS or D-HH[:MM[:SS]] as sbatch does, got "1h"' --target slurm --preset h200-full --force --time 1h
+bad "modal over 24 h" "--time: Modal functions run at most 1-00:00:00, got 2-00:00:00" --target modal --preset b200-full --force --time 2-00:00:00
+bad "b300 on modal" '--gpu: Modal offers a100-80g, h100, h200 and b200, not "b300"' --target modal --preset b200-full --gpu b300 --force
+bad "partition with a space" '--partition: letters, digits and _.,:@+- only, got "a b"' --target slurm --preset h200-full --force --partition "a b"
+bad "teacher too small" "--teacher-nodes: a teacher replica takes rollout tp x dp = 16 GPUs" \
+  --target slurm --engine verl --preset h200-lora --force --rollout-ep 16 --rollout-tp 8 --rollout-dp 2
+
+check "help" bash -c "'$bin' launch --help | grep -q -- '--target'"
+check "listed in kimi-plan --help" bash -c "'$bin' --help | grep -q '^  launch '"
+
+echo "cli_launch: $((fails == 0 ? 1 : 0)) passed, $fails failed"
+exit $((fails > 0))
