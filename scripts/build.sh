@@ -2,6 +2,9 @@
 # Configures (once) and builds kimi-plan into build/ with ninja and ccache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Paths under the checkout hash relative to it, so a fresh clone (CI) reuses
+# the compiler cache of an earlier one.
+export CCACHE_BASEDIR="$PWD"
 if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
