@@ -49,7 +49,9 @@ TEST(SearchTest, ReturnsFeasiblePlansFastestFirst) {
   for (size_t i = 0; i < s.best.size(); ++i) {
     EXPECT_TRUE(s.best[i].feasible());
     EXPECT_TRUE(CheckPlan(r, s.best[i].plan).empty());
-    if (i) EXPECT_GE(s.best[i - 1].step.tokens_per_s_per_gpu, s.best[i].step.tokens_per_s_per_gpu);
+    if (i) {
+      EXPECT_GE(s.best[i - 1].step.tokens_per_s_per_gpu, s.best[i].step.tokens_per_s_per_gpu);
+    }
   }
 }
 
