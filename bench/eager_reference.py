@@ -557,6 +557,8 @@ def bench(args, shape):
         print(f"step {i + 1:2d}{' (warm-up)' if i < args.warmup else ''}  loss {last_loss:.4f}  {s * 1e3:.1f} ms")
         if i >= args.warmup:
             times.append(s)
+    if args.profile:
+        profile_step(args, model, opt, params, shape, device, gen)
     med = statistics.median(times)
     tps = b * t / med
     mfu = args.flops_per_token * tps / (peak * 1e12) if peak > 0 and args.flops_per_token > 0 else 0.0
@@ -568,6 +570,33 @@ def bench(args, shape):
           f"flops_per_token={args.flops_per_token:.6e} peak_tflops={peak:.2f} own_peak_tflops={own_peak:.2f} "
           f"params={n_params} last_loss={last_loss:.4f}")
     return 0
+
+
+def profile_step(args, model, opt, params, shape, device, gen):
+    """One more step under torch.profiler: GPU kernel time by operator, to args.profile."""
+    from torch.profiler import ProfilerActivity, profile
+    b, t = args.batch, args.seq_len
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])) as prof:
+        tokens = torch.randint(shape["vocab"], (b, t + 1), generator=gen).to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = lm_loss(model(tokens[:, :t], record_load=True), tokens[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        loss.item()
+        opt.step()
+        model.update_router_biases(1e-3)
+        sync()
+    wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    gpu_us = sum(getattr(e, key) for e in events)
+    with open(args.profile, "w") as f:
+        f.write(f"profiled step: wall {wall * 1e3:.1f} ms (profiler on), GPU kernel time {gpu_us / 1e3:.1f} ms\n")
+        f.write(events.table(sort_by=key, row_limit=30))
+    print(f"profiled step: wall {wall * 1e3:.1f} ms (profiler on), GPU kernel time {gpu_us / 1e3:.1f} ms -> {args.profile}")
 
 
 def main():
@@ -585,6 +614,7 @@ def main():
     ap.add_argument("--adamw", default="default", choices=["default", "foreach", "single"],
                     help="PyTorch's default implementation (foreach on CUDA), or force one")
     ap.add_argument("--check-dir", default="")
+    ap.add_argument("--profile", default="", help="after the timed steps, profile one more into this file")
     args = ap.parse_args()
     shape = load_shape(args.shape)
     if args.check_dir:

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include <torch/linalg.h>  // not part of <torch/torch.h> in PyTorch 2.x
+
 namespace kp::runtime {
 
 namespace {

@@ -67,6 +67,12 @@ if [ $((SECONDS - start)) -lt $((BUDGET_S - 90)) ]; then
     --adamw single 2>&1 | tee "$out/python_single.txt"
 fi
 
+if [ $((SECONDS - start)) -lt $((BUDGET_S - 60)) ]; then
+  echo "== Python eager, one more step under torch.profiler"
+  timeout 120 python3 "$root/bench/eager_reference.py" "${common[@]}" --warmup 2 --steps 1 \
+    --flops-per-token "$flops" --peak-tflops "$peak" --profile "$out/profile_python.txt" 2>&1 | tail -2
+fi
+
 echo "== summary (median step over $N timed steps after $W warm-up; $B x $T tokens per step)"
 printf '%-34s %12s %12s %8s\n' run step_ms tokens/s MFU
 for f in cpp cpp2 python python_single; do
