@@ -70,9 +70,9 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
   const torch::Tensor eye = torch::eye(chunk, q.options());
   const torch::Tensor strict = kk * torch::ones({chunk, chunk}, q.options()).tril(-1);
   const torch::Tensor tri = eye + bc * strict;  // I + Diag(beta) A, unit lower triangular
-  const torch::Tensor w = torch::linalg::solve_triangular(tri, bc * vc, /*upper=*/false, /*left=*/true,
+  const torch::Tensor w = torch::linalg_solve_triangular(tri, bc * vc, /*upper=*/false, /*left=*/true,
                                                           /*unitriangular=*/true);
-  const torch::Tensor y = torch::linalg::solve_triangular(tri, bc * (kc * torch::exp(cum)), false, true, true);
+  const torch::Tensor y = torch::linalg_solve_triangular(tri, bc * (kc * torch::exp(cum)), false, true, true);
   const torch::Tensor q_decayed = qc * torch::exp(cum);
   const torch::Tensor last = cum.narrow(3, chunk - 1, 1);                     // G_C [.., 1, dk]
   const torch::Tensor k_to_end = kc * torch::exp(last - cum);

@@ -1,0 +1,273 @@
+// kimi-plan-train-bench: times the runtime's training step (TrainSession::Step:
+// forward, backward, gradient clipping, AdamW, router-bias update) of a model
+// in the preset file format on one device, and reports tokens/s and MFU against
+// a bf16 matmul peak measured in the same process. bench/eager_reference.py is
+// the same model in PyTorch eager Python; docs/benchmarks.md has the commands
+// and the numbers.
+//
+//   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
+//       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
+//       [--peak-tflops X] [--dry-run] [--dump-dir DIR]
+//
+// --dry-run builds the model on the CPU and prints its shape, parameter counts
+// and FLOPs per token only. --dump-dir writes the fp32 initial weights, a fixed
+// batch of tokens and its forward loss (fp32, CPU) for
+// `eager_reference.py --check-dir DIR`, which loads the same weights into the
+// Python model and compares the loss.
+//
+// Output: human-readable lines, then one `RESULT key=value ...` line.
+// Exit codes: 0 on success, 2 on bad arguments or a shape the runtime cannot
+// build, 1 when a step fails.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/file_system.h"
+#include "common/status.h"
+#include "planner/step_time.h"
+#include "runtime/model.h"
+#include "runtime/runtime_config.h"
+#include "runtime/trainer.h"
+#include "specs/param_count.h"
+#include "specs/presets.h"
+
+namespace {
+
+using kp::Result;
+using kp::Status;
+
+struct Args {
+  std::string shape;
+  int batch = 16, seq_len = 1024, warmup = 3, steps = 10, kda_chunk = 16;
+  std::string device = "cuda", dtype = "bf16", dump_dir;
+  double peak_tflops = 0;  // 0: measure
+  bool dry_run = false;
+};
+
+Result<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--dry-run") {
+      a.dry_run = true;
+      continue;
+    }
+    if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
+    kv[k.substr(2)] = argv[++i];
+  }
+  try {
+    for (const auto& [k, v] : kv) {
+      if (k == "shape") a.shape = v;
+      else if (k == "batch") a.batch = std::stoi(v);
+      else if (k == "seq-len") a.seq_len = std::stoi(v);
+      else if (k == "warmup") a.warmup = std::stoi(v);
+      else if (k == "steps") a.steps = std::stoi(v);
+      else if (k == "kda-chunk") a.kda_chunk = std::stoi(v);
+      else if (k == "device") a.device = v;
+      else if (k == "dtype") a.dtype = v;
+      else if (k == "peak-tflops") a.peak_tflops = std::stod(v);
+      else if (k == "dump-dir") a.dump_dir = v;
+      else return Status::InvalidArgument("unknown option --" + k);
+    }
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("a numeric option is not a number");
+  }
+  if (a.shape.empty()) return Status::InvalidArgument("--shape FILE is required");
+  if (a.batch <= 0 || a.seq_len <= 0 || a.steps <= 0 || a.warmup < 0)
+    return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup >= 0");
+  return a;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void Sync(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize();
+}
+
+// TFLOP/s of an 8192^3 bf16 matmul on random data: 3 warm-ups, then the median
+// of 5 timings of 10 back-to-back products each.
+double MeasureMatmulPeak(const torch::Device& d) {
+  const std::int64_t n = 8192;
+  const auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(d);
+  const torch::Tensor a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
+  torch::Tensor c;
+  for (int i = 0; i < 3; ++i) c = torch::matmul(a, b);
+  Sync(d);
+  std::vector<double> tflops;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) c = torch::matmul(a, b);
+    Sync(d);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tflops.push_back(10 * 2.0 * n * n * n / s / 1e12);
+  }
+  return Median(tflops);
+}
+
+// Raw little-endian fp32 per parameter plus a manifest "name dims..." per line.
+Status DumpForCheck(const kp::ModelSpec& spec, const kp::runtime::ModelOptions& options, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  KP_ASSIGN_OR_RETURN(auto model, kp::runtime::BuildModel(spec, options));
+  std::ofstream manifest(dir + "/manifest.txt");
+  for (const auto& p : model->named_parameters()) {
+    const torch::Tensor t = p.value().detach().to(torch::kFloat).contiguous();
+    manifest << p.key();
+    for (auto s : t.sizes()) manifest << ' ' << s;
+    manifest << '\n';
+    std::ofstream out(dir + "/" + p.key() + ".bin", std::ios::binary);
+    out.write(static_cast<const char*>(t.data_ptr()), t.numel() * sizeof(float));
+  }
+  const std::int64_t b = 2, t = 40;
+  const torch::Tensor tokens =
+      torch::randint(spec.vocab, {b, t + 1}, torch::TensorOptions().dtype(torch::kLong));
+  {
+    std::ofstream out(dir + "/tokens.bin", std::ios::binary);
+    out.write(static_cast<const char*>(tokens.data_ptr()), tokens.numel() * sizeof(std::int64_t));
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor loss = kp::runtime::LanguageModelLoss(model->forward(tokens.narrow(1, 0, t)),
+                                                            tokens.narrow(1, 1, t));
+  std::ofstream(dir + "/loss.txt") << std::setprecision(10) << loss.item<double>() << ' ' << b << ' ' << t << '\n';
+  std::cout << "dumped " << model->named_parameters().size() << " parameter tensors and loss " << loss.item<double>()
+            << " to " << dir << "\n";
+  return Status::Ok();
+}
+
+int Run(const Args& args) {
+  kp::RealFileSystem fs;
+  kp::PresetCatalog catalog(fs, kp::DefaultPresetDir());
+  Result<kp::ModelSpec> spec_r = catalog.ModelFile(args.shape);
+  if (!spec_r.ok()) {
+    std::cerr << spec_r.status().message() << "\n";
+    return 2;
+  }
+  const kp::ModelSpec spec = *spec_r;
+  if (Status s = kp::runtime::ValidateForRuntime(spec); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  const kp::ParamCount pc = kp::CountParams(spec);
+  const double flops_per_token = kp::ModelTrainFlopsPerToken(spec, pc, args.seq_len);
+  std::printf("model %s: %d layers (%d KDA, %d MLA), hidden %d, heads %d, vocab %d, %d experts top-%d "
+              "(expert ffn %d, latent %d), %d shared (ffn %d), dense ffn %d, attn-res block %d\n",
+              spec.name.c_str(), spec.layers, spec.count(kp::AttentionKind::kKda),
+              spec.count(kp::AttentionKind::kMla), spec.hidden, spec.heads, spec.vocab, spec.moe.num_experts,
+              spec.moe.top_k, spec.moe.expert_ffn, spec.moe.latent_dim, spec.moe.shared_experts,
+              spec.moe.shared_ffn, spec.dense_ffn, spec.attn_res_block);
+  std::printf("planner count (specs/param_count.h): %.4fB total, %.4fB active per token\n", pc.total / 1e9,
+              pc.active / 1e9);
+  std::printf("model FLOPs per token (ModelTrainFlopsPerToken, seq %d): %.4e\n", args.seq_len, flops_per_token);
+
+  kp::runtime::ModelOptions options;
+  options.kda_chunk = args.kda_chunk;
+  if (!args.dump_dir.empty()) {
+    if (Status s = DumpForCheck(spec, options, args.dump_dir); !s.ok()) {
+      std::cerr << s.message() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  if (args.dry_run) {
+    Result<std::shared_ptr<kp::runtime::StageModelImpl>> model = kp::runtime::BuildModel(spec, options);
+    if (!model.ok()) {
+      std::cerr << model.status().message() << "\n";
+      return 2;
+    }
+    std::printf("runtime parameters: %lld\n",
+                static_cast<long long>(kp::runtime::CountElements((*model)->parameters())));
+    return 0;
+  }
+
+  kp::runtime::TrainConfig config;
+  config.model = spec;
+  config.options = options;
+  Result<kp::runtime::DType> dtype = kp::runtime::ParseDType(args.dtype);
+  if (!dtype.ok()) {
+    std::cerr << dtype.status().message() << "\n";
+    return 2;
+  }
+  config.options.dtype = *dtype;
+  config.batch = args.batch;
+  config.seq_len = args.seq_len;
+  config.steps = args.warmup + args.steps;
+  config.lr = 3e-4;
+  config.warmup = 2;
+  config.deterministic = false;  // the Python reference runs with PyTorch's defaults too
+  config.device = args.device;
+  const torch::Device device(args.device);
+
+  double peak = args.peak_tflops;
+  if (peak <= 0 && device.is_cuda()) peak = MeasureMatmulPeak(device);
+  if (peak > 0) std::printf("bf16 matmul peak (8192^3, random data, measured): %.1f TFLOP/s\n", peak);
+
+  Result<std::unique_ptr<kp::runtime::TrainSession>> session = kp::runtime::TrainSession::Create(config, fs);
+  if (!session.ok()) {
+    std::cerr << session.status().message() << "\n";
+    return 2;
+  }
+  std::printf("runtime parameters: %lld (all trainable, fp32 master weights), dtype %s, %d x %d tokens per step, "
+              "KDA chunk %d\n",
+              static_cast<long long>((*session)->parameter_count()), args.dtype.c_str(), args.batch, args.seq_len,
+              args.kda_chunk);
+  std::vector<double> seconds;
+  double last_loss = 0, peak_mem = 0;
+  for (int i = 0; i < args.warmup + args.steps; ++i) {
+    Sync(device);
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<kp::runtime::StepMetrics> m = (*session)->Step();
+    Sync(device);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!m.ok()) {
+      std::cerr << m.status().message() << "\n";
+      return 1;
+    }
+    std::printf("step %2d%s  loss %.4f  %.1f ms\n", i + 1, i < args.warmup ? " (warm-up)" : "", m->loss, s * 1e3);
+    if (i >= args.warmup) seconds.push_back(s);
+    last_loss = m->loss;
+    peak_mem = m->peak_memory_bytes;
+  }
+  const double median = Median(seconds);
+  const double tokens_per_s = double(args.batch) * args.seq_len / median;
+  const double mfu = peak > 0 ? flops_per_token * tokens_per_s / (peak * 1e12) : 0;
+  std::printf("C++ runtime: median step %.2f ms (min %.2f, max %.2f over %d steps), %.0f tokens/s, "
+              "%.1f TFLOP/s model FLOPs, MFU %.1f%% of the measured peak, peak memory %.1f GB\n",
+              median * 1e3, *std::min_element(seconds.begin(), seconds.end()) * 1e3,
+              *std::max_element(seconds.begin(), seconds.end()) * 1e3, args.steps, tokens_per_s,
+              flops_per_token * tokens_per_s / 1e12, mfu * 100, peak_mem / 1e9);
+  std::printf("RESULT impl=cpp median_step_ms=%.3f tokens_per_s=%.1f mfu=%.4f flops_per_token=%.6e "
+              "peak_tflops=%.2f params=%lld last_loss=%.4f\n",
+              median * 1e3, tokens_per_s, mfu, flops_per_token, peak,
+              static_cast<long long>((*session)->parameter_count()), last_loss);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Result<Args> args = ParseArgs(argc, argv);
+  if (!args.ok()) {
+    std::cerr << args.status().message() << "\n";
+    return 2;
+  }
+  try {
+    return Run(*args);
+  } catch (const c10::Error& e) {
+    std::cerr << "LibTorch: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}
