@@ -23,6 +23,7 @@ const std::vector<Subcommand>& Subcommands() {
       {"plan", "size TP/PP/VP/EP/ETP/CP/DP and memory per GPU for a model on a cluster", PlanCommand},
       {"simulate", "simulate pipeline schedules, the AttnRes transport, weight sync and the SDPO loop", SimulateCommand},
       {"launch", "write and start the Slurm or Modal job of a plan, or run it here", LaunchCommand},
+      {"report", "list, summarise and compare runs against their plans; CSV, JSON and HTML exports", ReportCommand},
 #ifdef KIMI_PLAN_HAS_TORCH
       {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
 #endif

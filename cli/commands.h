@@ -15,6 +15,7 @@ namespace kp {
 Status PlanCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SimulateCommand(const std::vector<std::string>& args, CliEnv& env);
 Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env);
+Status ReportCommand(const std::vector<std::string>& args, CliEnv& env);
 #ifdef KIMI_PLAN_HAS_TORCH
 /// Built only when LibTorch was found at configure time.
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);

@@ -10,6 +10,9 @@ packages=(
   # system libblas.so.3; OpenBLAS (OpenMP build, sharing LibTorch's threads)
   # makes it ~7x faster than the reference BLAS.
   libtorch-dev libgloo-dev libopenblas0-openmp
+  # tests/cli_report_test.sh renders the HTML report headless (it skips that
+  # check when chromium is absent).
+  chromium
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -86,6 +86,9 @@ class Statement {
   }
   std::int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
   double Real(int col) const { return sqlite3_column_double(stmt_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int Columns() const { return sqlite3_column_count(stmt_); }
+  std::string Name(int col) const { return sqlite3_column_name(stmt_, col); }
   Status Error(const char* what) const {
     return Status::IoError(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_));
   }
@@ -303,6 +306,62 @@ Result<std::vector<StepRecord>> Store::ListSteps(std::int64_t run_id) const {
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadStep(st));
   if (rc != SQLITE_DONE) return st.Error("list steps");
+  return out;
+}
+
+Result<std::vector<RunRecord>> Store::ListRuns() const {
+  Statement st(db_, (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id").c_str());
+  KP_RETURN_IF_ERROR(st.status());
+  std::vector<RunRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadRun(st));
+  if (rc != SQLITE_DONE) return st.Error("list runs");
+  return out;
+}
+
+Result<StepColumns> Store::ListStepColumns(std::int64_t run_id) const {
+  // SELECT * rather than named columns: a metric a later migration adds
+  // reaches the report without a change here.
+  Statement st(db_, "SELECT * FROM steps WHERE run_id = ? ORDER BY step");
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, run_id);
+  StepColumns out;
+  std::vector<int> metric_cols;
+  int step_col = -1;
+  for (int c = 0; c < st.Columns(); ++c) {
+    const std::string name = st.Name(c);
+    if (name == "step") step_col = c;
+    else if (name != "run_id" && name != "created_at") {
+      metric_cols.push_back(c);
+      out.names.push_back(name);
+    }
+  }
+  if (step_col < 0) return Status::Internal("sqlite: the steps table has no step column");
+  out.values.resize(metric_cols.size());
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    out.steps.push_back(static_cast<int>(st.Int(step_col)));
+    for (size_t i = 0; i < metric_cols.size(); ++i)
+      out.values[i].push_back(st.IsNull(metric_cols[i]) ? std::nullopt : std::optional<double>(st.Real(metric_cols[i])));
+  }
+  if (rc != SQLITE_DONE) return st.Error("list step columns");
+  return out;
+}
+
+Result<std::vector<TableCount>> Store::CountRows() const {
+  Statement names(db_, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+  KP_RETURN_IF_ERROR(names.status());
+  std::vector<TableCount> out;
+  int rc;
+  while ((rc = names.Step()) == SQLITE_ROW) out.push_back({names.Text(0), 0});
+  if (rc != SQLITE_DONE) return names.Error("list tables");
+  for (TableCount& t : out) {
+    // The name comes from sqlite_master, not from the user; quoted anyway.
+    Statement count(db_, ("SELECT count(*) FROM \"" + t.table + "\"").c_str());
+    KP_RETURN_IF_ERROR(count.status());
+    if (count.Step() != SQLITE_ROW) return count.Error("count rows");
+    t.rows = count.Int(0);
+  }
   return out;
 }
 

@@ -72,6 +72,22 @@ struct StepRecord {
   std::string created_at;
 };
 
+/// Every column of a run's steps other than the key and timestamps, read by
+/// name, so that a reader keeps working when a migration adds a metric (an
+/// optional `reward`, say). `values[c][i]` is column `names[c]` at
+/// `steps[i]`; SQL NULL reads as nullopt.
+struct StepColumns {
+  std::vector<int> steps;  ///< ascending
+  std::vector<std::string> names;
+  std::vector<std::vector<std::optional<double>>> values;
+};
+
+/// One table of the store and its row count.
+struct TableCount {
+  std::string table;
+  std::int64_t rows = 0;
+};
+
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
@@ -103,6 +119,14 @@ class Store {
   Result<RunRecord> GetRun(std::int64_t id) const;
   /// The run's steps in step order.
   Result<std::vector<StepRecord>> ListSteps(std::int64_t run_id) const;
+  /// Every run in id order.
+  Result<std::vector<RunRecord>> ListRuns() const;
+  /// The run's steps column by column (numeric columns only; run_id, step
+  /// and created_at are left out), in step order.
+  Result<StepColumns> ListStepColumns(std::int64_t run_id) const;
+  /// Row counts of every table the schema has, in name order: tables added
+  /// by later migrations show up without a change here.
+  Result<std::vector<TableCount>> CountRows() const;
 
   /// Runs `body` in one transaction: committed if it returns Ok, rolled
   /// back otherwise.

@@ -1,0 +1,81 @@
+#include "report/run_data.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "common/table.h"
+
+namespace kp {
+
+MetricInfo DescribeMetric(const std::string& name) {
+  static const MetricInfo kKnown[] = {
+      {"loss", "loss", 6},
+      {"grad_norm", "grad norm", 4},
+      {"reward", "reward", 4},
+      {"lr", "lr", 8},
+      {"tokens_per_s", "tokens/s", 1},
+      {"step_time_s", "step time s", 4},
+      {"peak_memory_bytes", "peak memory bytes", 0},
+  };
+  for (const MetricInfo& m : kKnown)
+    if (m.name == name) return m;
+  return {name, name, 6};
+}
+
+std::string FormatMetric(const std::string& metric, double value) {
+  return FormatFixed(value, DescribeMetric(metric).digits);
+}
+
+namespace {
+
+int ColumnIndex(const StepColumns& s, const std::string& metric) {
+  const auto it = std::find(s.names.begin(), s.names.end(), metric);
+  return it == s.names.end() ? -1 : static_cast<int>(it - s.names.begin());
+}
+
+}  // namespace
+
+bool RunData::HasMetric(const std::string& metric) const { return ColumnIndex(steps, metric) >= 0; }
+
+bool RunData::LogsMetric(const std::string& metric) const { return !Series(metric).empty(); }
+
+std::optional<double> RunData::At(const std::string& metric, int step) const {
+  const int c = ColumnIndex(steps, metric);
+  if (c < 0) return std::nullopt;
+  const auto it = std::lower_bound(steps.steps.begin(), steps.steps.end(), step);
+  if (it == steps.steps.end() || *it != step) return std::nullopt;
+  return steps.values[c][it - steps.steps.begin()];
+}
+
+std::vector<std::pair<int, double>> RunData::Series(const std::string& metric) const {
+  std::vector<std::pair<int, double>> out;
+  const int c = ColumnIndex(steps, metric);
+  if (c < 0) return out;
+  for (size_t i = 0; i < steps.steps.size(); ++i)
+    if (steps.values[c][i]) out.emplace_back(steps.steps[i], *steps.values[c][i]);
+  return out;
+}
+
+std::int64_t PlanIdOfConfig(const std::string& config_json) {
+  const nlohmann::json j = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("plan_id") || !j["plan_id"].is_number_integer()) return 0;
+  const std::int64_t id = j["plan_id"].get<std::int64_t>();
+  return id > 0 ? id : 0;
+}
+
+Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& flag) {
+  Result<RunRecord> run = store.GetRun(id);
+  if (!run.ok()) {
+    if (run.status().code() == Status::Code::kNotFound)
+      return Status::NotFound(flag + ": no run with id " + std::to_string(id));
+    return run.status();
+  }
+  RunData d;
+  d.run = *run;
+  d.plan_id = PlanIdOfConfig(d.run.config_json);
+  KP_ASSIGN_OR_RETURN(d.steps, store.ListStepColumns(id));
+  return d;
+}
+
+}  // namespace kp
