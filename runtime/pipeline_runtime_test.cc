@@ -192,6 +192,7 @@ void CheckStep1(const Shape& shape, bool cache, double tolerance) {
 constexpr double kCachedTolerance = 2e-5;
 
 const Shape kPp2{"pp2", ScheduleKind::k1F1B, 2, 1, 8, ""};
+const Shape kZbH1{"pp2 zb-h1 (W folded into I)", ScheduleKind::kZbH1, 2, 1, 8, ""};
 const Shape kPp4{"pp4", ScheduleKind::k1F1B, 4, 1, 8, ""};
 const Shape kPp2Vp2{"pp2 x vp2", ScheduleKind::kInterleaved1F1B, 2, 2, 8, ""};
 const Shape kPp4Vp4{"pp4 x vp4", ScheduleKind::kInterleaved1F1B, 4, 4, 17, "1,2,2,1,1,1,1,1,1,1,1,1,1,1,1,0"};
@@ -200,6 +201,7 @@ TEST(PipelineRuntimeTest, Step1BitwiseOnePerRank) {
   for (bool cache : {false, true}) {
     CheckStep1(kPp2, cache, 0);
     CheckStep1(kPp4, cache, 0);
+    CheckStep1(kZbH1, cache, 0);
   }
 }
 
