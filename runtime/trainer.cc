@@ -30,16 +30,6 @@ Status Positive(const char* flag, double v) {
   return Status::InvalidArgument(o.str());
 }
 
-// Linear warmup to the peak, then a cosine down to min_lr_ratio * peak at
-// the last step; a function of the step alone, so a resumed run follows it.
-double LearningRate(const TrainConfig& c, int step) {
-  if (step < c.warmup) return c.lr * (step + 1) / c.warmup;
-  const double span = std::max(1, c.steps - c.warmup);
-  const double progress = std::min(1.0, (step - c.warmup) / span);
-  const double floor = c.lr * c.min_lr_ratio;
-  return floor + (c.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
-}
-
 // Matrices decay; vectors (norm weights, depth-read queries, gate biases,
 // decay parameters) do not.
 std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<torch::Tensor>& params,
@@ -88,6 +78,14 @@ std::string ShapeNames(const torch::nn::Module& m) {
 }
 
 }  // namespace
+
+double LearningRate(const TrainConfig& c, int step) {
+  if (step < c.warmup) return c.lr * (step + 1) / c.warmup;
+  const double span = std::max(1, c.steps - c.warmup);
+  const double progress = std::min(1.0, (step - c.warmup) / span);
+  const double floor = c.lr * c.min_lr_ratio;
+  return floor + (c.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
 
 Status ValidateTrainConfig(const TrainConfig& c) {
   KP_RETURN_IF_ERROR(Positive("steps", c.steps));

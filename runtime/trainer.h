@@ -52,6 +52,12 @@ struct TrainConfig {
 /// message names the flag.
 Status ValidateTrainConfig(const TrainConfig& c);
 
+/// The learning rate of optimizer step `step` (0-based): linear warmup to
+/// c.lr over c.warmup steps, then a cosine down to c.lr * c.min_lr_ratio at
+/// c.steps. A function of the step alone, so resumed and pipelined runs
+/// follow it.
+double LearningRate(const TrainConfig& c, int step);
+
 /// The whole configuration as JSON: what the `runs` table records.
 std::string TrainConfigJson(const TrainConfig& c);
 

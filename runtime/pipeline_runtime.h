@@ -1,0 +1,128 @@
+// One rank of a pipeline-parallel training run: it holds the stages the
+// schedule places on it, executes its lowered action list (F, I/B, W,
+// SEND_F/RECV_F/SEND_B/RECV_B) every step, and moves the hidden state plus
+// the Block Attention Residual payload of torchtitan PR #4312 over the
+// pipeline communicator: the whole stack on every hop (naive) or, with the
+// rank cache, only what the receiving rank lacks (cached). What is sent,
+// stored, deposited and collected is read off simulator/attnres_transport.h's
+// routing tables, so what the simulator predicts is what runs.
+//
+// Numerics: a step is the single-process reference that accumulates the
+// micro-batches (loss_m / M, backward per micro-batch, in micro-batch order)
+// followed by the trainer's AdamW and clipping; the total gradient norm is a
+// fixed-order fp64 sum over the whole model's parameters (see
+// pipeline_stage.h, GradNormSquared), reduced across ranks exactly. Cache
+// off, and cache on with one stage per rank, the gradients are bitwise those
+// of the reference; cache on with several stages per rank a stored block's
+// gradient sums the same contributions in another association
+// (docs/runtime.md, "Pipeline").
+//
+// W in zero-bubble schedules: the weight gradient is computed together with
+// the input gradient at I (one autograd pass); W is a no-op. The schedule's
+// order is kept, only W's time moves into I.
+//
+// No LibTorch in this header: the CLI includes it. pipeline_stage.h has the
+// tensor-level pieces (stage modules, the reference helpers).
+// Thread-safety: a PipelineRank is used from one thread; each rank of a run
+// has its own PipelineRank and communicator.
+#ifndef KIMI_PLAN_RUNTIME_PIPELINE_RUNTIME_H_
+#define KIMI_PLAN_RUNTIME_PIPELINE_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/trainer.h"
+#include "specs/schedule_kind.h"
+#include "specs/stage_split.h"
+
+namespace kp::runtime {
+
+class Communicator;
+class PipelineStageModule;
+
+struct PipelineRankConfig {
+  /// Model, options, optimizer hyper-parameters, batch (sequences per step),
+  /// seq_len and seed; `data` and `resume` are not read here (the caller
+  /// hands each step's tokens).
+  TrainConfig train;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  int pp = 1;
+  int vp = 1;                ///< stages per rank (interleaved-1f1b; 2 for the V-shaped ones)
+  int microbatches = 1;      ///< M; must divide train.batch
+  bool attnres_cache = true; ///< --attnres-cache on|off
+  /// The stage split; empty: EvenSplit(layers, stages) as the simulator does.
+  StageSplit split;
+  /// Test hook: the stage whose first deposit of micro-batch 0 is dropped
+  /// (-1: none). The run must then fail with the deposit-count error.
+  int drop_deposit_of_stage = -1;
+};
+
+/// Entries and bytes one rank sent for one stage and direction in a step.
+struct PipelineTraffic {
+  int stage = 0;               ///< the sending stage
+  bool forward = true;         ///< forward: stage -> stage + 1; backward: stage -> stage - 1
+  std::int64_t messages = 0;   ///< one per micro-batch
+  std::int64_t entries = 0;    ///< block-stack entries (or their gradients), summed over micro-batches
+  std::int64_t entry_bytes = 0;
+  std::int64_t hidden_bytes = 0;  ///< the hidden state (or its gradient), which travels on every hop
+};
+
+struct PipelineStepResult {
+  int step = 0;           ///< 1-based, as StepMetrics::step
+  double loss = 0;        ///< (sum of micro-batch mean losses) / M, the same on every rank
+  double grad_norm = 0;   ///< total L2 norm before clipping, the same on every rank
+  double lr = 0;
+  double step_seconds = 0;
+  /// This rank's sends over other ranks (local hops inside a rank are not
+  /// traffic), by stage then direction.
+  std::vector<PipelineTraffic> traffic;
+};
+
+/// Makes the module of one stage; the default builds StageModelImpl pieces
+/// of the spec. Tests substitute stand-ins.
+using StageModuleFactory =
+    std::function<Result<std::shared_ptr<PipelineStageModule>>(int stage, const StageLayers& layers)>;
+
+class PipelineRank {
+ public:
+  /// Generates and lowers the schedule, computes the routing tables, builds
+  /// this rank's stages (`factory`, or the model's pieces when empty) and its
+  /// optimizer. Collective over `pp` (it exchanges parameter counts).
+  /// Errors, one line naming the field: --pp not the communicator's size,
+  /// --split not pp * vp stages, --microbatches not dividing --batch, and
+  /// with the cache on a schedule that does not put stage s on rank s % pp
+  /// (--schedule, naming it and the first stage off).
+  static Result<std::unique_ptr<PipelineRank>> Create(const PipelineRankConfig& config, Communicator& pp,
+                                                      StageModuleFactory factory = {});
+  ~PipelineRank();
+  PipelineRank(const PipelineRank&) = delete;
+  PipelineRank& operator=(const PipelineRank&) = delete;
+
+  /// One optimizer step. `tokens` is the step's whole batch, row-major
+  /// [batch, seq_len + 1] (inputs and shifted targets), the same on every
+  /// rank (only the first and the last stage read it).
+  Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens);
+  /// The forward-only pass: the same schedule's forwards under no-grad,
+  /// the cached transport as in training, no gradient read or written.
+  /// Returns the mean micro-batch loss, the same on every rank.
+  Result<double> EvalStep(const std::vector<std::int64_t>& tokens);
+
+  int step() const;
+  /// The stages this rank holds, in increasing order.
+  std::vector<int> stages() const;
+  /// The module of stage `s` (one this rank holds).
+  PipelineStageModule& stage_module(int s);
+
+ private:
+  struct Impl;
+  explicit PipelineRank(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_PIPELINE_RUNTIME_H_
