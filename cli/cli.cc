@@ -25,6 +25,7 @@ const std::vector<Subcommand>& Subcommands() {
       {"launch", "write and start the Slurm or Modal job of a plan, or run it here", LaunchCommand},
 #ifdef KIMI_PLAN_HAS_TORCH
       {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
+      {"run", "train over several processes (c10d Gloo/NCCL): data and expert parallelism", RunCommand},
 #endif
   };
   return kAll;

@@ -18,6 +18,8 @@ Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env);
 #ifdef KIMI_PLAN_HAS_TORCH
 /// Built only when LibTorch was found at configure time.
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan run`: the distributed runtime (docs/runtime.md, "Distributed").
+Status RunCommand(const std::vector<std::string>& args, CliEnv& env);
 #endif
 
 }  // namespace kp
