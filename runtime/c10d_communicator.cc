@@ -73,6 +73,9 @@ Result<c10::intrusive_ptr<Backend>> MakeBackend(const Group& g) {
 #endif
 #ifdef USE_C10D_NCCL
   if (g.backend == "nccl") {
+    // Without blocking wait NCCL's watchdog tears the process down on a
+    // timeout; with it, wait() throws and the failure becomes our one line.
+    setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = g.timeout;
     return c10::intrusive_ptr<Backend>(c10::make_intrusive<c10d::ProcessGroupNCCL>(g.store, g.rank, size, opts));

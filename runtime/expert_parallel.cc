@@ -53,20 +53,24 @@ struct ExchangeFunction : public torch::autograd::Function<ExchangeFunction> {
 
 // Per-pair expert counts: sent[j] is this rank's counts for rank j's local
 // experts; returns recv[j][e], the rows rank j will send for local expert e.
+// The counts travel on `device` (NCCL moves device memory only).
 std::vector<std::vector<std::int64_t>> ExchangeCounts(Communicator& ep, const std::vector<std::int64_t>& counts,
-                                                      std::int64_t local) {
+                                                      std::int64_t local, const torch::Device& device) {
   const int n = ep.size();
   std::vector<torch::Tensor> in, out;
   for (int j = 0; j < n; ++j) {
     in.push_back(torch::tensor(std::vector<std::int64_t>(counts.begin() + j * local, counts.begin() + (j + 1) * local),
-                               torch::kLong));
-    out.push_back(torch::zeros({local}, torch::kLong));
+                               torch::kLong)
+                     .to(device));
+    out.push_back(torch::zeros({local}, torch::TensorOptions().dtype(torch::kLong).device(device)));
   }
   const Status s = ep.AllToAll(in, out);
   if (!s.ok()) throw CommunicationError(s);
   std::vector<std::vector<std::int64_t>> recv(n);
-  for (int j = 0; j < n; ++j) recv[j] = std::vector<std::int64_t>(out[j].data_ptr<std::int64_t>(),
-                                                                  out[j].data_ptr<std::int64_t>() + local);
+  for (int j = 0; j < n; ++j) {
+    const torch::Tensor host = out[j].cpu();
+    recv[j] = std::vector<std::int64_t>(host.data_ptr<std::int64_t>(), host.data_ptr<std::int64_t>() + local);
+  }
   return recv;
 }
 
@@ -81,8 +85,7 @@ torch::Tensor RunExpertsParallel(Communicator& ep, ExpertBankImpl& bank, const t
                                  const std::vector<std::int64_t>& counts) {
   const int n = ep.size();
   const std::int64_t local = bank.num_experts();
-  // The counts cross on the host; with NCCL the rows stay on the device.
-  const std::vector<std::vector<std::int64_t>> recv = ExchangeCounts(ep, counts, local);
+  const std::vector<std::vector<std::int64_t>> recv = ExchangeCounts(ep, counts, local, x_sorted.device());
   std::vector<std::int64_t> send_rows(n), recv_rows(n);
   for (int j = 0; j < n; ++j) {
     send_rows[j] = std::accumulate(counts.begin() + j * local, counts.begin() + (j + 1) * local, std::int64_t{0});

@@ -36,7 +36,13 @@ PY
 check "ep 2: exits 0" test $? -eq 0
 json_check "ep 2: layout recorded" ep.json "d['layout']['ep'] == 2"
 check "ep 2: two steps logged" test "$(q "select count(*) from steps where run_id = 3")" = 2
+check "ep 2: the step-1 loss is dp 2's, bitwise" test "$(q "select printf('%.17g', loss) from steps where run_id = 3 and step = 1")" = "$(q "select printf('%.17g', loss) from steps where run_id = 1 and step = 1")"
 check "ep 2: config names the layout" bash -c "sqlite3 kimi-plan.db \"select config_json from runs where id = 3\" | grep -q '\"ep\":2'"
+
+# dp 4 with ep 2: two EP groups, expert banks averaged over expert-DP pairs.
+"$bin" run --nproc 4 --ep 2 "${small[@]}" --steps 2 --json > dp4.json 2> dp4.err
+check "dp 4 x ep 2: exits 0" test $? -eq 0
+json_check "dp 4 x ep 2: layout" dp4.json "d['layout']['dp'] == 4 and d['layout']['ep'] == 2 and d['world'] == 4"
 
 # --plan: the layout of a recorded plan (dp 2, ep 2), the model still small.
 "$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 > /dev/null
@@ -74,7 +80,7 @@ check "killed peer: within the timeout" test $elapsed -le 6
 check "killed peer: one line naming rank 1 and the operation" \
   grep -qE "^kimi-plan run: (step [0-9]+: )?(allreduce|alltoall|broadcast|barrier|send|recv) on gloo group of 2 \(rank 0\): rank 1 " r0.err
 echo "     rank 0 said: $(tail -n 1 r0.err)"
-check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 from steps where run_id = 5")" = 1
+check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 from steps where run_id = 6")" = 1
 
 # The launcher: a rank killed from outside is named, the other one stopped.
 "$bin" run --nproc 2 "${small[@]}" --steps 100000 --log-every 1 --timeout-s 30 > l.out 2> l.err &
