@@ -26,6 +26,7 @@ const std::vector<Subcommand>& Subcommands() {
       {"report", "list, summarise and compare runs against their plans; CSV, JSON and HTML exports", ReportCommand},
 #ifdef KIMI_PLAN_HAS_TORCH
       {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
+      {"run", "train over several processes (c10d Gloo/NCCL): data and expert parallelism", RunCommand},
 #endif
   };
   return kAll;

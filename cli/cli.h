@@ -4,6 +4,8 @@
 #ifndef KIMI_PLAN_CLI_CLI_H_
 #define KIMI_PLAN_CLI_CLI_H_
 
+#include <cstdlib>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -25,6 +27,9 @@ struct CliEnv {
   const ProcessLauncher* processes = nullptr;
   /// How this executable was invoked (argv[0]), so that it can start itself.
   std::string program = "kimi-plan";
+  /// Reads an environment variable (null when unset): `run` learns its rank
+  /// from the torchrun-style environment; tests substitute a map.
+  std::function<const char*(const char*)> getenv = [](const char* name) { return std::getenv(name); };
 };
 
 /// Runs `kimi-plan args...` (args excludes the program name) and returns the

@@ -19,6 +19,8 @@ Status ReportCommand(const std::vector<std::string>& args, CliEnv& env);
 #ifdef KIMI_PLAN_HAS_TORCH
 /// Built only when LibTorch was found at configure time.
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan run`: the distributed runtime (docs/runtime.md, "Distributed").
+Status RunCommand(const std::vector<std::string>& args, CliEnv& env);
 #endif
 
 }  // namespace kp

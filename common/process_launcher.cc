@@ -3,6 +3,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -29,6 +31,95 @@ Result<int> RealProcessLauncher::Run(const std::vector<std::string>& argv) const
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return Status::Internal(argv[0] + ": ended neither by exit nor by a signal");
+}
+
+namespace {
+
+// Run's code for a wait status.
+Result<int> ExitCode(const std::string& name, int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return Status::Internal(name + ": ended neither by exit nor by a signal");
+}
+
+// This process's environment with `extra` replacing the same names.
+std::vector<std::string> MergedEnvironment(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const std::string& x : extra) replaced = replaced || x.rfind(name, 0) == 0;
+    if (!replaced) env.push_back(entry);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+}  // namespace
+
+Result<int> ProcessLauncher::Start(const std::vector<std::string>& argv, const std::vector<std::string>&) const {
+  return Status::Internal((argv.empty() ? std::string("a program") : argv[0]) +
+                          ": this launcher cannot start processes concurrently");
+}
+
+Result<std::pair<int, int>> ProcessLauncher::WaitAny() const {
+  return Status::Internal("this launcher starts no concurrent processes");
+}
+
+Status ProcessLauncher::Kill(int, int) const {
+  return Status::Internal("this launcher starts no concurrent processes");
+}
+
+Result<int> RealProcessLauncher::Start(const std::vector<std::string>& argv, const std::vector<std::string>& env) const {
+  if (argv.empty()) return Status::InvalidArgument("no program to run");
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const std::vector<std::string> merged = MergedEnvironment(env);
+  for (const std::string& e : merged) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), envp.data());
+  if (rc != 0) return Status::IoError(argv[0] + ": cannot start: " + std::strerror(rc));
+  return static_cast<int>(pid);
+}
+
+Result<std::pair<int, int>> RealProcessLauncher::WaitAny() const {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, 0)) < 0) {
+    if (errno != EINTR) return Status::IoError(std::string("waiting for a child failed: ") + std::strerror(errno));
+  }
+  KP_ASSIGN_OR_RETURN(const int code, ExitCode("process " + std::to_string(pid), status));
+  return std::make_pair(static_cast<int>(pid), code);
+}
+
+Status RealProcessLauncher::Kill(int id, int signal) const {
+  if (id <= 0) return Status::Internal("kill: not a child id: " + std::to_string(id));
+  if (::kill(static_cast<pid_t>(id), signal) != 0 && errno != ESRCH)
+    return Status::IoError("kill " + std::to_string(id) + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+Result<int> FakeProcessLauncher::Start(const std::vector<std::string>& argv, const std::vector<std::string>& env) const {
+  calls_.push_back(argv);
+  envs_.push_back(env);
+  if (argv.empty()) return Status::InvalidArgument("no program to run");
+  if (!start_failure_.ok()) return start_failure_;
+  return ++started_;
+}
+
+Result<std::pair<int, int>> FakeProcessLauncher::WaitAny() const {
+  if (waited_ >= started_) return Status::IoError("waiting for a child failed: no child processes");
+  const int id = ++waited_;
+  const auto it = child_exit_.find(id);
+  return std::make_pair(id, it == child_exit_.end() ? exit_code_ : it->second);
+}
+
+Status FakeProcessLauncher::Kill(int id, int signal) const {
+  kills_.emplace_back(id, signal);
+  return Status::Ok();
 }
 
 Result<int> FakeProcessLauncher::Run(const std::vector<std::string>& argv) const {

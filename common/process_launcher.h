@@ -7,7 +7,9 @@
 #ifndef KIMI_PLAN_COMMON_PROCESS_LAUNCHER_H_
 #define KIMI_PLAN_COMMON_PROCESS_LAUNCHER_H_
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -23,11 +25,25 @@ class ProcessLauncher {
   /// it. IoError naming argv[0] when it cannot be started; InvalidArgument
   /// for an empty argv.
   virtual Result<int> Run(const std::vector<std::string>& argv) const = 0;
+
+  /// Starts `argv` like Run, with `env` ("NAME=VALUE" entries, replacing
+  /// this process's NAME) added to the environment, and returns at once with
+  /// the child's id (for WaitAny and Kill). IoError when it cannot start.
+  /// The default says the launcher cannot start children concurrently.
+  virtual Result<int> Start(const std::vector<std::string>& argv, const std::vector<std::string>& env) const;
+  /// Blocks until any child started by Start ends; returns {id, code}, code
+  /// as Run's (exit code, or 128 + signal). IoError when none is running.
+  virtual Result<std::pair<int, int>> WaitAny() const;
+  /// Sends `signal` to a started child that has not been waited for.
+  virtual Status Kill(int id, int signal) const;
 };
 
 class RealProcessLauncher : public ProcessLauncher {
  public:
   Result<int> Run(const std::vector<std::string>& argv) const override;
+  Result<int> Start(const std::vector<std::string>& argv, const std::vector<std::string>& env) const override;
+  Result<std::pair<int, int>> WaitAny() const override;
+  Status Kill(int id, int signal) const override;
 };
 
 /// Records every command and answers with a fixed exit code, or with a
@@ -41,11 +57,26 @@ class FakeProcessLauncher : public ProcessLauncher {
   Result<int> Run(const std::vector<std::string>& argv) const override;
   const std::vector<std::vector<std::string>>& calls() const { return calls_; }
 
+  /// Start records argv (in calls()) and env (in envs()) and returns ids
+  /// 1, 2, ...; WaitAny reports the children in start order, each with its
+  /// SetChildExit code or else the fixed exit code; Kill is recorded.
+  Result<int> Start(const std::vector<std::string>& argv, const std::vector<std::string>& env) const override;
+  Result<std::pair<int, int>> WaitAny() const override;
+  Status Kill(int id, int signal) const override;
+  void SetChildExit(int id, int code) { child_exit_[id] = code; }
+  const std::vector<std::vector<std::string>>& envs() const { return envs_; }
+  /// {id, signal} of every Kill.
+  const std::vector<std::pair<int, int>>& kills() const { return kills_; }
+
  private:
   int exit_code_;
   Status start_failure_;
+  std::map<int, int> child_exit_;
   // Mutable: recording through the const interface is the point of a fake.
   mutable std::vector<std::vector<std::string>> calls_;
+  mutable std::vector<std::vector<std::string>> envs_;
+  mutable std::vector<std::pair<int, int>> kills_;
+  mutable int started_ = 0, waited_ = 0;
 };
 
 }  // namespace kp

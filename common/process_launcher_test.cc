@@ -50,5 +50,33 @@ TEST(LaunchProcess, FakeRecordsCallsAndAnswersAsTold) {
   EXPECT_EQ(p.calls()[0], (std::vector<std::string>{"sbatch", "job.sbatch"}));
 }
 
+TEST(LaunchProcess, RealStartsConcurrentChildrenWithTheirEnvironment) {
+  RealProcessLauncher p;
+  auto a = p.Start({"sh", "-c", "test \"$KP_TEST_VALUE\" = a && exit 3"}, {"KP_TEST_VALUE=a"});
+  auto b = p.Start({"sleep", "30"}, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto first = p.WaitAny();
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(*first, std::make_pair(*a, 3));
+  ASSERT_TRUE(p.Kill(*b, 15).ok());
+  auto second = p.WaitAny();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(*second, std::make_pair(*b, 128 + 15));
+  EXPECT_EQ(p.WaitAny().status().code(), Status::Code::kIoError);  // none left
+}
+
+TEST(LaunchProcess, FakeStartsAndWaitsInOrder) {
+  FakeProcessLauncher p(0);
+  p.SetChildExit(2, 137);
+  ASSERT_EQ(*p.Start({"kimi-plan", "run"}, {"RANK=0"}), 1);
+  ASSERT_EQ(*p.Start({"kimi-plan", "run"}, {"RANK=1"}), 2);
+  EXPECT_EQ(*p.WaitAny(), std::make_pair(1, 0));
+  EXPECT_EQ(*p.WaitAny(), std::make_pair(2, 137));
+  EXPECT_FALSE(p.WaitAny().ok());
+  ASSERT_TRUE(p.Kill(1, 15).ok());
+  EXPECT_EQ(p.envs()[1], (std::vector<std::string>{"RANK=1"}));
+  EXPECT_EQ(p.kills(), (std::vector<std::pair<int, int>>{{1, 15}}));
+}
+
 }  // namespace
 }  // namespace kp

@@ -97,13 +97,15 @@ TEST_F(StoreFile, ListsRunsAndCountsEveryTable) {
   ASSERT_TRUE(runs.ok());
   ASSERT_EQ(runs->size(), 2u);
   EXPECT_EQ((*runs)[1].id, 2);
-  Sql("CREATE TABLE pipeline_traffic (run_id INTEGER, bytes REAL); INSERT INTO pipeline_traffic VALUES (1, 2)");
+  // A table a later migration might add shows up without a change to the reader.
+  Sql("CREATE TABLE future_metrics (run_id INTEGER, bytes REAL); INSERT INTO future_metrics VALUES (1, 2)");
   auto counts = store_->CountRows();
   ASSERT_TRUE(counts.ok());
   std::vector<std::pair<std::string, std::int64_t>> got;
   for (const TableCount& t : *counts) got.emplace_back(t.table, t.rows);
   EXPECT_EQ(got, (std::vector<std::pair<std::string, std::int64_t>>{
-                     {"pipeline_traffic", 1}, {"plans", 0}, {"runs", 2}, {"simulations", 0}, {"steps", 0}}));
+                     {"future_metrics", 1}, {"pipeline_traffic", 0}, {"plans", 0}, {"runs", 2},
+                     {"simulations", 0}, {"steps", 0}}));
 }
 
 TEST(StatsTest, TenthsMedianAndMax) {

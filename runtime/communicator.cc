@@ -2,20 +2,22 @@
 
 namespace kp::runtime {
 
-// One int64 per pair, through the interface's own AllToAll, so every
-// backend gets it for free.
+// The sizes travel as an AllToAll of one int64 per pair, so every
+// Communicator (c10d, the in-process fake) gets this for free.
 Result<std::vector<std::int64_t>> AllToAllSizes(Communicator& c, const std::vector<std::int64_t>& sizes_in) {
-  if (static_cast<int>(sizes_in.size()) != c.size())
-    return Status::InvalidArgument("AllToAllSizes: " + std::to_string(sizes_in.size()) + " sizes for a group of " +
-                                   std::to_string(c.size()));
+  const int n = c.size();
+  if (static_cast<int>(sizes_in.size()) != n)
+    return Status::Internal("alltoall sizes: needs one size per rank (" + std::to_string(n) + ")");
+  // One int64 per pair, on the device the backend wants (NCCL: CUDA).
+  const auto device = c.backend() == "nccl" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   std::vector<torch::Tensor> in, out;
-  for (std::int64_t n : sizes_in) {
-    in.push_back(torch::full({1}, n, torch::kLong));
-    out.push_back(torch::empty({1}, torch::kLong));
+  for (int r = 0; r < n; ++r) {
+    in.push_back(torch::full({1}, sizes_in[r], torch::TensorOptions().dtype(torch::kLong).device(device)));
+    out.push_back(torch::zeros({1}, torch::TensorOptions().dtype(torch::kLong).device(device)));
   }
   KP_RETURN_IF_ERROR(c.AllToAll(in, out));
-  std::vector<std::int64_t> sizes;
-  for (const torch::Tensor& t : out) sizes.push_back(t.item<std::int64_t>());
+  std::vector<std::int64_t> sizes(n);
+  for (int r = 0; r < n; ++r) sizes[r] = out[r].cpu().item<std::int64_t>();
   return sizes;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/data.h"
+#include "runtime/expert_parallel.h"
 
 namespace kp::runtime {
 
@@ -203,6 +204,14 @@ torch::Tensor ExpertBankImpl::forward(const torch::Tensor& x_sorted, const std::
   return torch::cat(outs, 0);
 }
 
+void ExpertBankImpl::KeepExperts(std::int64_t first, std::int64_t count) {
+  torch::NoGradGuard no_grad;
+  // set_data keeps the registered parameter objects, so names, the module
+  // tree and anything holding the tensors stay valid.
+  for (Matrix* m : {&gate_, &up_, &down_}) m->weight.set_data(m->weight.narrow(0, first, count).clone());
+  num_experts_ = count;
+}
+
 void ExpertBankImpl::AddLoraTo(Matrix& m, const char* name, bool shared_a, bool shared_b, std::int64_t rank,
                                Init& init) {
   const std::int64_t out = m.weight.size(1), in = m.weight.size(2);
@@ -279,7 +288,9 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
                                          counts_t.data_ptr<std::int64_t>() + num_experts_);
   const torch::Tensor token_of = order.div(k, "floor");
   const torch::Tensor routed_in = latent_down_ ? latent_down_->forward(xf) : xf;
-  const torch::Tensor y_sorted = experts_->forward(routed_in.index({token_of}), counts);
+  const torch::Tensor x_sorted = routed_in.index({token_of});
+  const torch::Tensor y_sorted =
+      ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
   const torch::Tensor y_slots = torch::zeros_like(y_sorted).index_copy(0, order, y_sorted);
   // The weighted combination is a reduction: fp32.
   torch::Tensor y = (Upcast(y_slots).view({n, k, -1}) * r.weights.unsqueeze(-1)).sum(1).to(x.scalar_type());

@@ -21,6 +21,8 @@
 
 namespace kp::runtime {
 
+class Communicator;
+
 /// A parameter initialiser with its own CPU generator, so a module's initial
 /// weights depend only on (seed, stream), not on what was built before it:
 /// a pipeline stage built alone gets the same weights as the whole model.
@@ -173,6 +175,12 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   void AddLora(const LoraOptions& lora, Init& init) override;
   void Merge() override;
   void Unmerge() override;
+  /// Keeps experts [first, first + count) only (expert parallelism): the
+  /// parameters keep their names and shrink to `count` experts in place.
+  /// Requires no LoRA.
+  void KeepExperts(std::int64_t first, std::int64_t count);
+  std::int64_t num_experts() const { return num_experts_; }
+  bool has_lora() const { return gate_.lora_a.defined(); }
 
  private:
   struct Matrix {
@@ -202,6 +210,12 @@ class MoeImpl : public ChannelMixer {
   MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x, bool record_load) override;
   RouterImpl& router() { return *router_; }
+  ExpertBankImpl& experts() { return *experts_; }
+  /// Routes through the expert-parallel group `ep` (null: every expert
+  /// local, the default); the bank must already hold only this EP rank's
+  /// experts (runtime/expert_parallel.h: ShardExperts does both).
+  void SetExpertParallel(Communicator* ep) { ep_ = ep; }
+  std::int64_t num_experts() const { return num_experts_; }
 
  private:
   std::shared_ptr<RouterImpl> router_;
@@ -209,6 +223,7 @@ class MoeImpl : public ChannelMixer {
   std::shared_ptr<SwiGluImpl> shared_;
   std::shared_ptr<ProjImpl> latent_down_, latent_up_;
   std::int64_t num_experts_;
+  Communicator* ep_ = nullptr;  // not owned; outlives the model's use
 };
 
 }  // namespace kp::runtime

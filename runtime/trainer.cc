@@ -16,12 +16,11 @@
 #include "common/clock.h"
 #include "runtime/data.h"
 #include "runtime/model.h"
+#include "runtime/trainer_internal.h"
 
 namespace kp::runtime {
 
 namespace {
-
-constexpr std::uint64_t kDataSalt = 0xda7a;
 
 Status Positive(const char* flag, double v) {
   if (v > 0) return Status::Ok();
@@ -29,6 +28,8 @@ Status Positive(const char* flag, double v) {
   o << "--" << flag << ": must be positive, got " << v;
   return Status::InvalidArgument(o.str());
 }
+
+}  // namespace
 
 // Matrices decay; vectors (norm weights, depth-read queries, gate biases,
 // decay parameters) do not.
@@ -70,6 +71,8 @@ double PeakRssBytes(const FileSystem& fs) {
   }
   return 0;
 }
+
+namespace {
 
 std::string ShapeNames(const torch::nn::Module& m) {
   std::ostringstream o;

@@ -58,6 +58,19 @@ const char* const kMigrations[] = {
       PRIMARY KEY (run_id, step)
     );
     )sql",
+    // 3 -> 4: per step, pipeline stage and direction, the AttnRes block
+    // entries and bytes a distributed run sent (`kimi-plan run`).
+    R"sql(
+    CREATE TABLE pipeline_traffic (
+      run_id INTEGER NOT NULL REFERENCES runs(id),
+      step INTEGER NOT NULL CHECK (step > 0),
+      stage INTEGER NOT NULL CHECK (stage >= 0),
+      direction TEXT NOT NULL CHECK (direction IN ('forward', 'backward')),
+      entries INTEGER NOT NULL CHECK (entries >= 0),
+      bytes INTEGER NOT NULL CHECK (bytes >= 0),
+      PRIMARY KEY (run_id, step, stage, direction)
+    );
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -286,6 +299,48 @@ Status Store::AppendStep(const StepRecord& r) {
     if (st.Step() != SQLITE_DONE) return st.Error("append step");
     return Status::Ok();
   });
+}
+
+Status Store::AppendTraffic(const std::vector<TrafficRecord>& rows) {
+  if (rows.empty()) return Status::Ok();
+  return InTransaction([&]() -> Status {
+    for (const TrafficRecord& r : rows) {
+      Statement st(db_,
+                   "INSERT INTO pipeline_traffic (run_id, step, stage, direction, entries, bytes) "
+                   "VALUES (?, ?, ?, ?, ?, ?)");
+      KP_RETURN_IF_ERROR(st.status());
+      st.Bind(1, r.run_id);
+      st.Bind(2, static_cast<std::int64_t>(r.step));
+      st.Bind(3, static_cast<std::int64_t>(r.stage));
+      st.Bind(4, r.direction);
+      st.Bind(5, r.entries);
+      st.Bind(6, r.bytes);
+      if (st.Step() != SQLITE_DONE) return st.Error("append pipeline traffic");
+    }
+    return Status::Ok();
+  });
+}
+
+Result<std::vector<TrafficRecord>> Store::ListTraffic(std::int64_t run_id) const {
+  Statement st(db_,
+               "SELECT run_id, step, stage, direction, entries, bytes FROM pipeline_traffic WHERE run_id = ? "
+               "ORDER BY step, stage, direction DESC");
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, run_id);
+  std::vector<TrafficRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    TrafficRecord r;
+    r.run_id = st.Int(0);
+    r.step = static_cast<int>(st.Int(1));
+    r.stage = static_cast<int>(st.Int(2));
+    r.direction = st.Text(3);
+    r.entries = st.Int(4);
+    r.bytes = st.Int(5);
+    out.push_back(r);
+  }
+  if (rc != SQLITE_DONE) return st.Error("list pipeline traffic");
+  return out;
 }
 
 Result<RunRecord> Store::GetRun(std::int64_t id) const {

@@ -49,12 +49,13 @@ struct SimulationRecord {
   std::string result_json;
 };
 
-/// A recorded run of the runtime (`kimi-plan train`): what ran, with its full
+/// A recorded run of the runtime (`kimi-plan train`, or `kimi-plan run`
+/// with kind "run"): what ran, with its full
 /// configuration.
 struct RunRecord {
   std::int64_t id = 0;
   std::string created_at;
-  std::string kind;         ///< "train"
+  std::string kind;         ///< "train" or "run"
   std::string model;        ///< the model's name
   std::string config_json;  ///< the full configuration, enough to re-run it
 };
@@ -88,10 +89,21 @@ struct TableCount {
   std::int64_t rows = 0;
 };
 
+/// Pipeline traffic of one step of a distributed run: the AttnRes block
+/// entries and bytes sent by one stage in one direction.
+struct TrafficRecord {
+  std::int64_t run_id = 0;
+  int step = 0;
+  int stage = 0;
+  std::string direction;  ///< "forward" or "backward"
+  std::int64_t entries = 0;
+  std::int64_t bytes = 0;
+};
+
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   /// Opens (creating if needed) and migrates the database at `path`.
   /// ":memory:" gives a private in-memory store for tests.
@@ -127,6 +139,11 @@ class Store {
   /// Row counts of every table the schema has, in name order: tables added
   /// by later migrations show up without a change here.
   Result<std::vector<TableCount>> CountRows() const;
+  /// Appends a step's traffic rows in one transaction ((run_id, step, stage,
+  /// direction) is unique); nothing for an empty list.
+  Status AppendTraffic(const std::vector<TrafficRecord>& rows);
+  /// The run's traffic by step, stage, then forward before backward.
+  Result<std::vector<TrafficRecord>> ListTraffic(std::int64_t run_id) const;
 
   /// Runs `body` in one transaction: committed if it returns Ok, rolled
   /// back otherwise.

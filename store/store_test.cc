@@ -162,6 +162,27 @@ TEST(StoreTest, RoundTripsARunAndItsSteps) {
   EXPECT_EQ((*s)->GetRun(*run + 1).status().code(), Status::Code::kNotFound);
 }
 
+TEST(StoreTest, RoundTripsPipelineTrafficAndRefusesABadDirection) {
+  FakeClock clock;
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  auto run = (*s)->CreateRun(SampleRun());
+  ASSERT_TRUE(run.ok());
+  std::vector<TrafficRecord> rows = {{*run, 1, 1, "backward", 2, 4096}, {*run, 1, 0, "forward", 5, 10240},
+                                     {*run, 1, 1, "forward", 3, 6144}};
+  ASSERT_TRUE((*s)->AppendTraffic(rows).ok());
+  auto back = (*s)->ListTraffic(*run);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[0].stage, 0);
+  EXPECT_EQ((*back)[1].direction, "forward");
+  EXPECT_EQ((*back)[2].direction, "backward");
+  EXPECT_EQ((*back)[2].bytes, 4096);
+  // One bad row rolls the whole step back.
+  EXPECT_FALSE((*s)->AppendTraffic({{*run, 2, 0, "forward", 1, 1}, {*run, 2, 0, "sideways", 1, 1}}).ok());
+  EXPECT_EQ((*s)->ListTraffic(*run)->size(), 3u);
+}
+
 TEST(StoreTest, RefusesADuplicateStepAndAStepOfNoRun) {
   FakeClock clock;
   auto s = Store::Open(":memory:", clock);

@@ -1,0 +1,349 @@
+// `kimi-plan run`: the distributed runtime. Without RANK in the environment
+// and with --nproc N it is the local launcher: it starts N ranks of this
+// executable and watches them. With RANK set (srun, Modal, or the launcher)
+// it is one rank: it meets the others over c10d and trains, rank 0 logging
+// to the store. Sees the runtime only through runtime/dist_trainer.h, which
+// includes no LibTorch. docs/runtime.md ("Distributed runs") describes it.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/plan_options.h"
+#include "planner/plan_json.h"
+#include "runtime/dist_trainer.h"
+#include "runtime/runtime_config.h"
+#include "specs/param_count.h"
+#include "specs/presets.h"
+#include "store/store.h"
+
+namespace kp {
+
+namespace {
+
+using nlohmann::json;
+using runtime::ParallelLayout;
+using runtime::TrainConfig;
+
+po::options_description RunOptions() {
+  po::options_description desc("kimi-plan run [options]\n\n"
+                               "Trains over several processes: c10d Gloo on CPU, NCCL on CUDA; data and expert\n"
+                               "parallelism. --nproc N starts N local ranks; under srun or Modal each process is\n"
+                               "one rank told by RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Options");
+  desc.add_options()("help,h", "this text")
+      ("nproc", po::value<int>(), "start this many local ranks (launcher mode; RANK must be unset)")
+      ("plan", po::value<std::int64_t>(), "take the layout and schedule of this recorded plan (--model still picks the model)")
+      ("steps", po::value<int>()->default_value(20), "optimizer steps")
+      ("max-params", po::value<double>()->default_value(2e9), "refuse a model with more parameters (every rank builds it whole)")
+      ("batch", po::value<int>()->default_value(8), "sequences per step, split evenly over dp")
+      ("lr", po::value<double>()->default_value(3e-3), "peak learning rate")
+      ("warmup", po::value<int>()->default_value(10), "linear warmup steps")
+      ("grad-clip", po::value<double>()->default_value(1.0), "max global gradient norm")
+      ("experts", po::value<int>(), "scale the model: routed experts")
+      ("top-k", po::value<int>(), "scale the model: experts per token")
+      ("attn-res-block", po::value<int>(), "scale the model: attention-residual block size")
+      ("dense-layers", po::value<int>(), "scale the model: leading dense-FFN layers")
+      ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the cached AttnRes transport (pipelines)")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, data and RNG seed")
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda (each rank takes cuda:LOCAL_RANK)")
+      ("backend", po::value<std::string>()->default_value("auto"), "auto | gloo | nccl")
+      ("timeout-s", po::value<int>()->default_value(120), "seconds any rank waits for a peer before failing")
+      ("log-every", po::value<int>()->default_value(10), "a progress line from rank 0 every this many steps");
+  AddPlanRequestOptions(desc);
+  AddOutputOptions(desc);
+  return desc;
+}
+
+template <typename T>
+void Set(const po::variables_map& vm, const char* name, std::optional<T>* field) {
+  if (vm.count(name)) *field = vm[name].as<T>();
+}
+
+// The runtime's model: the preset (default kimi-k3-debug, also under --plan,
+// whose production model would not fit), scaled by the shape flags.
+Result<ModelSpec> ResolveRunModel(const po::variables_map& vm, const CliEnv& env) {
+  PresetCatalog catalog(env.fs, env.preset_dir);
+  ModelSpec preset;
+  if (vm.count("model-file")) {
+    KP_ASSIGN_OR_RETURN(preset, catalog.ModelFile(vm["model-file"].as<std::string>()));
+  } else {
+    KP_ASSIGN_OR_RETURN(preset, catalog.Model(vm.count("model") ? vm["model"].as<std::string>() : "kimi-k3-debug"));
+  }
+  runtime::ScaleFlags f;
+  Set(vm, "layers", &f.layers);
+  Set(vm, "hidden", &f.hidden);
+  Set(vm, "heads", &f.heads);
+  Set(vm, "experts", &f.experts);
+  Set(vm, "top-k", &f.top_k);
+  Set(vm, "vocab", &f.vocab);
+  Set(vm, "attn-res-block", &f.attn_res_block);
+  Set(vm, "dense-layers", &f.dense_layers);
+  return runtime::ScaleModel(preset, f);
+}
+
+Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& env) {
+  TrainConfig c;
+  KP_ASSIGN_OR_RETURN(c.model, ResolveRunModel(vm, env));
+  const double params = CountParams(c.model).total, max_params = vm["max-params"].as<double>();
+  if (params > max_params) {
+    std::ostringstream o;
+    o << "--model: " << c.model.name << " has " << std::setprecision(3) << params << " parameters, more than "
+      << "--max-params " << max_params << " lets every rank build (take kimi-k3-debug, or scale with --layers --hidden)";
+    return Status::InvalidArgument(o.str());
+  }
+  c.steps = vm["steps"].as<int>();
+  c.batch = vm["batch"].as<int>();
+  c.seq_len = vm.count("seq-len") ? vm["seq-len"].as<int>() : 64;
+  c.lr = vm["lr"].as<double>();
+  c.warmup = vm["warmup"].as<int>();
+  c.grad_clip = vm["grad-clip"].as<double>();
+  if (vm.count("lora-rank") && (!vm.count("mode") || vm["mode"].as<std::string>() == "lora")) {
+    c.lora.rank = vm["lora-rank"].as<int>();
+    c.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.lora.rank;
+  }
+  c.bias_update_rate = c.lora.enabled() ? 0.0 : 1e-3;
+  // --dtype is the plan's name too; the runtime takes fp32 or bf16 activations.
+  KP_ASSIGN_OR_RETURN(c.options.dtype, runtime::ParseDType(vm.count("dtype") ? vm["dtype"].as<std::string>() : "fp32"));
+  c.device = vm["device"].as<std::string>();
+  c.seed = vm["seed"].as<std::uint64_t>();
+  if (vm["log-every"].as<int>() <= 0) return Status::InvalidArgument("--log-every: must be a positive integer");
+  if (vm["timeout-s"].as<int>() <= 0) return Status::InvalidArgument("--timeout-s: must be a positive integer");
+  KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(c));
+  return c;
+}
+
+int IntFlag(const po::variables_map& vm, const char* name, int fallback) {
+  return vm.count(name) ? vm[name].as<int>() : fallback;
+}
+
+// The layout from the flags, or from a recorded plan (--plan); dp defaults
+// to the world over pp. Parallelisms the runtime does not execute are refused.
+Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& env, int world) {
+  ParallelLayout l;
+  std::string source = "--";
+  int tp = IntFlag(vm, "tp", 1), cp = IntFlag(vm, "cp", 1), etp = IntFlag(vm, "etp", 1), dp = IntFlag(vm, "dp", 0);
+  l.pp = IntFlag(vm, "pp", 1);
+  l.vp = IntFlag(vm, "vp", 1);
+  l.ep = IntFlag(vm, "ep", 1);
+  if (vm.count("schedule")) l.schedule = vm["schedule"].as<std::string>();
+  if (vm.count("plan")) {
+    const std::int64_t id = vm["plan"].as<std::int64_t>();
+    const std::string db = vm["db"].as<std::string>();
+    if (!env.fs.Exists(db)) return Status::InvalidArgument("--db: " + db + " does not exist (needed by --plan)");
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(db, env.clock));
+    KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(id));
+    Result<PlanRequest> req = Status::Internal("unparsed");
+    try {
+      req = RequestFromJson(json::parse(rec.request_json));
+    } catch (const std::exception& e) {
+      return Status::InvalidArgument("--plan: plan " + std::to_string(id) + " has an unreadable request: " + e.what());
+    }
+    if (!req.ok()) return Status::InvalidArgument("--plan: " + req.status().message());
+    const ParallelPlan& p = req->plan;
+    tp = p.tp, cp = p.cp, etp = p.etp, dp = p.dp, l.pp = p.pp, l.vp = p.vp, l.ep = p.ep;
+    l.schedule = ScheduleName(req->schedule);
+    source = "--plan " + std::to_string(id) + ": ";
+  }
+  for (const auto& [name, v] : {std::pair{"tp", tp}, {"cp", cp}, {"etp", etp}})
+    if (v != 1)
+      return Status::InvalidArgument((source == "--" ? "--" + std::string(name) + ": " : source) + name + " " +
+                                     std::to_string(v) + " is not executed by the native runtime (only 1)");
+  l.dp = dp > 0 ? dp : world / std::max(1, l.pp);
+  KP_ASSIGN_OR_RETURN(l.attnres_cache, OnOff(vm, "attnres-cache", false));
+  return l;
+}
+
+json LayoutJson(const ParallelLayout& l) {
+  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"schedule", l.schedule},
+          {"attnres_cache", l.attnres_cache}};
+}
+
+// ---------------------------------------------------------------- launcher
+
+// A port nobody listens on now, from the kernel (bound to 127.0.0.1 and
+// released at once); the ranks' MASTER_PORT.
+int FreeLocalPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+// The ranks' arguments: ours without --nproc.
+std::vector<std::string> RankArgs(const std::vector<std::string>& args) {
+  std::vector<std::string> out = {"run"};
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+std::string HowItEnded(int code) {
+  if (code > 128) {
+    const char* name = sigabbrev_np(code - 128);
+    return "was killed by signal " + std::to_string(code - 128) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "exited with code " + std::to_string(code);
+}
+
+// Starts the ranks, then waits; the first rank to fail has the others
+// stopped (SIGTERM) and is named in the error.
+Status LaunchRanks(const std::vector<std::string>& args, int nproc, CliEnv& env) {
+  if (env.processes == nullptr) return Status::Internal("run: no process launcher");
+  const std::string store_file =
+      (std::filesystem::temp_directory_path() / ("kimi-plan-run-" + std::to_string(getpid()) + ".store")).string();
+  std::error_code ec;
+  std::filesystem::remove(store_file, ec);
+  const int port = FreeLocalPort();
+  std::vector<std::string> argv = RankArgs(args);
+  argv.insert(argv.begin(), env.program);
+  std::vector<int> ids;
+  Status failure;
+  for (int r = 0; r < nproc && failure.ok(); ++r) {
+    Result<int> id = env.processes->Start(
+        argv, {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc), "LOCAL_RANK=" + std::to_string(r),
+               "LOCAL_WORLD_SIZE=" + std::to_string(nproc), "MASTER_ADDR=127.0.0.1",
+               "MASTER_PORT=" + std::to_string(port), std::string(runtime::kStoreFileVariable) + "=" + store_file});
+    if (id.ok()) ids.push_back(*id);
+    else failure = id.status();
+  }
+  int first_failed = -1, first_code = 0;
+  for (std::size_t done = 0; done < ids.size(); ++done) {
+    KP_ASSIGN_OR_RETURN(const auto ended, env.processes->WaitAny());
+    int rank = 0;
+    while (rank < static_cast<int>(ids.size()) && ids[rank] != ended.first) ++rank;
+    if (ended.second == 0 || first_failed >= 0 || !failure.ok()) continue;
+    first_failed = rank;
+    first_code = ended.second;
+    for (std::size_t other = 0; other < ids.size(); ++other)
+      if (static_cast<int>(other) != rank) (void)env.processes->Kill(ids[other], SIGTERM);
+  }
+  std::filesystem::remove(store_file, ec);
+  if (!failure.ok()) return failure;
+  if (first_failed < 0) return Status::Ok();
+  const std::string what = "rank " + std::to_string(first_failed) + " of " + std::to_string(nproc) + " " +
+                           HowItEnded(first_code) + "; the other ranks were stopped";
+  return first_code == 2 ? Status::InvalidArgument(what) : Status::IoError(what);
+}
+
+// ---------------------------------------------------------------- one rank
+
+std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
+  std::ostringstream o;
+  o << "step " << std::setw(5) << m.step << "/" << steps << "  loss " << std::fixed << std::setprecision(4) << m.loss
+    << "  grad-norm " << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific << std::setprecision(2)
+    << m.lr << std::fixed << std::setprecision(0) << "  " << m.tokens_per_s << " tok/s";
+  return o.str();
+}
+
+Status LogStep(Store& store, std::int64_t run_id, const runtime::DistStepMetrics& d) {
+  const runtime::StepMetrics& m = d.step;
+  StepRecord rec{run_id, m.step, m.loss, m.grad_norm, m.lr, m.tokens_per_s, m.step_seconds, m.peak_memory_bytes, ""};
+  KP_RETURN_IF_ERROR(store.AppendStep(rec));
+  std::vector<TrafficRecord> rows;
+  for (const runtime::TrafficRow& t : d.traffic)
+    rows.push_back({run_id, m.step, t.stage, t.direction, t.entries, t.bytes});
+  return store.AppendTraffic(rows);
+}
+
+Status RunRank(const po::variables_map& vm, const TrainConfig& config, const runtime::Rendezvous& rv, CliEnv& env) {
+  KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, rv.world_size));
+  runtime::C10dOptions c10d;
+  c10d.backend = vm["backend"].as<std::string>();
+  c10d.device = config.device;
+  c10d.timeout_s = vm["timeout-s"].as<int>();
+  // Rank 0 alone writes the store; it opens it first so a bad --db fails
+  // before any peer waits on it.
+  std::unique_ptr<Store> store;
+  if (rv.rank == 0) {
+    KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, rv.world_size, config));
+    KP_ASSIGN_OR_RETURN(store, Store::Open(vm["db"].as<std::string>(), env.clock));
+  }
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DistTrainSession> session,
+                      runtime::DistTrainSession::Create(config, layout, rv, c10d, env.fs));
+  RunRecord run;
+  if (store) {
+    run.kind = "run";
+    run.model = config.model.name;
+    json cfg = json::parse(runtime::TrainConfigJson(config));
+    cfg["layout"] = LayoutJson(layout);
+    cfg["world"] = rv.world_size;
+    cfg["backend"] = session->backend();
+    cfg["timeout_s"] = c10d.timeout_s;
+    run.config_json = cfg.dump();
+    KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
+    env.err << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
+            << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << "), "
+            << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description() << "\n";
+  }
+  const int log_every = vm["log-every"].as<int>();
+  std::vector<double> losses;
+  while (session->step() < config.steps) {
+    KP_ASSIGN_OR_RETURN(runtime::DistStepMetrics d, session->Step());
+    losses.push_back(d.step.loss);
+    if (!store) continue;
+    KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
+    if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
+      env.err << ProgressLine(d.step, config.steps) << "\n";
+  }
+  if (!store) return Status::Ok();
+  json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
+                 {"backend", session->backend()}, {"layout", LayoutJson(layout)}, {"steps", config.steps},
+                 {"first_loss", losses.front()}, {"last_loss", losses.back()}};
+  if (vm.count("json")) env.out << result.dump(2) << "\n";
+  else
+    env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
+            << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over "
+            << config.steps << " steps\n";
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
+  const po::options_description desc = RunOptions();
+  po::variables_map vm;
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
+  KP_ASSIGN_OR_RETURN(const TrainConfig config, BuildRunConfig(vm, env));
+  const char* rank = env.getenv("RANK");
+  if (rank == nullptr || *rank == '\0') {
+    if (!vm.count("nproc"))
+      return Status::InvalidArgument("--nproc: required unless RANK is set (the torchrun-style environment)");
+    const int nproc = vm["nproc"].as<int>();
+    if (nproc < 1) return Status::InvalidArgument("--nproc: must be a positive integer, got " + std::to_string(nproc));
+    // Everything a rank would refuse is refused here, before any starts.
+    KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, nproc));
+    KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
+    return LaunchRanks(args, nproc, env);
+  }
+  KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
+  if (vm.count("nproc") && vm["nproc"].as<int>() != rv.world_size)
+    return Status::InvalidArgument("--nproc: " + std::to_string(vm["nproc"].as<int>()) + " but WORLD_SIZE is " +
+                                   std::to_string(rv.world_size));
+  return RunRank(vm, config, rv, env);
+}
+
+}  // namespace kp

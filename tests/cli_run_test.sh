@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# End-to-end checks of `kimi-plan run` on a scaled-down kimi-k3-debug over
+# c10d Gloo on 127.0.0.1: the local launcher starts 2 ranks (dp 2, and dp 2
+# with ep 2) that train and log to the store; dp 2's first loss is the
+# single-process `train` loss up to fp32 rounding; bad input is one line and
+# exit 2 before any rank starts; a rank killed under srun-style start ends
+# its peer with a one-line error naming it, within --timeout-s; the launcher
+# names a rank that was killed and stops the others.
+set -u
+bin="$1"
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+source "$here/test_lib.sh"
+q() { sqlite3 kimi-plan.db "$1"; }
+small=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 3 --heads 2)
+
+"$bin" run --nproc 2 --dp 2 "${small[@]}" --steps 3 --json > dp.json 2> dp.err
+check "dp 2: exits 0" test $? -eq 0
+check "dp 2: rank 0's progress" grep -q "^step     3/3  loss" dp.err
+json_check "dp 2: json summary" dp.json "d['world'] == 2 and d['layout']['dp'] == 2 and d['backend'] == 'gloo'"
+check "dp 2: three steps logged" test "$(q "select count(*) from steps where run_id = 1")" = 3
+check "dp 2: run kind" test "$(q "select kind from runs where id = 1")" = run
+check "dp 2: no pipeline traffic at pp 1" test "$(q "select count(*) from pipeline_traffic")" = 0
+
+"$bin" train "${small[@]}" --steps 1 --json > one.json 2> one.err
+check "dp 2's step-1 loss is the single process's" python3 - <<'PY'
+import json, sqlite3
+one = json.load(open("one.json"))["first_loss"]
+dp = sqlite3.connect("kimi-plan.db").execute("select loss from steps where run_id = 1 and step = 1").fetchone()[0]
+assert abs(one - dp) <= 1e-5 * abs(one), (one, dp)
+PY
+
+"$bin" run --nproc 2 --dp 2 --ep 2 "${small[@]}" --steps 2 --json > ep.json 2> ep.err
+check "ep 2: exits 0" test $? -eq 0
+json_check "ep 2: layout recorded" ep.json "d['layout']['ep'] == 2"
+check "ep 2: two steps logged" test "$(q "select count(*) from steps where run_id = 3")" = 2
+check "ep 2: the step-1 loss is dp 2's, bitwise" test "$(q "select printf('%.17g', loss) from steps where run_id = 3 and step = 1")" = "$(q "select printf('%.17g', loss) from steps where run_id = 1 and step = 1")"
+check "ep 2: config names the layout" bash -c "sqlite3 kimi-plan.db \"select config_json from runs where id = 3\" | grep -q '\"ep\":2'"
+
+# dp 4 with ep 2: two EP groups, expert banks averaged over expert-DP pairs.
+"$bin" run --nproc 4 --ep 2 "${small[@]}" --steps 2 --json > dp4.json 2> dp4.err
+check "dp 4 x ep 2: exits 0" test $? -eq 0
+json_check "dp 4 x ep 2: layout" dp4.json "d['layout']['dp'] == 4 and d['layout']['ep'] == 2 and d['world'] == 4"
+
+# --plan: the layout of a recorded plan (dp 2, ep 2), the model still small.
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 > /dev/null
+"$bin" run --nproc 2 --plan 1 "${small[@]}" --steps 1 --json > plan.json 2> plan.err
+check "--plan: exits 0" test $? -eq 0
+json_check "--plan: takes the plan's layout" plan.json "d['layout']['ep'] == 2 and d['layout']['dp'] == 2 and d['layout']['schedule'] == '1f1b'"
+refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --steps 1
+
+refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp = 1 x 2" run --nproc 3 --dp 2 "${small[@]}" --steps 1
+refused "ep must divide dp" steps "--ep: 3 must divide --dp 2" run --nproc 2 --ep 3 "${small[@]}" --steps 1
+refused "pipeline with data parallelism not yet" steps "--dp: a pipeline" run --nproc 4 --pp 2 --dp 2 "${small[@]}" --steps 1
+refused "tensor parallel refused" steps "--tp: tp 2 is not executed" run --nproc 2 --tp 2 "${small[@]}" --steps 1
+refused "bad steps" steps "--steps: must be positive" run --nproc 2 "${small[@]}" --steps 0
+refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --nproc 2 --model kimi-k2.6 --steps 1
+refused "no rank, no nproc" steps "--nproc: required unless RANK is set" run "${small[@]}" --steps 1
+refused "bad dtype" steps "--dtype:" run --nproc 2 "${small[@]}" --steps 1 --dtype fp16
+
+# srun-style: each rank started by hand; rank 1 is killed after step 1 and
+# rank 0 must stop with one line naming rank 1 within the timeout.
+export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 KIMI_PLAN_STORE_FILE="$work/store"
+RANK=0 "$bin" run "${small[@]}" --steps 100000 --log-every 1 --timeout-s 5 > r0.out 2> r0.err &
+r0=$!
+RANK=1 "$bin" run "${small[@]}" --steps 100000 --timeout-s 5 > r1.out 2> r1.err &
+r1=$!
+for _ in $(seq 200); do grep -q "^step     2/" r0.err 2>/dev/null && break; sleep 0.1; done
+kill -9 $r1 2>/dev/null
+wait $r1 2>/dev/null
+start=$(date +%s)
+wait $r0
+rc=$?
+elapsed=$(( $(date +%s) - start ))
+unset WORLD_SIZE MASTER_ADDR KIMI_PLAN_STORE_FILE
+check "killed peer: rank 0 exits 1" test $rc -eq 1
+check "killed peer: within the timeout" test $elapsed -le 6
+check "killed peer: one line naming rank 1 and the operation" \
+  grep -qE "^kimi-plan run: (step [0-9]+: )?(allreduce|alltoall|broadcast|barrier|send|recv) on gloo group of 2 \(rank 0\): rank 1 " r0.err
+echo "     rank 0 said: $(tail -n 1 r0.err)"
+check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 from steps where run_id = 6")" = 1
+
+# The launcher: a rank killed from outside is named, the other one stopped.
+"$bin" run --nproc 2 "${small[@]}" --steps 100000 --log-every 1 --timeout-s 30 > l.out 2> l.err &
+launcher=$!
+for _ in $(seq 200); do grep -q "^step     2/" l.err 2>/dev/null && break; sleep 0.1; done
+victim=$(pgrep -P $launcher | tail -n 1)
+kill -9 "$victim"
+wait $launcher
+rc=$?
+check "launcher: exits 1" test $rc -eq 1
+check "launcher: names the killed rank" grep -q "rank 1 of 2 was killed by signal 9 (SIGKILL); the other ranks were stopped" l.err
+echo "     the launcher said: $(tail -n 1 l.err)"
+check "launcher: no rank left behind" test -z "$(pgrep -P $launcher)"
+
+# Pipelines over Gloo: the simulator's action lists on separate processes,
+# with and without PR #4312's rank cache, on 2 blocks of 4 layers.
+pipe=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 8 --heads 2)
+pq() { sqlite3 pipe.db "$1"; }
+"$bin" train "${pipe[@]}" --steps 1 --db pipe.db > /dev/null 2>&1
+for c in on off; do
+  "$bin" run --nproc 2 --pp 2 "${pipe[@]}" --steps 2 --attnres-cache $c --db pipe.db > /dev/null 2> pp2_$c.err
+  check "pp 2, cache $c: exits 0" test $? -eq 0
+done
+check "pp 2: cache on and off give the same step-1 loss, bitwise" \
+  test "$(pq "select printf('%.17g', loss) from steps where run_id = 2 and step = 1")" = "$(pq "select printf('%.17g', loss) from steps where run_id = 3 and step = 1")"
+check "pp 2: the step-1 loss is the single process's" python3 -c "
+import sqlite3; c = sqlite3.connect('pipe.db')
+one, pp = [c.execute('select loss from steps where run_id = %d and step = 1' % r).fetchone()[0] for r in (1, 2)]
+assert abs(one - pp) <= 1e-6 * abs(one), (one, pp)"
+for c in on off; do
+  "$bin" run --nproc 2 --pp 2 --vp 2 --schedule interleaved-1f1b "${pipe[@]}" --steps 1 --attnres-cache $c --db pipe.db > /dev/null 2> vp_$c.err
+  check "pp 2 x vp 2, cache $c: exits 0" test $? -eq 0
+done
+# 4 micro-batches of one sequence: PR #4312's 5 entries per micro-batch
+# without the cache and 2 with it, forward and backward.
+for dir in forward backward; do
+  check "pp 2 x vp 2 $dir: 2 entries per micro-batch with the cache" test "$(pq "select sum(entries) from pipeline_traffic where run_id = 4 and direction = '$dir'")" = 8
+  check "pp 2 x vp 2 $dir: 5 entries per micro-batch without" test "$(pq "select sum(entries) from pipeline_traffic where run_id = 5 and direction = '$dir'")" = 20
+done
+"$bin" simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 --json --db pipe.db > sim.json
+json_check "the simulator's table says the same" sim.json "d['cached_entries'] == 2 and d['naive_entries'] == 5"
+
+finish cli_run
