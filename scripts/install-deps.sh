@@ -13,6 +13,8 @@ packages=(
   # tests/cli_report_test.sh renders the HTML report headless (it skips that
   # check when chromium is absent).
   chromium
+  # The launcher's Slurm job runs for real on a one-node Slurm in the tests.
+  slurm-wlm munge
 )
 missing=()
 for p in "${packages[@]}"; do

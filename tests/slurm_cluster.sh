@@ -2,7 +2,7 @@
 # Starts (or stops) a one-node Slurm cluster on localhost for the tests:
 # munged with a fresh key, slurmctld and slurmd, all state under DIR. Prints
 # nothing on success; fails with the daemons' logs on error.
-#   tests/slurm_cluster.sh start DIR
+#   tests/slurm_cluster.sh start DIR   (SLURM_TEST_GPUS: GPUs the node advertises, default 2)
 #   tests/slurm_cluster.sh stop DIR
 set -euo pipefail
 cmd=$1 dir=$2
@@ -22,6 +22,7 @@ munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/socket" \
 cpus=$(nproc)
 mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
 port=$(( 20000 + RANDOM % 20000 ))
+gpus=${SLURM_TEST_GPUS:-2}
 cat > "$conf" <<CONF
 ClusterName=kimiplan
 SlurmctldHost=localhost
@@ -47,9 +48,14 @@ ReturnToService=2
 SchedulerType=sched/backfill
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
-NodeName=localhost CPUs=$cpus RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+NodeName=localhost CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
+# The node advertises GPUs it does not have (no device files), so the
+# launcher's `--gpus-per-node` requests schedule here; the ranks run on CPU.
+mkdir -p "$dir/dev"
+for i in $(seq 0 $((gpus - 1))); do touch "$dir/dev/gpu$i"; echo "Name=gpu File=$dir/dev/gpu$i"; done > "$dir/gres.conf"
 export SLURM_CONF="$conf"
 slurmctld -f "$conf"
 slurmd -f "$conf"
