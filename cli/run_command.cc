@@ -292,6 +292,9 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const run
     cfg["world"] = rv.world_size;
     cfg["backend"] = session->backend();
     cfg["timeout_s"] = c10d.timeout_s;
+    // The plan it ran, so that `kimi-plan report` sets the plan's
+    // predictions beside this run's measurements.
+    cfg["plan_id"] = vm.count("plan") ? json(vm["plan"].as<std::int64_t>()) : json(nullptr);
     run.config_json = cfg.dump();
     KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
     env.err << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("

@@ -49,6 +49,8 @@ json_check "dp 4 x ep 2: layout" dp4.json "d['layout']['dp'] == 4 and d['layout'
 "$bin" run --nproc 2 --plan 1 "${small[@]}" --steps 1 --json > plan.json 2> plan.err
 check "--plan: exits 0" test $? -eq 0
 json_check "--plan: takes the plan's layout" plan.json "d['layout']['ep'] == 2 and d['layout']['dp'] == 2 and d['layout']['schedule'] == '1f1b'"
+check "--plan: the run records its plan for the report" bash -c "sqlite3 kimi-plan.db \"select config_json from runs order by id desc limit 1\" | grep -q '\"plan_id\":1'"
+check "--plan: the report sets the plan's prediction beside the run" bash -c "'$bin' report \$(sqlite3 kimi-plan.db 'select max(id) from runs') | grep -qi 'predicted'"
 refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --steps 1
 
 refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp = 1 x 2" run --nproc 3 --dp 2 "${small[@]}" --steps 1
