@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "runtime/communicator.h"
 #include "runtime/pipeline_stage.h"
+#include "runtime/trainer_internal.h"
 #include "simulator/attnres_transport.h"
 #include "simulator/pipeline_schedule.h"
 #include "simulator/schedule_generators.h"
@@ -277,7 +278,7 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   for (auto& [s, module] : modules)
     for (const torch::Tensor& p : module->TrainableParameters()) params.push_back(p);
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  optimizer = std::make_unique<torch::optim::AdamW>(AdamWGroups(params, config.train),
+  optimizer = std::make_unique<torch::optim::AdamW>(ParamGroups(params, config.train),
                                                     torch::optim::AdamWOptions(config.train.lr));
   return Status::Ok();
 }

@@ -14,6 +14,7 @@
 #include "common/file_system.h"
 #include "runtime/in_process_communicator.h"
 #include "runtime/pipeline_stage.h"
+#include "runtime/trainer_internal.h"
 #include "specs/presets.h"
 
 namespace kp::runtime {
@@ -78,7 +79,7 @@ RunResult Reference(const PipelineRankConfig& c, int steps) {
   EXPECT_TRUE(model.ok());
   (*model)->train();
   const std::vector<torch::Tensor> params = (*model)->TrainableParameters();
-  torch::optim::AdamW opt(AdamWGroups(params, c.train), torch::optim::AdamWOptions(c.train.lr));
+  torch::optim::AdamW opt(ParamGroups(params, c.train), torch::optim::AdamWOptions(c.train.lr));
   for (int step = 0; step < steps; ++step) {
     const auto v = Tokens(c, step);
     const torch::Tensor tokens = torch::tensor(v, torch::kLong).reshape({c.train.batch, c.train.seq_len + 1});
@@ -316,7 +317,7 @@ std::vector<torch::Tensor> ClosedFormGrads(const PipelineRankConfig& c, const st
 std::vector<std::vector<torch::Tensor>> ClosedFormRun(const PipelineRankConfig& c, torch::ScalarType act, int steps) {
   IntegerStage whole(c.train.model, act, StageLayers{0, c.train.model.layers, true, true});
   const auto params = whole.TrainableParameters();
-  torch::optim::AdamW opt(AdamWGroups(params, c.train), torch::optim::AdamWOptions(c.train.lr));
+  torch::optim::AdamW opt(ParamGroups(params, c.train), torch::optim::AdamWOptions(c.train.lr));
   std::vector<std::vector<torch::Tensor>> after;
   for (int step = 0; step < steps; ++step) {
     for (auto& g : opt.param_groups())

@@ -1,5 +1,6 @@
 #include "runtime/pipeline_stage.h"
 
+
 namespace kp::runtime {
 
 namespace {
@@ -46,20 +47,6 @@ Result<std::shared_ptr<PipelineStageModule>> MakeModelStage(const ModelSpec& spe
 StageModelImpl* ModelOfStage(PipelineStageModule& module) {
   auto* stage = dynamic_cast<ModelStage*>(&module);
   return stage ? stage->model() : nullptr;
-}
-
-std::vector<torch::optim::OptimizerParamGroup> AdamWGroups(const std::vector<torch::Tensor>& params,
-                                                           const TrainConfig& c) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const torch::Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.adam_eps).weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(c.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return groups;
 }
 
 std::vector<double> GradSquares(const std::vector<torch::Tensor>& params) {

@@ -45,10 +45,6 @@ Result<std::shared_ptr<PipelineStageModule>> MakeModelStage(const ModelSpec& spe
 /// The StageModelImpl behind a module made by MakeModelStage, else null.
 StageModelImpl* ModelOfStage(PipelineStageModule& module);
 
-/// AdamW parameter groups as the trainer forms them: matrices decay,
-/// vectors do not.
-std::vector<torch::optim::OptimizerParamGroup> AdamWGroups(const std::vector<torch::Tensor>& params,
-                                                           const TrainConfig& c);
 
 /// Each parameter's squared gradient norm in fp64, in the given order
 /// (0 where the gradient is undefined).
