@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/runtime_options.h"
 #include "cli/plan_options.h"
 #include "planner/plan_json.h"
 #include "runtime/dist_trainer.h"
@@ -63,36 +64,9 @@ po::options_description RunOptions() {
   return desc;
 }
 
-template <typename T>
-void Set(const po::variables_map& vm, const char* name, std::optional<T>* field) {
-  if (vm.count(name)) *field = vm[name].as<T>();
-}
-
-// The runtime's model: the preset (default kimi-k3-debug, also under --plan,
-// whose production model would not fit), scaled by the shape flags.
-Result<ModelSpec> ResolveRunModel(const po::variables_map& vm, const CliEnv& env) {
-  PresetCatalog catalog(env.fs, env.preset_dir);
-  ModelSpec preset;
-  if (vm.count("model-file")) {
-    KP_ASSIGN_OR_RETURN(preset, catalog.ModelFile(vm["model-file"].as<std::string>()));
-  } else {
-    KP_ASSIGN_OR_RETURN(preset, catalog.Model(vm.count("model") ? vm["model"].as<std::string>() : "kimi-k3-debug"));
-  }
-  runtime::ScaleFlags f;
-  Set(vm, "layers", &f.layers);
-  Set(vm, "hidden", &f.hidden);
-  Set(vm, "heads", &f.heads);
-  Set(vm, "experts", &f.experts);
-  Set(vm, "top-k", &f.top_k);
-  Set(vm, "vocab", &f.vocab);
-  Set(vm, "attn-res-block", &f.attn_res_block);
-  Set(vm, "dense-layers", &f.dense_layers);
-  return runtime::ScaleModel(preset, f);
-}
-
 Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& env) {
   TrainConfig c;
-  KP_ASSIGN_OR_RETURN(c.model, ResolveRunModel(vm, env));
+  KP_ASSIGN_OR_RETURN(c.model, ResolveScaledModel(vm, env));
   const double params = CountParams(c.model).total, max_params = vm["max-params"].as<double>();
   if (params > max_params) {
     std::ostringstream o;

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/runtime_options.h"
 #include "common/table.h"
 #include "runtime/runtime_config.h"
 #include "runtime/trainer.h"
@@ -68,34 +69,9 @@ po::options_description TrainOptions() {
   return desc;
 }
 
-template <typename T>
-void Set(const po::variables_map& vm, const char* name, std::optional<T>* field) {
-  if (vm.count(name)) *field = vm[name].as<T>();
-}
-
-Result<ModelSpec> ResolveTrainModel(const po::variables_map& vm, const CliEnv& env) {
-  PresetCatalog catalog(env.fs, env.preset_dir);
-  ModelSpec preset;
-  if (vm.count("model-file")) {
-    KP_ASSIGN_OR_RETURN(preset, catalog.ModelFile(vm["model-file"].as<std::string>()));
-  } else {
-    KP_ASSIGN_OR_RETURN(preset, catalog.Model(vm["model"].as<std::string>()));
-  }
-  runtime::ScaleFlags f;
-  Set(vm, "layers", &f.layers);
-  Set(vm, "hidden", &f.hidden);
-  Set(vm, "heads", &f.heads);
-  Set(vm, "experts", &f.experts);
-  Set(vm, "top-k", &f.top_k);
-  Set(vm, "vocab", &f.vocab);
-  Set(vm, "attn-res-block", &f.attn_res_block);
-  Set(vm, "dense-layers", &f.dense_layers);
-  return runtime::ScaleModel(preset, f);
-}
-
 Result<TrainConfig> BuildTrainConfig(const po::variables_map& vm, const CliEnv& env) {
   TrainConfig c;
-  KP_ASSIGN_OR_RETURN(c.model, ResolveTrainModel(vm, env));
+  KP_ASSIGN_OR_RETURN(c.model, ResolveScaledModel(vm, env));
   if (!vm.count("steps")) return Status::InvalidArgument("--steps: required (the total optimizer steps to reach)");
   c.steps = vm["steps"].as<int>();
   c.batch = vm["batch"].as<int>();
