@@ -78,20 +78,6 @@ const char* PlotColour(size_t i) {
   return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
 }
 
-std::string EscapeXml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 AxisRange RangeOf(const std::vector<double>& values) {
   if (values.empty()) return {0, 1};
   const auto [lo, hi] = std::minmax_element(values.begin(), values.end());

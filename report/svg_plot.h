@@ -8,6 +8,8 @@
 
 #include <functional>
 #include <string>
+
+#include "common/xml.h"
 #include <utility>
 #include <vector>
 
@@ -68,8 +70,6 @@ std::string StackedBarsSvg(const std::string& title, const std::vector<Bar>& bar
 
 /// The i-th colour of the palette the plots use.
 const char* PlotColour(size_t i);
-/// &, <, >, " escaped for XML text and attributes.
-std::string EscapeXml(const std::string& s);
 
 }  // namespace kp
 

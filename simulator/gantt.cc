@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/xml.h"
+
 namespace kp {
 
 namespace {
@@ -21,20 +23,6 @@ std::string Tick(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 const char* Fill(ActionType t) {
@@ -105,7 +93,7 @@ std::string GanttSvg(const PipelineSimResult& result, const PipelineSchedule& sc
                     Num(height) + "\" viewBox=\"0 0 " + Num(width) + " " + Num(height) + "\">\n";
   out += "<style>text{font-family:sans-serif;font-size:11px}.l{text-anchor:middle;fill:#fff}"
          ".t{text-anchor:middle;fill:#333}.r{text-anchor:end;fill:#333}</style>\n";
-  out += "<text x=\"" + Num(kLeft) + "\" y=\"20\">" + Escape(schedule.name) + ": pp " + std::to_string(pp) + ", " +
+  out += "<text x=\"" + Num(kLeft) + "\" y=\"20\">" + EscapeXml(schedule.name) + ": pp " + std::to_string(pp) + ", " +
          std::to_string(schedule.num_stages) + " stages, " + std::to_string(schedule.microbatches) +
          " micro-batches; makespan " + Num(makespan / 1e3) + " us, bubble " +
          Num(100 * result.bubble_fraction) + "%</text>\n";
@@ -119,7 +107,7 @@ std::string GanttSvg(const PipelineSimResult& result, const PipelineSchedule& sc
 }
 
 std::string GanttHtml(const PipelineSimResult& result, const PipelineSchedule& schedule) {
-  const std::string title = Escape(schedule.name) + " pipeline schedule";
+  const std::string title = EscapeXml(schedule.name) + " pipeline schedule";
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + title +
                     "</title>\n<style>body{font-family:sans-serif;margin:24px}svg{max-width:100%;height:auto}"
                     "</style>\n</head>\n<body>\n<h1>" + title + "</h1>\n";
