@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include <optional>
+
 #include <sqlite3.h>
 
 namespace kp {
@@ -71,6 +73,38 @@ const char* const kMigrations[] = {
       PRIMARY KEY (run_id, step, stage, direction)
     );
     )sql",
+    // 4 -> 5: the SDPO loop (`kimi-plan sdpo`): per step the rollout, feedback,
+    // teacher and sync metrics beside the step's `steps` row, and every
+    // weight sync to the rollout ranks.
+    R"sql(
+    CREATE TABLE loop_steps (
+      run_id INTEGER NOT NULL REFERENCES runs(id),
+      step INTEGER NOT NULL CHECK (step > 0),
+      weight_version INTEGER NOT NULL CHECK (weight_version >= 0),
+      reward_mean REAL NOT NULL,
+      distill_loss REAL,
+      pg_loss REAL,
+      response_tokens_mean REAL NOT NULL,
+      generated_tokens INTEGER NOT NULL CHECK (generated_tokens >= 0),
+      generation_s REAL NOT NULL,
+      generation_tokens_per_s REAL NOT NULL,
+      teacher_s REAL NOT NULL,
+      train_s REAL NOT NULL,
+      wait_s REAL NOT NULL,
+      sync_s REAL NOT NULL,
+      sync_bytes INTEGER NOT NULL CHECK (sync_bytes >= 0),
+      PRIMARY KEY (run_id, step)
+    );
+    CREATE TABLE weight_syncs (
+      run_id INTEGER NOT NULL REFERENCES runs(id),
+      version INTEGER NOT NULL CHECK (version > 0),
+      mode TEXT NOT NULL CHECK (mode IN ('full', 'lora')),
+      bytes INTEGER NOT NULL CHECK (bytes >= 0),
+      buckets INTEGER NOT NULL CHECK (buckets >= 0),
+      seconds REAL NOT NULL,
+      PRIMARY KEY (run_id, version)
+    );
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -88,6 +122,10 @@ class Statement {
   void Bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.c_str(), -1, SQLITE_TRANSIENT); }
   void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void Bind(int i, const std::optional<double>& v) {
+    if (v) Bind(i, *v);
+    else sqlite3_bind_null(stmt_, i);
+  }
   void BindNullable(int i, const std::string& s) {
     if (s.empty()) sqlite3_bind_null(stmt_, i);
     else Bind(i, s);
@@ -281,24 +319,99 @@ Result<std::int64_t> Store::CreateRun(const RunRecord& r) {
   return id;
 }
 
+Status Store::InsertStepRow(const StepRecord& r) {
+  Statement st(db_,
+               "INSERT INTO steps (run_id, step, loss, grad_norm, lr, tokens_per_s, step_time_s, "
+               "peak_memory_bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, r.run_id);
+  st.Bind(2, static_cast<std::int64_t>(r.step));
+  st.Bind(3, r.loss);
+  st.Bind(4, r.grad_norm);
+  st.Bind(5, r.lr);
+  st.Bind(6, r.tokens_per_s);
+  st.Bind(7, r.step_time_s);
+  st.Bind(8, r.peak_memory_bytes);
+  st.Bind(9, clock_.NowIso8601());
+  if (st.Step() != SQLITE_DONE) return st.Error("append step");
+  return Status::Ok();
+}
+
 Status Store::AppendStep(const StepRecord& r) {
+  return InTransaction([&] { return InsertStepRow(r); });
+}
+
+Status Store::AppendLoopStep(const StepRecord& step, const LoopStepRecord& loop,
+                             const std::vector<WeightSyncRecord>& syncs) {
   return InTransaction([&]() -> Status {
+    KP_RETURN_IF_ERROR(InsertStepRow(step));
     Statement st(db_,
-                 "INSERT INTO steps (run_id, step, loss, grad_norm, lr, tokens_per_s, step_time_s, "
-                 "peak_memory_bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                 "INSERT INTO loop_steps (run_id, step, weight_version, reward_mean, distill_loss, pg_loss, "
+                 "response_tokens_mean, generated_tokens, generation_s, generation_tokens_per_s, teacher_s, "
+                 "train_s, wait_s, sync_s, sync_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     KP_RETURN_IF_ERROR(st.status());
-    st.Bind(1, r.run_id);
-    st.Bind(2, static_cast<std::int64_t>(r.step));
-    st.Bind(3, r.loss);
-    st.Bind(4, r.grad_norm);
-    st.Bind(5, r.lr);
-    st.Bind(6, r.tokens_per_s);
-    st.Bind(7, r.step_time_s);
-    st.Bind(8, r.peak_memory_bytes);
-    st.Bind(9, clock_.NowIso8601());
-    if (st.Step() != SQLITE_DONE) return st.Error("append step");
+    st.Bind(1, step.run_id);
+    st.Bind(2, static_cast<std::int64_t>(step.step));
+    st.Bind(3, loop.weight_version);
+    st.Bind(4, loop.reward_mean);
+    st.Bind(5, loop.distill_loss);
+    st.Bind(6, loop.pg_loss);
+    st.Bind(7, loop.response_tokens_mean);
+    st.Bind(8, loop.generated_tokens);
+    st.Bind(9, loop.generation_s);
+    st.Bind(10, loop.generation_tokens_per_s);
+    st.Bind(11, loop.teacher_s);
+    st.Bind(12, loop.train_s);
+    st.Bind(13, loop.wait_s);
+    st.Bind(14, loop.sync_s);
+    st.Bind(15, loop.sync_bytes);
+    if (st.Step() != SQLITE_DONE) return st.Error("append loop step");
+    for (const WeightSyncRecord& w : syncs) {
+      Statement ws(db_,
+                   "INSERT INTO weight_syncs (run_id, version, mode, bytes, buckets, seconds) "
+                   "VALUES (?, ?, ?, ?, ?, ?)");
+      KP_RETURN_IF_ERROR(ws.status());
+      ws.Bind(1, step.run_id);
+      ws.Bind(2, w.version);
+      ws.Bind(3, w.mode);
+      ws.Bind(4, w.bytes);
+      ws.Bind(5, static_cast<std::int64_t>(w.buckets));
+      ws.Bind(6, w.seconds);
+      if (ws.Step() != SQLITE_DONE) return ws.Error("append weight sync");
+    }
     return Status::Ok();
   });
+}
+
+Result<std::vector<LoopStepRecord>> Store::ListLoopSteps(std::int64_t run_id) const {
+  Statement st(db_,
+               "SELECT step, weight_version, reward_mean, distill_loss, pg_loss, response_tokens_mean, "
+               "generated_tokens, generation_s, generation_tokens_per_s, teacher_s, train_s, wait_s, sync_s, "
+               "sync_bytes FROM loop_steps WHERE run_id = ? ORDER BY step");
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, run_id);
+  std::vector<LoopStepRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    LoopStepRecord r;
+    r.step = static_cast<int>(st.Int(0));
+    r.weight_version = st.Int(1);
+    r.reward_mean = st.Real(2);
+    if (!st.IsNull(3)) r.distill_loss = st.Real(3);
+    if (!st.IsNull(4)) r.pg_loss = st.Real(4);
+    r.response_tokens_mean = st.Real(5);
+    r.generated_tokens = st.Int(6);
+    r.generation_s = st.Real(7);
+    r.generation_tokens_per_s = st.Real(8);
+    r.teacher_s = st.Real(9);
+    r.train_s = st.Real(10);
+    r.wait_s = st.Real(11);
+    r.sync_s = st.Real(12);
+    r.sync_bytes = st.Int(13);
+    out.push_back(r);
+  }
+  if (rc != SQLITE_DONE) return st.Error("list loop steps");
+  return out;
 }
 
 Status Store::AppendTraffic(const std::vector<TrafficRecord>& rows) {

@@ -100,10 +100,37 @@ struct TrafficRecord {
   std::int64_t bytes = 0;
 };
 
+/// One step of the SDPO loop (`kimi-plan sdpo`) beyond its `steps` row.
+struct LoopStepRecord {
+  int step = 0;
+  std::int64_t weight_version = 0;    ///< optimizer steps behind the weights the rollout sampled with
+  double reward_mean = 0;             ///< mean verifier reward of the step's responses
+  std::optional<double> distill_loss; ///< the SDPO or k1 distillation loss; empty when the mode has none
+  std::optional<double> pg_loss;      ///< the GRPO policy-gradient loss; empty when the mode has none
+  double response_tokens_mean = 0;    ///< tokens per response, the stop token included
+  std::int64_t generated_tokens = 0;
+  double generation_s = 0;            ///< the rollout's sampling time for the batch
+  double generation_tokens_per_s = 0;
+  double teacher_s = 0;               ///< the self-teacher's scoring forward
+  double train_s = 0;                 ///< student forward, backward and optimizer
+  double wait_s = 0;                  ///< the trainer waiting for the batch
+  double sync_s = 0;                  ///< the weight sync after the step (0 when none)
+  std::int64_t sync_bytes = 0;
+};
+
+/// One weight sync from the trainer to the rollout ranks.
+struct WeightSyncRecord {
+  std::int64_t version = 0;  ///< optimizer steps behind the weights sent
+  std::string mode;          ///< "full" or "lora"
+  std::int64_t bytes = 0;
+  int buckets = 0;
+  double seconds = 0;
+};
+
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   /// Opens (creating if needed) and migrates the database at `path`.
   /// ":memory:" gives a private in-memory store for tests.
@@ -139,6 +166,12 @@ class Store {
   /// Row counts of every table the schema has, in name order: tables added
   /// by later migrations show up without a change here.
   Result<std::vector<TableCount>> CountRows() const;
+  /// Appends an SDPO step: its `steps` row, its `loop_steps` row and the
+  /// syncs made after it, in one transaction.
+  Status AppendLoopStep(const StepRecord& step, const LoopStepRecord& loop,
+                        const std::vector<WeightSyncRecord>& syncs);
+  /// The run's loop steps in step order.
+  Result<std::vector<LoopStepRecord>> ListLoopSteps(std::int64_t run_id) const;
   /// Appends a step's traffic rows in one transaction ((run_id, step, stage,
   /// direction) is unique); nothing for an empty list.
   Status AppendTraffic(const std::vector<TrafficRecord>& rows);
@@ -153,6 +186,7 @@ class Store {
   Store(sqlite3* db, const Clock& clock) : db_(db), clock_(clock) {}
   Status Exec(const std::string& sql);
   Status Migrate();
+  Status InsertStepRow(const StepRecord& r);  // inside a transaction
   sqlite3* db_;
   const Clock& clock_;
 };

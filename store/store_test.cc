@@ -183,6 +183,39 @@ TEST(StoreTest, RoundTripsPipelineTrafficAndRefusesABadDirection) {
   EXPECT_EQ((*s)->ListTraffic(*run)->size(), 3u);
 }
 
+TEST(StoreTest, RoundTripsALoopStepWithItsSyncsInOneTransaction) {
+  FakeClock clock;
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  auto run = (*s)->CreateRun(SampleRun());
+  ASSERT_TRUE(run.ok());
+  LoopStepRecord loop;
+  loop.weight_version = 1;
+  loop.reward_mean = 0.375;
+  loop.distill_loss = 0.125;
+  loop.response_tokens_mean = 3.5;
+  loop.generated_tokens = 112;
+  loop.generation_s = 0.5;
+  loop.generation_tokens_per_s = 224;
+  loop.sync_s = 0.25;
+  loop.sync_bytes = 4096;
+  ASSERT_TRUE((*s)->AppendLoopStep(SampleStep(*run, 1), loop, {{2, "lora", 4096, 1, 0.25}}).ok());
+  auto back = (*s)->ListLoopSteps(*run);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].step, 1);
+  EXPECT_EQ((*back)[0].weight_version, 1);
+  EXPECT_EQ((*back)[0].reward_mean, 0.375);
+  EXPECT_EQ((*back)[0].distill_loss, 0.125);
+  EXPECT_FALSE((*back)[0].pg_loss.has_value());  // NULL, not 0
+  EXPECT_EQ((*back)[0].sync_bytes, 4096);
+  EXPECT_EQ((*s)->ListSteps(*run)->size(), 1u);
+  // A bad sync mode rolls back the step's steps and loop_steps rows too.
+  EXPECT_FALSE((*s)->AppendLoopStep(SampleStep(*run, 2), loop, {{3, "half", 1, 1, 0.1}}).ok());
+  EXPECT_EQ((*s)->ListSteps(*run)->size(), 1u);
+  EXPECT_EQ((*s)->ListLoopSteps(*run)->size(), 1u);
+}
+
 TEST(StoreTest, RefusesADuplicateStepAndAStepOfNoRun) {
   FakeClock clock;
   auto s = Store::Open(":memory:", clock);
