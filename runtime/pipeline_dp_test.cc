@@ -157,7 +157,9 @@ TEST(PipelineProcessRank, Step1) {
   EXPECT_FALSE(got.grads.empty()) << what;
   ExpectSameGrads(ref.grads, got.grads, 0, what, /*only_got=*/true);
   EXPECT_EQ(got.step1[0].loss, ref.losses[0]) << what;
-  if (shape->ep == 1) EXPECT_EQ(got.step1[0].grad_norm, ref.norms[0]) << what;
+  if (shape->ep == 1) {
+    EXPECT_EQ(got.step1[0].grad_norm, ref.norms[0]) << what;
+  }
 }
 
 void RunShapes(const std::vector<std::string>& names) {

@@ -239,7 +239,9 @@ inline Result<RunResult> Pipeline(const PipelineRankConfig& c, int steps, StageM
 /// other. With `only_got`, `want` may hold more (one process's stages).
 inline void ExpectSameGrads(const Grads& want, const Grads& got, double tolerance, const std::string& what,
                             bool only_got = false) {
-  if (!only_got) ASSERT_EQ(want.size(), got.size()) << what;
+  if (!only_got) {
+    ASSERT_EQ(want.size(), got.size()) << what;
+  }
   int differing = 0;
   double worst = 0;
   for (const auto& [name, g] : only_got ? got : want) {
