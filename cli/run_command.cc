@@ -37,9 +37,10 @@ using runtime::TrainConfig;
 
 po::options_description RunOptions() {
   po::options_description desc("kimi-plan run [options]\n\n"
-                               "Trains over several processes: c10d Gloo on CPU, NCCL on CUDA; data and expert\n"
-                               "parallelism. --nproc N starts N local ranks; under srun or Modal each process is\n"
-                               "one rank told by RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Options");
+                               "Trains over several processes: c10d Gloo on CPU, NCCL on CUDA; pipeline, data and\n"
+                               "expert parallelism, composed (rank = pp_rank * dp + dp_rank). --nproc N starts N\n"
+                               "local ranks; under srun or Modal each process is one rank told by RANK, WORLD_SIZE,\n"
+                               "LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Options");
   desc.add_options()("help,h", "this text")
       ("nproc", po::value<int>(), "start this many local ranks (launcher mode; RANK must be unset)")
       ("plan", po::value<std::int64_t>(), "take the layout and schedule of this recorded plan (--model still picks the model)")

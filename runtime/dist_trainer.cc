@@ -18,12 +18,6 @@ namespace {
 
 std::string Str(int v) { return std::to_string(v); }
 
-std::vector<int> Range(int first, int count, int stride) {
-  std::vector<int> v;
-  for (int i = 0; i < count; ++i) v.push_back(first + i * stride);
-  return v;
-}
-
 }  // namespace
 
 bool RunsPipeline() { return true; }
@@ -46,11 +40,9 @@ Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) 
     return Status::InvalidArgument("--ep: expert parallelism with --lora-rank is not supported yet");
   if (c.batch % l.dp != 0)
     return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences do not split evenly over dp " + Str(l.dp));
-  if ((l.pp > 1 || l.vp > 1) && l.dp > 1)
-    return Status::InvalidArgument("--dp: a pipeline (pp " + Str(l.pp) + ", vp " + Str(l.vp) +
-                                   ") does not compose with data or expert parallelism in `run` yet; use --dp 1");
-  if ((l.pp > 1 || l.vp > 1) && c.batch % l.pp != 0)
-    return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences (one per micro-batch) must be a multiple of pp " +
+  if ((l.pp > 1 || l.vp > 1) && (c.batch / l.dp) % l.pp != 0)
+    return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences over dp " + Str(l.dp) + " give each replica " +
+                                   Str(c.batch / l.dp) + " (one per micro-batch), which must be a multiple of pp " +
                                    Str(l.pp));
   return Status::Ok();
 }
@@ -61,10 +53,7 @@ struct DistTrainSession::Impl {
   const FileSystem* fs = nullptr;
   torch::Device device{torch::kCPU};
   std::unique_ptr<Communicator> world;
-  // The groups this rank belongs to; null where the group is this rank alone.
-  std::unique_ptr<Communicator> ep, expert_dp;
-  Communicator* dp = nullptr;  // the world while pp = 1
-  int dp_rank = 0;
+  RankGroups groups;  // pipeline, DP, EP and expert-DP (data_parallel.h)
   std::shared_ptr<StageModelImpl> model;
   std::vector<torch::Tensor> trainable;
   SplitParameters split;
@@ -73,50 +62,35 @@ struct DistTrainSession::Impl {
   std::unique_ptr<PipelineRank> pipeline;  // pp > 1: this rank's stages, instead of `model`
   int step = 0;
 
-  Status BuildGroups();
   Status BuildPipeline();
   Result<DistStepMetrics> Step();
   Result<DistStepMetrics> PipelineStep();
-  ReplicaGroups Replicas() const {
-    return ReplicaGroups{dp, layout.ep > 1 ? expert_dp.get() : dp, ep.get(), layout.dp};
-  }
 };
 
-// EP groups are consecutive blocks of ep DP ranks; the expert-DP group of a
-// rank is every ep-th DP rank from dp_rank % ep. Every rank creates its EP
-// group first, then its expert-DP group, so the store prefixes line up.
-Status DistTrainSession::Impl::BuildGroups() {
-  dp = world.get();
-  dp_rank = world->rank();
-  // Composing a pipeline with DP: world rank = pp_rank * dp + dp_rank; dp
-  // becomes Subgroup(Range(pp_rank * dp, dp, 1)) and the pipeline group
-  // Subgroup(Range(dp_rank, pp, dp)) (not done yet: a pipeline runs with dp 1).
-  if (layout.ep == 1) return Status::Ok();
-  const int block = dp_rank / layout.ep * layout.ep;
-  KP_ASSIGN_OR_RETURN(ep, dp->Subgroup(Range(block, layout.ep, 1)));
-  const int replicas = layout.dp / layout.ep;
-  if (replicas > 1) {
-    KP_ASSIGN_OR_RETURN(expert_dp, dp->Subgroup(Range(dp_rank % layout.ep, replicas, layout.ep)));
-  }
-  return Status::Ok();
-}
-
-// The pipeline group is the whole world (dp = 1): the simulator's action
-// lists for this rank, one sequence per micro-batch.
+// The simulator's action lists for this rank over its replica's pipeline
+// group, one sequence per micro-batch of the replica's rows, the stages on
+// this rank's device, their gradients averaged over the stage's DP group.
 Status DistTrainSession::Impl::BuildPipeline() {
   PipelineRankConfig pc;
   pc.train = config;
+  pc.train.device = device.str();
   KP_ASSIGN_OR_RETURN(pc.schedule, ParseSchedule(layout.schedule));
   pc.pp = layout.pp;
   pc.vp = layout.vp;
-  pc.microbatches = config.batch;
+  pc.microbatches = config.batch / layout.dp;
   pc.attnres_cache = layout.attnres_cache;
-  KP_ASSIGN_OR_RETURN(pipeline, PipelineRank::Create(pc, *world));
+  pc.replicas = PipelineReplicas{layout.dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get()};
+  if (groups.pipeline == nullptr) {  // pp 1 x vp > 1 with dp > 1: a pipeline of this rank alone
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> alone, world->Subgroup({world->rank()}));
+    groups.pipeline = groups.owned.emplace_back(std::move(alone)).get();
+  }
+  KP_ASSIGN_OR_RETURN(pipeline, PipelineRank::Create(pc, *groups.pipeline));
   return Status::Ok();
 }
 
-// Every rank learns every stage's traffic: each fills the rows of its own
-// stages and a sum over the group (one contributor per slot) completes them.
+// Every rank learns every stage's traffic of its replica (the replicas send
+// alike): each fills the rows of its own stages and a sum over the pipeline
+// group (one contributor per slot) completes them.
 Result<DistStepMetrics> DistTrainSession::Impl::PipelineStep() {
   Stopwatch watch;
   const int t = config.seq_len;
@@ -128,7 +102,9 @@ Result<DistStepMetrics> DistTrainSession::Impl::PipelineStep() {
     table[x.stage][x.forward ? 0 : 1][0] += static_cast<double>(x.entries);
     table[x.stage][x.forward ? 0 : 1][1] += static_cast<double>(x.entry_bytes + x.hidden_bytes);
   }
-  KP_RETURN_IF_ERROR(world->AllReduceSum(table));
+  table = table.to(device);
+  KP_RETURN_IF_ERROR(groups.pipeline->AllReduceSum(table));
+  table = table.cpu();
   DistStepMetrics out;
   for (int s = 0; s < stages; ++s)
     for (int d = 0; d < 2; ++d)
@@ -153,7 +129,8 @@ Result<DistStepMetrics> DistTrainSession::Impl::Step() {
   Stopwatch watch;
   DistStepMetrics out;
   StepMetrics& m = out.step;
-  const int t = config.seq_len, rows = config.batch / layout.dp;
+  const int t = config.seq_len, rows = config.batch / layout.dp, dp_rank = groups.dp_rank;
+  Communicator* dp = groups.dp;
   // The whole batch is a pure function of (seed, step); each DP rank keeps its rows.
   std::vector<std::int64_t> tokens = data->Batch(step, config.batch, t + 1);
   const torch::Tensor batch = torch::from_blob(tokens.data(), {config.batch, t + 1}, torch::kLong)
@@ -169,12 +146,12 @@ Result<DistStepMetrics> DistTrainSession::Impl::Step() {
   const torch::Tensor logits = model->forward(batch.narrow(1, 0, t), ctx);
   const torch::Tensor loss = LanguageModelLoss(logits, batch.narrow(1, 1, t));
   loss.backward();
-  const ReplicaGroups groups = Replicas();
-  KP_RETURN_IF_ERROR(AverageGradients(split, groups));
+  const ReplicaGroups replicas = groups.Replicas();
+  KP_RETURN_IF_ERROR(AverageGradients(split, replicas));
   torch::Tensor loss_sum = loss.detach().to(torch::kDouble).reshape({1}).clone();
   if (dp->size() > 1) KP_RETURN_IF_ERROR(dp->AllReduceSum(loss_sum));
   m.loss = loss_sum.item<double>() / layout.dp;
-  KP_ASSIGN_OR_RETURN(m.grad_norm, ClipGradientNorm(trainable, split, groups, config.grad_clip));
+  KP_ASSIGN_OR_RETURN(m.grad_norm, ClipGradientNorm(trainable, split, replicas, config.grad_clip));
   if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm))
     return Status::Internal("step " + Str(step + 1) + ": the loss or the gradient became non-finite (loss " +
                             std::to_string(m.loss) + ", grad norm " + std::to_string(m.grad_norm) + "); lower --lr");
@@ -222,14 +199,14 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
     if (config.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
+    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, layout.pp, layout.dp, layout.ep));
     if (layout.pp > 1 || layout.vp > 1) {
       KP_RETURN_IF_ERROR(impl->BuildPipeline());
       return std::unique_ptr<DistTrainSession>(new DistTrainSession(std::move(impl)));
     }
-    KP_RETURN_IF_ERROR(impl->BuildGroups());
     KP_ASSIGN_OR_RETURN(impl->model, BuildModel(config.model, impl->config.options));
     if (config.lora.enabled()) impl->model->EnableLora(config.lora, config.seed);
-    KP_RETURN_IF_ERROR(ShardExperts(*impl->model, impl->ep.get()));
+    KP_RETURN_IF_ERROR(ShardExperts(*impl->model, impl->groups.ep.get()));
     impl->model->to(impl->device);
     impl->model->train();
     impl->trainable = impl->model->TrainableParameters();

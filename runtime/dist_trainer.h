@@ -1,10 +1,22 @@
 // One rank of the distributed trainer (`kimi-plan run`): the model of
-// trainer.h trained over c10d with data parallelism (gradient all-reduce,
-// reproducible norm) and expert parallelism (all-to-all token dispatch).
-// No LibTorch in this header: the CLI includes it.
+// trainer.h trained over c10d with pipeline parallelism (the simulator's
+// action lists, pipeline_runtime.h), data parallelism (gradient all-reduce,
+// reproducible norm) and expert parallelism (all-to-all token dispatch),
+// composed. No LibTorch in this header: the CLI includes it.
+//
+// Rank layout (Megatron / torchtitan, pipeline outermost): world = pp x dp,
+// rank = p * dp + d for pipeline rank p and DP rank d. The DP groups are one
+// stage's replicas {p * dp + d : d}, the pipeline groups one replica's
+// stages {p * dp + d : p}; EP folds into DP (ep divides dp): the EP groups
+// are ep consecutive ranks of a DP group and the expert-DP groups the ranks
+// of a DP group with the same d % ep. E.g. pp 2 x dp 2: DP {0,1} {2,3},
+// pipelines {0,2} {1,3}.
 //
 // Every rank reads the whole step batch from the deterministic source
-// (data.h) and keeps its DP slice: rows [d * b / dp, (d + 1) * b / dp). The
+// (data.h) and keeps its DP slice: rows [d * b / dp, (d + 1) * b / dp); a
+// pipeline runs that slice as b / dp micro-batches of one sequence, then
+// each stage's gradients are averaged over its DP group, and the norm is
+// summed in the whole model's parameter order over the pipeline group. The
 // reported loss is the mean of the slices' losses, the same on every rank.
 // Thread-safety: one thread.
 #ifndef KIMI_PLAN_RUNTIME_DIST_TRAINER_H_
@@ -36,11 +48,11 @@ struct ParallelLayout {
 /// Checks the layout against the world size, the model and the batch; the
 /// message names the flag: --nproc (world != pp x dp), --ep (must divide
 /// --dp and the routed experts), --batch (must split evenly over dp),
-/// --dp (a pipeline needs dp 1), --batch (a pipeline's batch divides into pp).
+/// --batch (a pipeline replica's b / dp sequences must be a multiple of pp).
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
 
-/// Whether this build executes pipelines (pp > 1 or vp > 1): true; with a
-/// pipeline, dp must be 1 (composition with DP/EP is not done yet).
+/// Whether this build executes pipelines (pp > 1 or vp > 1), composed with
+/// DP and EP: true.
 bool RunsPipeline();
 
 /// Per step, pipeline stage and direction ("forward" activations, "backward"
@@ -54,7 +66,7 @@ struct TrafficRow {
 
 struct DistStepMetrics {
   StepMetrics step;                      ///< loss and grad norm are global (same on every rank)
-  std::vector<TrafficRow> traffic;  ///< every stage's sends, the same on every rank; empty without a pipeline
+  std::vector<TrafficRow> traffic;  ///< every stage's sends of one replica, the same on every rank; empty without a pipeline
 };
 
 class DistTrainSession {

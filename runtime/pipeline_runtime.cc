@@ -7,6 +7,8 @@
 
 #include "common/clock.h"
 #include "runtime/communicator.h"
+#include "runtime/data_parallel.h"
+#include "runtime/expert_parallel.h"
 #include "runtime/pipeline_stage.h"
 #include "runtime/trainer_internal.h"
 #include "simulator/attnres_transport.h"
@@ -190,6 +192,10 @@ struct PipelineRank::Impl {
   int global_params = 0;
   std::unique_ptr<torch::optim::AdamW> optimizer;
   torch::ScalarType act_dtype = torch::kFloat;
+  torch::Device device{torch::kCPU};
+  SplitParameters split;  // params as dense / expert, for the DP average
+  std::vector<int> expert_at;  // indices into params of the sharded experts' banks
+  int dp_rank = 0, dp_size = 1;
   int step = 0;
 
   // Per step.
@@ -203,7 +209,9 @@ struct PipelineRank::Impl {
   int rank() const { return comm->rank(); }
   int M() const { return config.microbatches; }
   int Tokens() const { return config.train.seq_len; }
-  std::int64_t Rows() const { return config.train.batch / config.microbatches; }
+  std::int64_t ReplicaRows() const { return config.train.batch / dp_size; }
+  std::int64_t Rows() const { return ReplicaRows() / M(); }
+  torch::TensorOptions OnDevice(torch::ScalarType t) const { return torch::TensorOptions().dtype(t).device(device); }
   int RankOf(int s) const { return schedule.stage_to_rank[s]; }
   bool IsLast(int s) const { return s == schedule.num_stages - 1; }
   int FirstLocal() const { return modules.begin()->first; }
@@ -213,6 +221,12 @@ struct PipelineRank::Impl {
   int Tag(int from_stage, int m, bool forward) const { return (from_stage * M() + m) * 2 + (forward ? 0 : 1); }
 
   Status Setup(StageModuleFactory factory);
+  Status PlaceStages();
+  ReplicaGroups Replicas() const {
+    const PipelineReplicas& r = config.replicas;
+    return ReplicaGroups{r.dp, r.ep != nullptr ? r.expert_dp : r.dp, r.ep, dp_size};
+  }
+  Status AverageOverReplicas();
   Status ExchangeParameterLayout();
   Status RunActions(bool training);
   Status Forward(int s, int m, bool training);
@@ -239,9 +253,15 @@ Status ValidateConfig(const PipelineRankConfig& c, const Communicator& comm) {
   if (c.pp < 1 || comm.size() != c.pp)
     return Status::InvalidArgument("--pp: " + std::to_string(c.pp) + " does not match the pipeline group's " +
                                    std::to_string(comm.size()) + " ranks");
-  if (c.microbatches < 1 || c.train.batch % c.microbatches != 0)
-    return Status::InvalidArgument("--microbatches: " + std::to_string(c.microbatches) +
-                                   " must be positive and divide --batch " + std::to_string(c.train.batch));
+  const int dp = c.replicas.dp != nullptr ? c.replicas.dp->size() : 1;
+  if (c.train.batch % dp != 0)
+    return Status::InvalidArgument("--batch: " + std::to_string(c.train.batch) + " sequences do not split evenly over dp " +
+                                   std::to_string(dp));
+  const int rows = c.train.batch / dp;
+  if (c.microbatches < 1 || rows % c.microbatches != 0)
+    return Status::InvalidArgument("--microbatches: " + std::to_string(c.microbatches) + " must be positive and divide " +
+                                   "the " + std::to_string(rows) + " sequences of a replica (--batch " +
+                                   std::to_string(c.train.batch) + " over dp " + std::to_string(dp) + ")");
   return ValidateTrainConfig(c.train);
 }
 
@@ -251,6 +271,8 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   KP_RETURN_IF_ERROR(ValidateConfig(config, *comm));
   KP_RETURN_IF_ERROR(ValidateForRuntime(config.train.model));
   config.train.options.seed = config.train.seed;
+  KP_ASSIGN_OR_RETURN(device, ParseDevice(config.train.device));
+  if (config.replicas.dp != nullptr) dp_rank = config.replicas.dp->rank(), dp_size = config.replicas.dp->size();
   const int vp = ScheduleTakesVp(config.schedule) ? config.vp : 1;
   KP_ASSIGN_OR_RETURN(PipelineSchedule compute, GenerateSchedule(config.schedule, config.pp, vp, M()));
   KP_ASSIGN_OR_RETURN(schedule, AddCommunication(compute));
@@ -275,11 +297,34 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   }
   if (modules.empty()) return Status::InvalidArgument("--schedule: rank " + std::to_string(rank()) + " holds no stage");
   act_dtype = config.train.options.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat;
-  for (auto& [s, module] : modules)
-    for (const torch::Tensor& p : module->TrainableParameters()) params.push_back(p);
+  KP_RETURN_IF_ERROR(PlaceStages());
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
   optimizer = std::make_unique<torch::optim::AdamW>(ParamGroups(params, config.train),
                                                     torch::optim::AdamWOptions(config.train.lr));
+  return Status::Ok();
+}
+
+// Shards each model stage's experts over EP, moves it to the device and
+// splits the rank's parameters (stage order) into dense and expert ones.
+Status PipelineRank::Impl::PlaceStages() {
+  for (auto& [s, module] : modules) {
+    const std::vector<torch::Tensor> before = module->TrainableParameters();
+    StageModelImpl* model = ModelOfStage(*module);
+    if (model != nullptr) {
+      KP_RETURN_IF_ERROR(ShardExperts(*model, config.replicas.ep));
+      model->to(device);
+    }
+    const std::vector<torch::Tensor> mine = module->TrainableParameters();
+    const SplitParameters part = model != nullptr ? SplitByReplication(*model, mine)
+                                                  : SplitParameters{mine, {}, std::vector<bool>(mine.size(), false)};
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      if (part.is_expert[i] && config.replicas.ep != nullptr) expert_at.push_back(static_cast<int>(params.size()));
+      params.push_back(mine[i]);
+    }
+    split.dense.insert(split.dense.end(), part.dense.begin(), part.dense.end());
+    split.expert.insert(split.expert.end(), part.expert.begin(), part.expert.end());
+    split.is_expert.insert(split.is_expert.end(), part.is_expert.begin(), part.is_expert.end());
+  }
   return Status::Ok();
 }
 
@@ -287,9 +332,11 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
 // place in the whole model's order (stage major) is known everywhere and the
 // gradient norm can be summed in that order.
 Status PipelineRank::Impl::ExchangeParameterLayout() {
-  torch::Tensor counts = torch::zeros({schedule.num_stages}, torch::kDouble);
-  for (auto& [s, module] : modules) counts[s] = static_cast<double>(module->TrainableParameters().size());
+  torch::Tensor host = torch::zeros({schedule.num_stages}, torch::kDouble);
+  for (auto& [s, module] : modules) host[s] = static_cast<double>(module->TrainableParameters().size());
+  torch::Tensor counts = host.to(device);
   KP_RETURN_IF_ERROR(comm->AllReduceSum(counts));
+  counts = counts.cpu();
   std::vector<int> offset(schedule.num_stages + 1, 0);
   for (int s = 0; s < schedule.num_stages; ++s) offset[s + 1] = offset[s] + static_cast<int>(counts[s].item<double>());
   global_params = offset.back();
@@ -362,7 +409,7 @@ Status PipelineRank::Impl::RecvHop(int s, int m, bool forward) {
   const int from = forward ? s - 1 : s + 1;
   const std::size_t entries = forward ? routes[s].wire_in.size() : routes[s + 1].wire_in.size();
   torch::Tensor buffer = torch::empty(
-      {static_cast<std::int64_t>(1 + entries), Rows(), Tokens(), config.train.model.hidden}, act_dtype);
+      {static_cast<std::int64_t>(1 + entries), Rows(), Tokens(), config.train.model.hidden}, OnDevice(act_dtype));
   KP_RETURN_IF_ERROR(comm->Recv(buffer, RankOf(from), Tag(from, m, forward)));
   (forward ? fwd_inbox : bwd_inbox)[{s, m}] = Unpack(buffer);
   return Status::Ok();
@@ -530,31 +577,57 @@ Status PipelineRank::Impl::SetTokens(const std::vector<std::int64_t>& t) {
   if (static_cast<std::int64_t>(t.size()) != want)
     return Status::InvalidArgument("tokens: " + std::to_string(t.size()) + " given, --batch x (--seq-len + 1) is " +
                                    std::to_string(want));
-  tokens = torch::tensor(t, torch::kLong).reshape({config.train.batch, Tokens() + 1});
+  tokens = torch::tensor(t, torch::kLong)
+               .reshape({config.train.batch, Tokens() + 1})
+               .narrow(0, dp_rank * ReplicaRows(), ReplicaRows())
+               .to(device);
   return Status::Ok();
 }
 
 // Only the last stage's rank has the losses; the others add zeros, which
-// is exact, and everyone sums the micro-batches in order.
+// is exact, and everyone sums the micro-batches in order; then the
+// replicas' means are averaged over DP (in DP-rank order in-process).
 Result<double> PipelineRank::Impl::ReduceLoss() {
-  torch::Tensor l = torch::zeros({M()}, torch::kDouble);
+  torch::Tensor host = torch::zeros({M()}, torch::kDouble);
   if (RankOf(schedule.num_stages - 1) == rank())
-    for (int m = 0; m < M(); ++m) l[m] = losses[m];
+    for (int m = 0; m < M(); ++m) host[m] = losses[m];
+  torch::Tensor l = host.to(device);
   KP_RETURN_IF_ERROR(comm->AllReduceSum(l));
+  l = l.cpu();
   double sum = 0;
   for (int m = 0; m < M(); ++m) sum += l[m].item<double>();
-  return sum / M();
+  if (dp_size == 1) return sum / M();
+  torch::Tensor replica = torch::full({1}, sum / M(), OnDevice(torch::kDouble));
+  KP_RETURN_IF_ERROR(config.replicas.dp->AllReduceSum(replica));
+  return replica.item<double>() / dp_size;
+}
+
+// The replicas' gradients averaged (the dense ones over DP, the experts'
+// over expert-DP); every parameter has a gradient afterwards.
+Status PipelineRank::Impl::AverageOverReplicas() {
+  if (dp_size == 1) return Status::Ok();
+  return AverageGradients(split, Replicas());
 }
 
 // Each parameter's square lands in its own slot of the whole model's order
 // (one rank contributes to a slot, so the all-reduce is exact) and the sum
 // runs over the slots in order: SumInOrder over the single model.
+// A sharded expert bank's square is first summed over its EP group.
 Result<double> PipelineRank::Impl::ReduceGradNorm() {
-  torch::Tensor squares = torch::zeros({global_params}, torch::kDouble);
-  const std::vector<double> mine = GradSquares(params);
-  for (std::size_t i = 0; i < mine.size(); ++i) squares[slots[i]] = mine[i];
+  std::vector<double> mine = GradSquares(params);
+  if (!expert_at.empty()) {
+    torch::Tensor host = torch::zeros({static_cast<std::int64_t>(expert_at.size())}, torch::kDouble);
+    for (std::size_t i = 0; i < expert_at.size(); ++i) host[i] = mine[expert_at[i]];
+    torch::Tensor banks = host.to(device);
+    KP_RETURN_IF_ERROR(config.replicas.ep->AllReduceSum(banks));
+    banks = banks.cpu();
+    for (std::size_t i = 0; i < expert_at.size(); ++i) mine[expert_at[i]] = banks[i].item<double>();
+  }
+  torch::Tensor host = torch::zeros({global_params}, torch::kDouble);
+  for (std::size_t i = 0; i < mine.size(); ++i) host[slots[i]] = mine[i];
+  torch::Tensor squares = host.to(device);
   KP_RETURN_IF_ERROR(comm->AllReduceSum(squares));
-  const torch::Tensor flat = squares.contiguous();
+  const torch::Tensor flat = squares.cpu().contiguous();
   const double* d = flat.data_ptr<double>();
   return std::sqrt(SumInOrder(std::vector<double>(d, d + global_params)));
 }
@@ -570,6 +643,7 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   optimizer->zero_grad();
   KP_RETURN_IF_ERROR(RunActions(/*training=*/true));
   KP_RETURN_IF_ERROR(CheckDrained());
+  KP_RETURN_IF_ERROR(AverageOverReplicas());
   KP_ASSIGN_OR_RETURN(r.grad_norm, ReduceGradNorm());
   KP_ASSIGN_OR_RETURN(r.loss, ReduceLoss());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
@@ -577,7 +651,10 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); lower --lr");
   ClipGradients(params, r.grad_norm, config.train.grad_clip);
   optimizer->step();
-  for (auto& [s, module] : modules) module->AfterStep(config.train.bias_update_rate);
+  for (auto& [s, module] : modules) {
+    if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, config.replicas.dp));
+    module->AfterStep(config.train.bias_update_rate);
+  }
   r.step = ++step;
   for (const auto& [key, traffic_row] : traffic) r.traffic.push_back(traffic_row);
   r.step_seconds = watch.Seconds();
@@ -617,6 +694,8 @@ Result<std::unique_ptr<PipelineRank>> PipelineRank::Create(const PipelineRankCon
 Result<PipelineStepResult> PipelineRank::TrainStep(const std::vector<std::int64_t>& tokens) {
   try {
     return impl_->TrainStep(tokens);
+  } catch (const CommunicationError& e) {
+    return Status::IoError("step " + std::to_string(impl_->step + 1) + ": " + e.what());
   } catch (const c10::Error& e) {
     return Status::Internal("step " + std::to_string(impl_->step + 1) + ": " + e.what_without_backtrace());
   }
@@ -625,6 +704,8 @@ Result<PipelineStepResult> PipelineRank::TrainStep(const std::vector<std::int64_
 Result<double> PipelineRank::EvalStep(const std::vector<std::int64_t>& tokens) {
   try {
     return impl_->EvalStep(tokens);
+  } catch (const CommunicationError& e) {
+    return Status::IoError(std::string("eval: ") + e.what());
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("eval: ") + e.what_without_backtrace());
   }

@@ -17,6 +17,20 @@
 // gradient sums the same contributions in another association
 // (docs/runtime.md, "Pipeline").
 //
+// Composed with data and expert parallelism (`replicas`, dist_trainer.h
+// states the layout): every DP replica runs the same action lists on its
+// rows of the step's batch; after the last backward the gradients of this
+// rank's stages are averaged over the stage's DP group (experts over their
+// expert-DP group) before the norm, the clip and AdamW; the loss is the mean
+// over the replicas. With EP the routed experts of each stage are sharded
+// over the EP group and the tokens of a micro-batch are exchanged among the
+// replicas of the same stage, which run the same actions in the same order.
+// A step is then bitwise the reference that accumulates each replica's
+// micro-batches apart and averages the replicas in DP-rank order.
+//
+// Device: stages, received buffers, tokens and the reductions' tensors live
+// on train.device (cuda:N under NCCL, which moves device memory only).
+//
 // W in zero-bubble schedules: the weight gradient is computed together with
 // the input gradient at I (one autograd pass); W is a no-op. The schedule's
 // order is kept, only W's time moves into I.
@@ -44,15 +58,24 @@ namespace kp::runtime {
 class Communicator;
 class PipelineStageModule;
 
+/// The data-parallel replicas of this rank's stages; a null group is a group
+/// of one. The communicators must outlive the PipelineRank.
+struct PipelineReplicas {
+  Communicator* dp = nullptr;         ///< this rank's stages on every DP replica: dense gradients averaged here
+  Communicator* expert_dp = nullptr;  ///< with ep: the replicas holding this rank's experts (null when dp == ep)
+  Communicator* ep = nullptr;         ///< the routed experts of each MoE layer sharded over it (tokens all-to-all)
+};
+
 struct PipelineRankConfig {
-  /// Model, options, optimizer hyper-parameters, batch (sequences per step),
-  /// seq_len and seed; `data` and `resume` are not read here (the caller
-  /// hands each step's tokens).
+  /// Model, options, optimizer hyper-parameters, batch (sequences per step,
+  /// over all DP replicas), seq_len, seed and device; `data` and `resume`
+  /// are not read here (the caller hands each step's tokens).
   TrainConfig train;
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int pp = 1;
   int vp = 1;                ///< stages per rank (interleaved-1f1b; 2 for the V-shaped ones)
-  int microbatches = 1;      ///< M; must divide train.batch
+  int microbatches = 1;      ///< M per replica; must divide train.batch / dp
+  PipelineReplicas replicas; ///< DP / EP composition; none by default
   bool attnres_cache = true; ///< --attnres-cache on|off
   /// The stage split; empty: EvenSplit(layers, stages) as the simulator does.
   StageSplit split;
@@ -73,8 +96,8 @@ struct PipelineTraffic {
 
 struct PipelineStepResult {
   int step = 0;           ///< 1-based, as StepMetrics::step
-  double loss = 0;        ///< (sum of micro-batch mean losses) / M, the same on every rank
-  double grad_norm = 0;   ///< total L2 norm before clipping, the same on every rank
+  double loss = 0;        ///< mean over replicas of (sum of micro-batch mean losses) / M, the same on every rank
+  double grad_norm = 0;   ///< total L2 norm (after the DP average) before clipping, the same on every rank
   double lr = 0;
   double step_seconds = 0;
   /// This rank's sends over other ranks (local hops inside a rank are not
@@ -93,7 +116,8 @@ class PipelineRank {
   /// this rank's stages (`factory`, or the model's pieces when empty) and its
   /// optimizer. Collective over `pp` (it exchanges parameter counts).
   /// Errors, one line naming the field: --pp not the communicator's size,
-  /// --split not pp * vp stages, --microbatches not dividing --batch, and
+  /// --split not pp * vp stages, --batch not splitting over dp,
+  /// --microbatches not dividing a replica's rows, and
   /// with the cache on a schedule that does not put stage s on rank s % pp
   /// (--schedule, naming it and the first stage off).
   static Result<std::unique_ptr<PipelineRank>> Create(const PipelineRankConfig& config, Communicator& pp,
@@ -104,7 +128,9 @@ class PipelineRank {
 
   /// One optimizer step. `tokens` is the step's whole batch, row-major
   /// [batch, seq_len + 1] (inputs and shifted targets), the same on every
-  /// rank (only the first and the last stage read it).
+  /// rank; DP replica d keeps rows [d * batch / dp, (d + 1) * batch / dp)
+  /// (only the first and the last stage read them). A failed exchange is
+  /// an IoError.
   Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens);
   /// The forward-only pass: the same schedule's forwards under no-grad,
   /// the cached transport as in training, no gradient read or written.

@@ -9,150 +9,19 @@
 
 #include <map>
 #include <mutex>
-#include <random>
 
-#include "common/file_system.h"
-#include "runtime/in_process_communicator.h"
-#include "runtime/pipeline_stage.h"
-#include "runtime/trainer_internal.h"
-#include "specs/presets.h"
+#include "runtime/pipeline_test_util.h"
 
 namespace kp::runtime {
 namespace {
 
-// kimi-k3-debug (KDA/MLA pattern, MoE, blocks of 4) scaled to CPU-test size.
-ModelSpec DebugSpec(int layers) {
-  RealFileSystem fs;
-  auto preset = PresetCatalog(fs, DefaultPresetDir()).Model("kimi-k3-debug");
-  EXPECT_TRUE(preset.ok()) << preset.status().message();
-  ScaleFlags flags;
-  flags.layers = layers;
-  flags.hidden = 32;
-  flags.heads = 2;
-  flags.experts = 4;
-  flags.vocab = 64;
-  auto spec = ScaleModel(*preset, flags);
-  EXPECT_TRUE(spec.ok()) << spec.status().message();
-  return *spec;
-}
-
-PipelineRankConfig Config(const ModelSpec& spec, ScheduleKind kind, int pp, int vp, bool cache) {
-  PipelineRankConfig c;
-  c.train.model = spec;
-  c.train.batch = 4;
-  c.train.seq_len = 8;
-  c.train.steps = 20;
-  c.train.warmup = 2;
-  c.train.lr = 1e-2;
-  c.train.grad_clip = 0.5;  // active: the clip factor depends on the reduced norm
-  c.train.seed = 7;
-  c.schedule = kind;
-  c.pp = pp;
-  c.vp = vp;
-  c.microbatches = 4;
-  c.attnres_cache = cache;
-  return c;
-}
-
-std::vector<std::int64_t> Tokens(const PipelineRankConfig& c, int step) {
-  std::mt19937_64 rng(1000 + step);
-  std::vector<std::int64_t> t(std::size_t(c.train.batch) * (c.train.seq_len + 1));
-  for (auto& x : t) x = static_cast<std::int64_t>(rng() % c.train.model.vocab);
-  return t;
-}
-
-using Grads = std::map<std::string, torch::Tensor>;
-
-struct RunResult {
-  std::vector<double> losses, norms;
-  Grads grads;   // after step 1 (clipped as the optimizer saw them)
-  std::vector<PipelineStepResult> step1;  // every rank's first step
-};
-
-// The reference: the whole model, the micro-batches accumulated in order
-// (loss_m / M, one backward each), the fixed-order norm, clip, AdamW.
-RunResult Reference(const PipelineRankConfig& c, int steps) {
-  RunResult run;
-  ModelOptions options = c.train.options;
-  options.seed = c.train.seed;
-  auto model = BuildModel(c.train.model, options);
-  EXPECT_TRUE(model.ok());
-  (*model)->train();
-  const std::vector<torch::Tensor> params = (*model)->TrainableParameters();
-  torch::optim::AdamW opt(ParamGroups(params, c.train), torch::optim::AdamWOptions(c.train.lr));
-  for (int step = 0; step < steps; ++step) {
-    const auto v = Tokens(c, step);
-    const torch::Tensor tokens = torch::tensor(v, torch::kLong).reshape({c.train.batch, c.train.seq_len + 1});
-    for (auto& g : opt.param_groups())
-      static_cast<torch::optim::AdamWOptions&>(g.options()).lr(LearningRate(c.train, step));
-    opt.zero_grad();
-    double sum = 0;
-    for (int m = 0; m < c.microbatches; ++m) {
-      const torch::Tensor mb = MicroBatchRows(tokens, m, c.microbatches);
-      ForwardContext ctx;
-      ctx.record_router_load = true;
-      const torch::Tensor loss =
-          LanguageModelLoss((*model)->forward(mb.narrow(1, 0, c.train.seq_len), ctx), mb.narrow(1, 1, c.train.seq_len));
-      sum += loss.item<double>();
-      loss.div(static_cast<double>(c.microbatches)).backward();
-    }
-    const double norm = std::sqrt(SumInOrder(GradSquares(params)));
-    ClipGradients(params, norm, c.train.grad_clip);
-    if (step == 0)
-      for (const auto& p : (*model)->named_parameters())
-        if (p.value().grad().defined()) run.grads[p.key()] = p.value().grad().clone();
-    opt.step();
-    (*model)->UpdateRouterBiases(c.train.bias_update_rate);
-    run.losses.push_back(sum / c.microbatches);
-    run.norms.push_back(norm);
-  }
-  return run;
-}
-
-// The pipeline on c.pp in-process ranks; every rank's losses must agree.
-Result<RunResult> Pipeline(const PipelineRankConfig& c, int steps, StageModuleFactory factory = {}) {
-  RunResult run;
-  std::mutex mu;
-  const auto statuses = RunRanks(c.pp, [&](Communicator& comm) -> Status {
-    KP_ASSIGN_OR_RETURN(auto rank, PipelineRank::Create(c, comm, factory));
-    for (int step = 0; step < steps; ++step) {
-      KP_ASSIGN_OR_RETURN(PipelineStepResult r, rank->TrainStep(Tokens(c, step)));
-      std::lock_guard<std::mutex> lock(mu);
-      if (comm.rank() == 0) run.losses.push_back(r.loss), run.norms.push_back(r.grad_norm);
-      if (step == 0) {
-        run.step1.push_back(r);
-        for (int s : rank->stages())
-          if (StageModelImpl* model = ModelOfStage(rank->stage_module(s)))
-            for (const auto& p : model->named_parameters())
-              if (p.value().grad().defined()) run.grads[p.key()] = p.value().grad().clone();
-      }
-    }
-    return Status::Ok();
-  });
-  KP_RETURN_IF_ERROR(FirstError(statuses));
-  return run;
-}
-
-// Bitwise: every gradient of the reference exists and is identical.
-void ExpectSameGrads(const Grads& want, const Grads& got, double tolerance, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  int differing = 0;
-  double worst = 0;
-  for (const auto& [name, g] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << what << ": no gradient for " << name;
-    if (!torch::equal(g, it->second)) {
-      ++differing;
-      const double scale = g.abs().max().item<double>() + 1e-30;
-      worst = std::max(worst, (g - it->second).abs().max().item<double>() / scale);
-    }
-  }
-  if (tolerance == 0) {
-    EXPECT_EQ(differing, 0) << what << ": " << differing << " gradients differ, worst relative " << worst;
-  } else {
-    EXPECT_LE(worst, tolerance) << what << ": " << differing << " gradients differ";
-  }
-}
+using testing::Config;
+using testing::DebugSpec;
+using testing::ExpectSameGrads;
+using testing::Pipeline;
+using testing::Reference;
+using testing::RunResult;
+using testing::Tokens;
 
 struct Shape {
   const char* name;

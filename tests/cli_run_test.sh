@@ -3,7 +3,8 @@
 # c10d Gloo on 127.0.0.1: the local launcher starts 2 ranks (dp 2, and dp 2
 # with ep 2) that train and log to the store; dp 2's first loss is the
 # single-process `train` loss up to fp32 rounding; bad input is one line and
-# exit 2 before any rank starts; a rank killed under srun-style start ends
+# exit 2 before any rank starts; pipelines (pp 2, pp 2 x vp 2, composed
+# with dp 2 and ep 2) run and match the single process's step-1 loss; a rank killed under srun-style start ends
 # its peer with a one-line error naming it, within --timeout-s; the launcher
 # names a rank that was killed and stops the others.
 set -u
@@ -55,7 +56,7 @@ refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --
 
 refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp = 1 x 2" run --nproc 3 --dp 2 "${small[@]}" --steps 1
 refused "ep must divide dp" steps "--ep: 3 must divide --dp 2" run --nproc 2 --ep 3 "${small[@]}" --steps 1
-refused "pipeline with data parallelism not yet" steps "--dp: a pipeline" run --nproc 4 --pp 2 --dp 2 "${small[@]}" --steps 1
+refused "a pipeline replica's batch below pp" steps "--batch: 4 sequences over dp 2 give each replica 2 (one per micro-batch), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
 refused "tensor parallel refused" steps "--tp: tp 2 is not executed" run --nproc 2 --tp 2 "${small[@]}" --steps 1
 refused "bad steps" steps "--steps: must be positive" run --nproc 2 "${small[@]}" --steps 0
 refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --nproc 2 --model kimi-k2.6 --steps 1
@@ -124,5 +125,17 @@ for dir in forward backward; do
 done
 "$bin" simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 --json --db pipe.db > sim.json
 json_check "the simulator's table says the same" sim.json "d['cached_entries'] == 2 and d['naive_entries'] == 5"
+
+# The pipeline composed with DP (pp 2 x dp 2: 4 ranks, 2 sequences each)
+# and with DP and EP (the experts of each stage split over its 2 replicas).
+"$bin" run --nproc 4 --pp 2 --dp 2 "${pipe[@]}" --steps 2 --db pipe.db --json > ppdp.json 2> ppdp.err
+check "pp 2 x dp 2: exits 0" test $? -eq 0
+json_check "pp 2 x dp 2: layout" ppdp.json "d['world'] == 4 and d['layout']['pp'] == 2 and d['layout']['dp'] == 2"
+"$bin" run --nproc 4 --pp 2 --dp 2 --ep 2 "${pipe[@]}" --steps 2 --db pipe.db --json > ppep.json 2> ppep.err
+check "pp 2 x dp 2 x ep 2: exits 0" test $? -eq 0
+check "pp 2 x dp 2 (x ep 2): the step-1 loss is the single process's" python3 -c "
+import json; one = [r for r in [__import__('sqlite3').connect('pipe.db').execute('select loss from steps where run_id = 1 and step = 1').fetchone()[0]]][0]
+for f in ('ppdp.json', 'ppep.json'):
+    l = json.load(open(f))['first_loss']; assert abs(one - l) <= 1e-5 * abs(one), (f, one, l)"
 
 finish cli_run
