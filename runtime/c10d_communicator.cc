@@ -172,16 +172,11 @@ class C10dCommunicator : public Communicator {
   }
 
   Status Broadcast(torch::Tensor& t, int root) override {
-    KP_RETURN_IF_ERROR(CheckPeer("broadcast", root, /*self_ok=*/true));
-    KP_RETURN_IF_ERROR(WaitSends(pending_.size()));
-    std::vector<at::Tensor> v{t};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    opts.timeout = g_.timeout;
-    return Wait("broadcast", AnyPeer(), [&] { return g_.pg->broadcast(v, opts); });
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> op, StartBroadcast(t, root));
+    return op->Wait();
   }
 
-  // As Broadcast, without the wait: on Gloo the broadcast runs on Gloo's
+  // Broadcast without the wait: on Gloo the broadcast runs on Gloo's
   // threads, on NCCL it is queued on NCCL's stream (after the work already
   // queued on the current stream, so a buffer packed there is ready).
   Result<std::unique_ptr<PendingOp>> StartBroadcast(torch::Tensor& t, int root) override {
