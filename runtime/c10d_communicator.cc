@@ -84,6 +84,50 @@ Result<c10::intrusive_ptr<Backend>> MakeBackend(const Group& g) {
   return Status::InvalidArgument("--backend: this build has no c10d " + g.backend + " backend");
 }
 
+// "<prefix><the first line of why>" as an IoError.
+Status FailureLine(const std::string& prefix, std::string why) {
+  const std::size_t nl = why.find('\n');
+  if (nl != std::string::npos) why.resize(nl);
+  return Status::IoError(prefix + why);
+}
+Status FailureLine(const std::string& prefix, const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return FailureLine(prefix, c->what_without_backtrace());
+  return FailureLine(prefix, std::string(e.what()));
+}
+
+// Waits for c10d's work; c10d reports a closed connection or a timeout by
+// throwing, which becomes one line: `prefix` names who and what.
+Status WaitWork(c10d::Work& work, Millis timeout, const std::string& prefix) {
+  try {
+    work.wait(timeout);
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return FailureLine(prefix, e);
+  }
+}
+
+// A collective left in flight (StartBroadcast). It holds c10d's work, which
+// keeps the tensors alive; destroying it unwaited waits (the interface's rule).
+class C10dPendingOp : public PendingOp {
+ public:
+  C10dPendingOp(c10::intrusive_ptr<c10d::Work> work, Millis timeout, std::string failure_prefix)
+      : work_(std::move(work)), timeout_(timeout), prefix_(std::move(failure_prefix)) {}
+  ~C10dPendingOp() override {
+    if (work_) (void)Wait();
+  }
+  Status Wait() override {
+    if (!work_) return Status::Internal("broadcast: Wait called twice");
+    Status s = WaitWork(*work_, timeout_, prefix_);
+    work_.reset();
+    return s;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  Millis timeout_;
+  std::string prefix_;
+};
+
 class C10dCommunicator : public Communicator {
  public:
   explicit C10dCommunicator(Group g) : g_(std::move(g)) {}
@@ -128,13 +172,26 @@ class C10dCommunicator : public Communicator {
   }
 
   Status Broadcast(torch::Tensor& t, int root) override {
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> op, StartBroadcast(t, root));
+    return op->Wait();
+  }
+
+  // Broadcast without the wait: on Gloo the broadcast runs on Gloo's
+  // threads, on NCCL it is queued on NCCL's stream (after the work already
+  // queued on the current stream, so a buffer packed there is ready).
+  Result<std::unique_ptr<PendingOp>> StartBroadcast(torch::Tensor& t, int root) override {
     KP_RETURN_IF_ERROR(CheckPeer("broadcast", root, /*self_ok=*/true));
     KP_RETURN_IF_ERROR(WaitSends(pending_.size()));
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = g_.timeout;
-    return Wait("broadcast", AnyPeer(), [&] { return g_.pg->broadcast(v, opts); });
+    const std::string prefix = FailurePrefix("broadcast", AnyPeer());
+    try {
+      return std::unique_ptr<PendingOp>(new C10dPendingOp(g_.pg->broadcast(v, opts), g_.timeout, prefix));
+    } catch (const std::exception& e) {
+      return FailureLine(prefix, e);
+    }
   }
 
   Status AllToAll(const std::vector<torch::Tensor>& in, std::vector<torch::Tensor>& out) override;
@@ -190,19 +247,18 @@ class C10dCommunicator : public Communicator {
       c10::intrusive_ptr<c10d::Work> work = start();
       work->wait(g_.timeout);
       return Status::Ok();
-    } catch (const c10::Error& e) {
-      return Failure(op, peer, e.what_without_backtrace());
     } catch (const std::exception& e) {
-      return Failure(op, peer, e.what());
+      return FailureLine(FailurePrefix(op, peer), e);
     }
   }
-  Status Failure(const char* op, const std::string& peer, std::string why) const {
-    const std::size_t nl = why.find('\n');
-    if (nl != std::string::npos) why.resize(nl);
+  Status Failure(const char* op, const std::string& peer, const std::string& why) const {
+    return FailureLine(FailurePrefix(op, peer), why);
+  }
+  std::string FailurePrefix(const char* op, const std::string& peer) const {
     std::ostringstream o;
     o << op << " on " << g_.backend << " group of " << size() << " (rank " << g_.world_ranks[g_.rank] << "): " << peer
-      << " died or did not answer within " << g_.timeout.count() / 1000.0 << " s: " << why;
-    return Status::IoError(o.str());
+      << " died or did not answer within " << g_.timeout.count() / 1000.0 << " s: ";
+    return o.str();
   }
 
   Group g_;

@@ -7,7 +7,9 @@
 // order the ranks make them (point-to-point calls pair a Send with the peer's
 // Recv of the same tag); tensors are dense and contiguous (PR #4312's finding:
 // c10d rejects non-overlapping-and-dense violations on P2P); a call blocks
-// until its tensors may be reused. A failure (a peer that died or hung past
+// until its tensors may be reused, except a Start* call, whose tensors may be
+// reused once its PendingOp's Wait returns (its place in the collective order
+// is where it was started). A failure (a peer that died or hung past
 // the timeout) is a Status naming the peer and the operation, never a hang.
 // Thread-safety: one communicator is used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_COMMUNICATOR_H_
@@ -22,6 +24,18 @@
 #include "common/status.h"
 
 namespace kp::runtime {
+
+/// A collective started by Communicator::Start*, in flight. Thread-safety: as
+/// its communicator's (one thread).
+class PendingOp {
+ public:
+  /// Destroying an op that was not waited for waits for it (ignoring its
+  /// failure), so its tensors are never written after it is gone.
+  virtual ~PendingOp() = default;
+  /// Blocks until the operation is done and its tensor may be read and
+  /// reused; a failure as the blocking call would report it. Call once.
+  virtual Status Wait() = 0;
+};
 
 class Communicator {
  public:
@@ -42,6 +56,12 @@ class Communicator {
   virtual Status AllReduceSum(torch::Tensor& t) = 0;
   /// Copies root's `t` to every rank.
   virtual Status Broadcast(torch::Tensor& t, int root) = 0;
+  /// Broadcast(t, root) started and left in flight: `t` must stay alive and
+  /// untouched until the op's Wait returns. Later calls on this communicator
+  /// may be made meanwhile (double buffering). The default runs Broadcast
+  /// before returning (an op that is already done); c10d returns at once
+  /// (NCCL: queued on its stream; Gloo: run on Gloo's threads).
+  virtual Result<std::unique_ptr<PendingOp>> StartBroadcast(torch::Tensor& t, int root);
   /// in[r] goes to rank r; out[r] receives rank r's message. Sizes may differ
   /// per pair (expert-parallel token dispatch); out[r] must be allocated to
   /// the size rank r sends (exchange sizes first with AllToAllSizes).

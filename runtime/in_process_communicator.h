@@ -8,6 +8,7 @@
 // the caller's tensor, whose shape and dtype must match. Collectives are
 // built on those messages with a per-communicator sequence number, so ranks
 // must call them in the same order (the interface's contract).
+// StartBroadcast is the interface's default: a Broadcast done before it returns.
 // AllReduceSum sums on the group's rank 0 in rank order 0, 1, ..., n - 1
 // and sends the result back: deterministic, bitwise reproducible.
 // Failure: a wait longer than the world's timeout, or a peer that has
