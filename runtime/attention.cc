@@ -28,7 +28,32 @@ torch::Tensor Chunked(const torch::Tensor& x, std::int64_t chunk, std::int64_t p
   return y.reshape(shape);
 }
 
+// The causal convolution of the new inputs x [B, T, C] continued from
+// `state`, the K-1 inputs before them (zeros: the start of the sequence);
+// `state` becomes the last K-1 of the prefix and x.
+torch::Tensor CausalDepthwiseConvStep(const torch::Tensor& x, const torch::Tensor& weight, torch::Tensor& state) {
+  const std::int64_t c = weight.size(0), kernel = weight.size(1);
+  if (!state.defined()) state = torch::zeros({x.size(0), kernel - 1, c}, x.options());
+  const torch::Tensor full = torch::cat({state, x}, 1);
+  state = full.narrow(1, full.size(1) - (kernel - 1), kernel - 1).contiguous();
+  const std::int64_t no_padding = 0;  // a literal 0 would also convert to the string overload
+  return torch::conv1d(full.transpose(1, 2), weight.to(x.scalar_type()).unsqueeze(1), {}, /*stride=*/1, no_padding,
+                       /*dilation=*/1, /*groups=*/c)
+      .transpose(1, 2);
+}
+
+// `cached` followed by `fresh` along time (dim 1); stores and returns it.
+torch::Tensor AppendTime(torch::Tensor& cached, const torch::Tensor& fresh) {
+  cached = cached.defined() ? torch::cat({cached, fresh}, 1) : fresh;
+  return cached;
+}
+
 }  // namespace
+
+void LayerCache::Map(const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+  for (torch::Tensor* t : {&q_conv, &k_conv, &v_conv, &state, &latent, &rope_key, &key, &value})
+    if (t->defined()) *t = f(*t);
+}
 
 torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
@@ -96,13 +121,13 @@ torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& w
   return y.narrow(2, 0, t).transpose(1, 2);
 }
 
-torch::Tensor ApplyRope(const torch::Tensor& x, double theta) {
+torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset) {
   const std::int64_t t = x.size(1), d = x.size(-1), half = d / 2;
   const torch::Tensor xf = Upcast(x);
   const auto fopts = xf.options();
   const torch::Tensor inv_freq =
       torch::pow(theta, -torch::arange(0, half, fopts) * (2.0 / static_cast<double>(d)));
-  const torch::Tensor angles = torch::outer(torch::arange(0, t, fopts), inv_freq).view({1, t, 1, half});
+  const torch::Tensor angles = torch::outer(torch::arange(offset, offset + t, fopts), inv_freq).view({1, t, 1, half});
   const torch::Tensor cos = torch::cos(angles), sin = torch::sin(angles);
   const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
@@ -110,9 +135,9 @@ torch::Tensor ApplyRope(const torch::Tensor& x, double theta) {
 
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale) {
-  const std::int64_t t = q.size(2);
+  const std::int64_t t = q.size(2), s = k.size(2);
   const torch::Tensor scores = Upcast(torch::matmul(q, k.transpose(-1, -2))) * scale;
-  const torch::Tensor future = torch::ones({t, t}, q.options().dtype(torch::kBool)).triu(1);
+  const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
   const torch::Tensor p = torch::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
   return torch::matmul(p.to(v.scalar_type()), v);
 }
@@ -147,20 +172,37 @@ KdaImpl::KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init
   o_proj_ = proj("o_proj", hv, d, out_std, true);
 }
 
-torch::Tensor KdaImpl::Mix(const torch::Tensor& x) {
+torch::Tensor KdaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
+
+torch::Tensor KdaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
+
+torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
   const std::int64_t b = x.size(0), t = x.size(1);
   // The convolutions, the recurrence and the gated norm run in fp32.
-  auto conv = [&](const std::shared_ptr<ProjImpl>& p, const torch::Tensor& w, std::int64_t dim) {
-    return torch::silu(CausalDepthwiseConv(Upcast(p->forward(x)), w)).view({b, t, heads_, dim});
+  auto conv = [&](const std::shared_ptr<ProjImpl>& p, const torch::Tensor& w, std::int64_t dim,
+                  torch::Tensor* state) {
+    const torch::Tensor in = Upcast(p->forward(x));
+    return torch::silu(state ? CausalDepthwiseConvStep(in, w, *state) : CausalDepthwiseConv(in, w))
+        .view({b, t, heads_, dim});
   };
-  const torch::Tensor q = L2Normalize(conv(q_proj_, q_conv_, dk_), eps_) / std::sqrt(static_cast<double>(dk_));
-  const torch::Tensor k = L2Normalize(conv(k_proj_, k_conv_, dk_), eps_);
-  const torch::Tensor v = conv(v_proj_, v_conv_, dv_);
+  const torch::Tensor q = L2Normalize(conv(q_proj_, q_conv_, dk_, cache ? &cache->q_conv : nullptr), eps_) /
+                          std::sqrt(static_cast<double>(dk_));
+  const torch::Tensor k = L2Normalize(conv(k_proj_, k_conv_, dk_, cache ? &cache->k_conv : nullptr), eps_);
+  const torch::Tensor v = conv(v_proj_, v_conv_, dv_, cache ? &cache->v_conv : nullptr);
   const torch::Tensor forget = Upcast(f_b_->forward(f_a_->forward(x))).view({b, t, heads_, dk_});
   const torch::Tensor g = -torch::exp(a_log_).view({1, 1, heads_, 1}) *
                           torch::softplus(forget + dt_bias_.view({heads_, dk_}));
   const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
-  const torch::Tensor o = chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_) : KdaRecurrent(q, k, v, g, beta);
+  torch::Tensor o;
+  if (!cache) {
+    o = chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_) : KdaRecurrent(q, k, v, g, beta);
+  } else {
+    // A decode step is one token: the recurrent form; a long prefill is chunked.
+    const torch::Tensor s0 = cache->state;
+    o = chunk_ > 0 && t >= chunk_ ? KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state)
+                                  : KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
+    cache->length += t;
+  }
   const torch::Tensor gate = Upcast(g_b_->forward(g_a_->forward(x))).view({b, t, heads_, dv_});
   const torch::Tensor normed = RmsNormalize(o, eps_) * o_norm_ * torch::sigmoid(gate);
   return o_proj_->forward(normed.reshape({b, t, heads_ * dv_}).to(x.scalar_type()));
@@ -189,18 +231,29 @@ MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init
   o_proj_ = proj("o_proj", heads_ * v_dim_, d, out_std);
 }
 
-torch::Tensor MlaImpl::Mix(const torch::Tensor& x) {
-  const std::int64_t b = x.size(0), t = x.size(1);
+torch::Tensor MlaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
+
+torch::Tensor MlaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
+
+torch::Tensor MlaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+  const std::int64_t b = x.size(0), t = x.size(1), offset = cache ? cache->length : 0;
   const torch::Tensor q = (q_ ? q_->forward(x) : q_b_->forward(q_norm_->forward(q_a_->forward(x))))
                               .view({b, t, heads_, nope_ + rope_});
   const torch::Tensor kv = kv_a_->forward(x);
-  const torch::Tensor kv_up = kv_b_->forward(kv_norm_->forward(kv.narrow(-1, 0, kv_rank_)))
-                                  .view({b, t, heads_, nope_ + v_dim_});
+  torch::Tensor latent = kv_norm_->forward(kv.narrow(-1, 0, kv_rank_));  // [B, T, r]
+  torch::Tensor k_rope;                                                  // [B, T, rope]
+  if (rope_ > 0) k_rope = ApplyRope(kv.narrow(-1, kv_rank_, rope_).unsqueeze(2), theta_, offset).squeeze(2);
+  if (cache) {
+    latent = AppendTime(cache->latent, latent);
+    if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
+    cache->length += t;
+  }
+  const std::int64_t s = latent.size(1);  // key positions
+  const torch::Tensor kv_up = kv_b_->forward(latent).view({b, s, heads_, nope_ + v_dim_});
   torch::Tensor q_full = q, k_full = kv_up.narrow(-1, 0, nope_);
   if (rope_ > 0) {
-    const torch::Tensor k_rope = ApplyRope(kv.narrow(-1, kv_rank_, rope_).unsqueeze(2), theta_);
-    q_full = torch::cat({q.narrow(-1, 0, nope_), ApplyRope(q.narrow(-1, nope_, rope_), theta_)}, -1);
-    k_full = torch::cat({k_full, k_rope.expand({b, t, heads_, rope_})}, -1);
+    q_full = torch::cat({q.narrow(-1, 0, nope_), ApplyRope(q.narrow(-1, nope_, rope_), theta_, offset)}, -1);
+    k_full = torch::cat({k_full, k_rope.unsqueeze(2).expand({b, s, heads_, rope_})}, -1);
   }
   const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
   const torch::Tensor o = CausalAttention(q_full.transpose(1, 2), k_full.transpose(1, 2), v.transpose(1, 2),
@@ -222,11 +275,20 @@ MhaImpl::MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init
   o_proj_ = register_module("o_proj", std::make_shared<ProjImpl>(heads_ * head_dim_, d, out_std, init));
 }
 
-torch::Tensor MhaImpl::Mix(const torch::Tensor& x) {
-  const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_;
-  const torch::Tensor q = ApplyRope(q_->forward(x).view({b, t, heads_, head_dim_}), theta_);
-  torch::Tensor k = ApplyRope(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_);
+torch::Tensor MhaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
+
+torch::Tensor MhaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
+
+torch::Tensor MhaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+  const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
+  const torch::Tensor q = ApplyRope(q_->forward(x).view({b, t, heads_, head_dim_}), theta_, offset);
+  torch::Tensor k = ApplyRope(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_, offset);
   torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
+  if (cache) {
+    k = AppendTime(cache->key, k);
+    v = AppendTime(cache->value, v);
+    cache->length += t;
+  }
   if (groups > 1) {
     k = k.repeat_interleave(groups, 2);
     v = v.repeat_interleave(groups, 2);

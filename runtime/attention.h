@@ -1,11 +1,16 @@
 // The token mixers of the runtime's decoder layers: Kimi Delta Attention
 // (§5), multi-head latent attention with K3's gated output (§4), and plain
 // multi-head attention with RoPE for GPT-style specs (§3). Section numbers
-// refer to docs/runtime.md.
+// refer to docs/runtime.md. Each mixer runs either over a whole sequence
+// (Mix, training) or incrementally over new tokens after a LayerCache's
+// prefix (MixIncremental, decoding, §16); the two agree up to rounding.
+//
+// Thread-safety: modules and caches are used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_ATTENTION_H_
 #define KIMI_PLAN_RUNTIME_ATTENTION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <torch/torch.h>
@@ -14,10 +19,29 @@
 
 namespace kp::runtime {
 
+/// One layer's decode state (§16): what its token mixer must keep of the
+/// tokens it has seen. Dim 0 of every tensor is the batch row; a mixer uses
+/// only its own kind's fields and creates them on first use (an empty cache
+/// is the empty prefix).
+struct LayerCache {
+  std::int64_t length = 0;               ///< tokens appended so far: the absolute position of the next one
+  torch::Tensor q_conv, k_conv, v_conv;  ///< KDA: the last K-1 inputs of each short convolution [B, K-1, C]
+  torch::Tensor state;                   ///< KDA: the delta-rule state S [B, H, dk, dv]
+  torch::Tensor latent;                  ///< MLA: RMSNorm(c), the normalised latent [B, T, kv_lora_rank]
+  torch::Tensor rope_key;                ///< MLA: RoPE(k_rope) [B, T, qk_rope_head_dim]; undefined when 0
+  torch::Tensor key, value;              ///< MHA: RoPE(k) and v [B, T, kv_heads, head_dim]
+  /// Replaces every defined tensor t by f(t).
+  void Map(const std::function<torch::Tensor(const torch::Tensor&)>& f);
+};
+
 /// Attention of some kind: [B, T, D] -> [B, T, D], causal.
 class TokenMixer : public torch::nn::Module {
  public:
   virtual torch::Tensor Mix(const torch::Tensor& x) = 0;
+  /// x [B, T, D] (T >= 1) are the tokens after `cache`'s prefix; returns
+  /// their outputs, equal to Mix's over the prefix and x up to rounding, and
+  /// appends them to `cache` (length += T). For inference (no autograd use).
+  virtual torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) = 0;
 };
 
 /// The gated delta rule (§5), token by token: with S_0 = initial_state (zeros
@@ -44,11 +68,12 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
 torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& weight);
 
 /// Rotary position embedding on the last dimension (even), half-split pairs,
-/// positions 0..T-1 along dim 1 of x [B, T, H, d].
-torch::Tensor ApplyRope(const torch::Tensor& x, double theta);
+/// positions offset..offset+T-1 along dim 1 of x [B, T, H, d].
+torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset = 0);
 
-/// softmax(q k^T * scale + causal mask) v with q, k [B, H, T, d], v [B, H, T, dv];
-/// the softmax in fp32.
+/// softmax(q k^T * scale + causal mask) v with q [B, H, T, d], k [B, H, S, d],
+/// v [B, H, S, dv], S >= T: the queries are the last T of the S positions
+/// (query i sees keys 0..S-T+i). The softmax in fp32.
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale);
 
@@ -60,8 +85,10 @@ class KdaImpl : public TokenMixer {
  public:
   KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x) override;
+  torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
 
  private:
+  torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);  // cache null: the whole sequence
   std::shared_ptr<ProjImpl> q_proj_, k_proj_, v_proj_, f_a_, f_b_, b_proj_, g_a_, g_b_, o_proj_;
   torch::Tensor q_conv_, k_conv_, v_conv_, a_log_, dt_bias_, o_norm_;
   std::int64_t heads_, dk_, dv_, chunk_;
@@ -75,8 +102,12 @@ class MlaImpl : public TokenMixer {
  public:
   MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x) override;
+  /// Caches the normalised latent and the rotated key, not absorbed: each
+  /// step re-applies kv_b to the whole cached latent (§16).
+  torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
 
  private:
+  torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
   std::shared_ptr<ProjImpl> q_, q_a_, q_b_, kv_a_, kv_b_, gate_, o_proj_;
   std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
   std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
@@ -88,8 +119,10 @@ class MhaImpl : public TokenMixer {
  public:
   MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x) override;
+  torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
 
  private:
+  torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
   std::shared_ptr<ProjImpl> q_, k_, v_, o_proj_;
   std::int64_t heads_, kv_heads_, head_dim_;
   double theta_;

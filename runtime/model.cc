@@ -149,21 +149,33 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& op
 }
 
 torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial,
-                                     bool record_load) {
+                                     bool record_load, LayerCache* cache) {
   // Plain residual (no blocks): partial is the residual stream itself.
   const torch::Tensor attn_in = attn_res_ ? attn_res_->forward(blocks, partial)
                                           : (partial.defined() ? partial : blocks.back());
-  const torch::Tensor attn_out = attention_->Mix(attn_norm_->forward(attn_in));
+  const torch::Tensor attn_normed = attn_norm_->forward(attn_in);
+  const torch::Tensor attn_out = cache ? attention_->MixIncremental(attn_normed, *cache) : attention_->Mix(attn_normed);
   const torch::Tensor prefix = partial.defined() ? partial + attn_out : attn_out;
   const torch::Tensor ffn_in = ffn_res_ ? ffn_res_->forward(blocks, prefix) : prefix;
   return prefix + ffn_->Mix(ffn_norm_->forward(ffn_in), record_load);
 }
 
+torch::Tensor DecoderLayerImpl::Commit(ResidualStream& out) const {
+  if (!commits_block()) return out.hidden;
+  out.blocks.push_back(out.hidden);
+  return {};
+}
+
+ResidualStream DecoderLayerImpl::ForwardIncremental(ResidualStream in, LayerCache& cache) {
+  ResidualStream out = std::move(in);
+  const torch::Tensor partial = Commit(out);
+  out.hidden = Body(out.blocks, partial, /*record_load=*/false, &cache);
+  return out;
+}
+
 ResidualStream DecoderLayerImpl::forward(ResidualStream in, const ForwardContext& ctx) {
   ResidualStream out = std::move(in);
-  torch::Tensor partial;
-  if (commits_block()) out.blocks.push_back(out.hidden);
-  else partial = out.hidden;
+  const torch::Tensor partial = Commit(out);
   if (!torch::GradMode::is_enabled()) {
     out.hidden = Body(out.blocks, partial, ctx.record_router_load);
     return out;
@@ -180,6 +192,17 @@ ResidualStream DecoderLayerImpl::forward(ResidualStream in, const ForwardContext
   body->recompute = checkpoint_;
   out.hidden = LayerBoundary::apply(at::TensorList(inputs), at::TensorList(params), body);
   return out;
+}
+
+// ---------------------------------------------------------------- decode cache
+
+void DecodeCache::Select(const torch::Tensor& index) {
+  for (LayerCache& layer : layers)
+    layer.Map([&](const torch::Tensor& t) { return t.index_select(0, index.to(t.device())); });
+}
+
+void DecodeCache::Repeat(std::int64_t n) {
+  for (LayerCache& layer : layers) layer.Map([&](const torch::Tensor& t) { return t.repeat_interleave(n, 0); });
 }
 
 // ---------------------------------------------------------------- embedding, head
@@ -239,6 +262,16 @@ torch::Tensor StageModelImpl::Head(const ResidualStream& in) {
 
 torch::Tensor StageModelImpl::forward(const torch::Tensor& tokens, const ForwardContext& ctx) {
   return Head(RunLayers(Embed(tokens), ctx));
+}
+
+torch::Tensor StageModelImpl::ForwardIncremental(const torch::Tensor& tokens, DecodeCache& cache) {
+  if (cache.layers.empty()) cache.layers.resize(layers_.size());
+  TORCH_CHECK(cache.layers.size() == layers_.size(), "a decode cache of ", cache.layers.size(),
+              " layers for a stage of ", layers_.size());
+  ResidualStream stream = Embed(tokens);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    stream = layers_[i]->ForwardIncremental(std::move(stream), cache.layers[i]);
+  return Head(stream);
 }
 
 void StageModelImpl::SetActivationCheckpointing(bool on) {

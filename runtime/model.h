@@ -3,7 +3,10 @@
 // attention-residual aggregation, the final norm and the LM head). The
 // Block Attention Residual stack travels explicitly between pieces in a
 // ResidualStream, so a stage is forward(hidden, stack) -> (hidden, stack).
-// Formulas: docs/runtime.md (§ numbers below refer to it).
+// Formulas: docs/runtime.md (§ numbers below refer to it). Incremental
+// decoding (§16) runs the same pieces over new tokens only, with a
+// DecodeCache holding each layer's attention state; the depth reads and FFNs
+// are per position and need no cache.
 //
 // Thread-safety: a model is used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_MODEL_H_
@@ -33,6 +36,19 @@ struct ResidualStream {
   std::vector<torch::Tensor> blocks;
 };
 
+/// The decode state of a whole stage (§16): one LayerCache per decoder
+/// layer, in order. Default-constructed it is the empty prefix;
+/// StageModelImpl::ForwardIncremental sizes it on first use.
+struct DecodeCache {
+  std::vector<LayerCache> layers;
+  /// Tokens cached (every layer holds the same prefix).
+  std::int64_t length() const { return layers.empty() ? 0 : layers.front().length; }
+  /// Keeps batch rows `index` (int64 [R]) in that order; an index may repeat.
+  void Select(const torch::Tensor& index);
+  /// Row r becomes rows r*n .. r*n+n-1 (n samples sharing one prefill).
+  void Repeat(std::int64_t n);
+};
+
 struct ForwardContext {
   /// Count routing decisions for the router-bias update (training forwards).
   bool record_router_load = false;
@@ -46,10 +62,14 @@ class DecoderLayerImpl : public torch::nn::Module {
   /// Commits `in.hidden` to the stack when this layer opens a block, then
   /// runs Body, recomputed in backward when checkpointing is on.
   ResidualStream forward(ResidualStream in, const ForwardContext& ctx);
+  /// forward over tokens after `cache`'s prefix (§16): the attention runs
+  /// MixIncremental; no autograd boundary, no router load.
+  ResidualStream ForwardIncremental(ResidualStream in, LayerCache& cache);
   /// The layer after the commit: `partial` is undefined for a block's first
   /// layer (its partial sum is already blocks.back()); returns the new
-  /// partial sum.
-  torch::Tensor Body(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial, bool record_load);
+  /// partial sum. With `cache` the attention runs incrementally over it.
+  torch::Tensor Body(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial, bool record_load,
+                     LayerCache* cache = nullptr);
   int index() const { return index_; }
   bool commits_block() const { return block_ > 0 && index_ % block_ == 0; }
   void set_checkpointing(bool on) { checkpoint_ = on; }
@@ -71,6 +91,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<TokenMixer> attention_;
   std::shared_ptr<ChannelMixer> ffn_;
   MoeImpl* moe_ = nullptr;
+  // Pushes `out.hidden` to the stack when this layer opens a block; returns
+  // the partial sum Body reads (undefined then).
+  torch::Tensor Commit(ResidualStream& out) const;
 };
 
 /// tokens [B, T] (int64) -> ResidualStream{embedding in the activation dtype, {}}.
@@ -121,6 +144,12 @@ class StageModelImpl : public torch::nn::Module {
   torch::Tensor Head(const ResidualStream& in);
   /// tokens -> fp32 logits; requires a stage holding embedding and head.
   torch::Tensor forward(const torch::Tensor& tokens, const ForwardContext& ctx = {});
+  /// Incremental decoding (§16): tokens [B, T] (T >= 1; a prefill is the
+  /// same call) follow `cache`'s prefix; appends them to `cache` and returns
+  /// their fp32 logits [B, T, V], equal to forward's logits at those
+  /// positions up to rounding. Requires a stage holding embedding and head;
+  /// meant for inference under torch::NoGradGuard.
+  torch::Tensor ForwardIncremental(const torch::Tensor& tokens, DecodeCache& cache);
 
   const std::vector<std::shared_ptr<DecoderLayerImpl>>& layers() const { return layers_; }
   EmbeddingImpl* embedding() { return embedding_.get(); }  ///< null unless stage().embedding

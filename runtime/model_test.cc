@@ -376,5 +376,107 @@ TEST(ShapeTest, PlainResidualAndMhaBuildForGptStyleSpecs) {
   EXPECT_EQ(BuildModel(m, {}).status().code(), Status::Code::kInvalidArgument);
 }
 
+// ------------------------------------------------------------------ incremental decoding
+
+ModelSpec GptSpec() {
+  ModelSpec m;
+  m.name = "gpt-tiny";
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 4;
+  m.head_dim = 4;
+  m.kv_heads = 2;  // grouped-query
+  m.vocab = 20;
+  m.dense_layers = 2;
+  m.dense_ffn = 32;
+  m.gated_ffn = false;
+  m.attention = {AttentionKind::kMha, AttentionKind::kMha};
+  return m;
+}
+
+// KDA + MLA with blocks (the rotary key, low-rank q or not), the plain
+// residual MHA model; chunked KDA so that a long prefill takes the chunked
+// path and a step the recurrent one.
+std::vector<std::pair<ModelSpec, ModelOptions>> DecodeSpecs() {
+  ModelOptions chunked;
+  chunked.kda_chunk = 4;
+  ModelSpec low_rank_q = TinyKimiSpec();
+  low_rank_q.mla.q_lora_rank = 12;
+  low_rank_q.attn_res_block = 3;
+  return {{TinyKimiSpec(), chunked}, {low_rank_q, ModelOptions{}}, {GptSpec(), ModelOptions{}}};
+}
+
+std::shared_ptr<StageModelImpl> BuildFp64(const ModelSpec& spec, const ModelOptions& opts) {
+  auto model = Build(spec, opts);
+  model->to(torch::kDouble);
+  if (spec.attn_res_block > 0) RandomiseDepthReads(*model, 31);
+  return model;
+}
+
+// Logits of `tokens` [B, T]: a prefill of the first `prefill` tokens, then
+// one token per step.
+torch::Tensor DecodeStepwise(StageModelImpl& model, const torch::Tensor& tokens, std::int64_t prefill) {
+  DecodeCache cache;
+  std::vector<torch::Tensor> logits = {model.ForwardIncremental(tokens.narrow(1, 0, prefill), cache)};
+  for (std::int64_t t = prefill; t < tokens.size(1); ++t) {
+    logits.push_back(model.ForwardIncremental(tokens.narrow(1, t, 1), cache));
+    EXPECT_EQ(cache.length(), t + 1);
+  }
+  return torch::cat(logits, 1);
+}
+
+TEST(DecodeTest, PrefillAndStepsEqualTheFullForward) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor tokens = Tokens(spec, 2, 11, 32);
+    const torch::Tensor full = model->forward(tokens);
+    for (std::int64_t prefill : {1, 3, 6}) {
+      const torch::Tensor stepwise = DecodeStepwise(*model, tokens, prefill);
+      ASSERT_EQ(stepwise.sizes(), full.sizes());
+      EXPECT_LT(MaxAbsDiff(stepwise, full), 1e-9) << spec.name << " prefill " << prefill;
+    }
+  }
+}
+
+TEST(DecodeTest, APrefillInTwoChunksEqualsOneChunk) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor tokens = Tokens(spec, 2, 9, 33);
+    DecodeCache one, two;
+    const torch::Tensor whole = model->ForwardIncremental(tokens, one);
+    const torch::Tensor first = model->ForwardIncremental(tokens.narrow(1, 0, 5), two);
+    const torch::Tensor second = model->ForwardIncremental(tokens.narrow(1, 5, 4), two);
+    EXPECT_LT(MaxAbsDiff(torch::cat({first, second}, 1), whole), 1e-9) << spec.name;
+    // The caches continue alike.
+    const torch::Tensor next = Tokens(spec, 2, 1, 34);
+    EXPECT_LT(MaxAbsDiff(model->ForwardIncremental(next, one), model->ForwardIncremental(next, two)), 1e-9);
+  }
+}
+
+TEST(DecodeTest, RepeatedAndSelectedRowsContinueTheirOwnSequences) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor prompt = Tokens(spec, 1, 5, 35);
+    const torch::Tensor continuations = Tokens(spec, 3, 3, 36);  // one per sample row
+    DecodeCache cache;
+    model->ForwardIncremental(prompt, cache);
+    cache.Repeat(3);
+    model->ForwardIncremental(continuations.narrow(1, 0, 2), cache);
+    // Drop row 1; rows 2 and 0 continue, in that order.
+    const torch::Tensor keep = torch::tensor(std::vector<std::int64_t>{2, 0}, torch::kLong);
+    cache.Select(keep);
+    const torch::Tensor last = model->ForwardIncremental(continuations.index_select(0, keep).narrow(1, 2, 1), cache);
+    for (std::int64_t i = 0; i < 2; ++i) {
+      const std::int64_t row = keep[i].item<std::int64_t>();
+      const torch::Tensor sequence = torch::cat({prompt, continuations.narrow(0, row, 1)}, 1);
+      const torch::Tensor want = model->forward(sequence).select(1, 7);
+      EXPECT_LT(MaxAbsDiff(last.select(0, i).select(0, 0), want.select(0, 0)), 1e-9) << spec.name << " row " << row;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kp::runtime
