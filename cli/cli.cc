@@ -27,6 +27,7 @@ const std::vector<Subcommand>& Subcommands() {
 #ifdef KIMI_PLAN_HAS_TORCH
       {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
       {"run", "train over several processes (c10d Gloo/NCCL): data and expert parallelism", RunCommand},
+      {"sdpo", "run the SDPO loop: rollout, feedback, self-teacher, training, weight sync", SdpoCommand},
 #endif
   };
   return kAll;

@@ -21,6 +21,8 @@ Status ReportCommand(const std::vector<std::string>& args, CliEnv& env);
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan run`: the distributed runtime (docs/runtime.md, "Distributed").
 Status RunCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan sdpo`: the SDPO loop (docs/sdpo.md, "The loop").
+Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env);
 #endif
 
 }  // namespace kp

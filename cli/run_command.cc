@@ -4,19 +4,14 @@
 // it is one rank: it meets the others over c10d and trains, rank 0 logging
 // to the store. Sees the runtime only through runtime/dist_trainer.h, which
 // includes no LibTorch. docs/runtime.md ("Distributed runs") describes it.
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cstring>
-#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/local_ranks.h"
 #include "cli/options.h"
 #include "cli/runtime_options.h"
 #include "cli/plan_options.h"
@@ -142,87 +137,6 @@ json LayoutJson(const ParallelLayout& l) {
           {"attnres_cache", l.attnres_cache}};
 }
 
-// ---------------------------------------------------------------- launcher
-
-// A port nobody listens on now, from the kernel (bound to 127.0.0.1 and
-// released at once); the ranks' MASTER_PORT.
-int FreeLocalPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 29500;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
-// The ranks' arguments: ours without --nproc.
-std::vector<std::string> RankArgs(const std::vector<std::string>& args) {
-  std::vector<std::string> out = {"run"};
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--nproc") {
-      ++i;
-      continue;
-    }
-    if (args[i].rfind("--nproc=", 0) == 0) continue;
-    out.push_back(args[i]);
-  }
-  return out;
-}
-
-std::string HowItEnded(int code) {
-  if (code > 128) {
-    const char* name = sigabbrev_np(code - 128);
-    return "was killed by signal " + std::to_string(code - 128) + (name ? std::string(" (SIG") + name + ")" : "");
-  }
-  return "exited with code " + std::to_string(code);
-}
-
-// Starts the ranks, then waits; the first rank to fail has the others
-// stopped (SIGTERM) and is named in the error.
-Status LaunchRanks(const std::vector<std::string>& args, int nproc, CliEnv& env) {
-  if (env.processes == nullptr) return Status::Internal("run: no process launcher");
-  const std::string store_file =
-      (std::filesystem::temp_directory_path() / ("kimi-plan-run-" + std::to_string(getpid()) + ".store")).string();
-  std::error_code ec;
-  std::filesystem::remove(store_file, ec);
-  const int port = FreeLocalPort();
-  std::vector<std::string> argv = RankArgs(args);
-  argv.insert(argv.begin(), env.program);
-  std::vector<int> ids;
-  Status failure;
-  for (int r = 0; r < nproc && failure.ok(); ++r) {
-    Result<int> id = env.processes->Start(
-        argv, {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc), "LOCAL_RANK=" + std::to_string(r),
-               "LOCAL_WORLD_SIZE=" + std::to_string(nproc), "MASTER_ADDR=127.0.0.1",
-               "MASTER_PORT=" + std::to_string(port), std::string(runtime::kStoreFileVariable) + "=" + store_file});
-    if (id.ok()) ids.push_back(*id);
-    else failure = id.status();
-  }
-  int first_failed = -1, first_code = 0;
-  for (std::size_t done = 0; done < ids.size(); ++done) {
-    KP_ASSIGN_OR_RETURN(const auto ended, env.processes->WaitAny());
-    int rank = 0;
-    while (rank < static_cast<int>(ids.size()) && ids[rank] != ended.first) ++rank;
-    if (ended.second == 0 || first_failed >= 0 || !failure.ok()) continue;
-    first_failed = rank;
-    first_code = ended.second;
-    for (std::size_t other = 0; other < ids.size(); ++other)
-      if (static_cast<int>(other) != rank) (void)env.processes->Kill(ids[other], SIGTERM);
-  }
-  std::filesystem::remove(store_file, ec);
-  if (!failure.ok()) return failure;
-  if (first_failed < 0) return Status::Ok();
-  const std::string what = "rank " + std::to_string(first_failed) + " of " + std::to_string(nproc) + " " +
-                           HowItEnded(first_code) + "; the other ranks were stopped";
-  return first_code == 2 ? Status::InvalidArgument(what) : Status::IoError(what);
-}
-
 // ---------------------------------------------------------------- one rank
 
 std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
@@ -315,7 +229,7 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
     // Everything a rank would refuse is refused here, before any starts.
     KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, nproc));
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
-    return LaunchRanks(args, nproc, env);
+    return LaunchLocalRanks("run", args, nproc, env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
   if (vm.count("nproc") && vm["nproc"].as<int>() != rv.world_size)

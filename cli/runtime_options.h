@@ -8,6 +8,10 @@
 
 namespace kp {
 
+/// --model, --model-file and the shape flags that scale it (--layers
+/// --hidden --heads --experts --top-k --vocab --attn-res-block --dense-layers).
+void AddScaledModelOptions(po::options_description& desc);
+
 /// --model (default kimi-k3-debug) or --model-file, scaled by --layers
 /// --hidden --heads --experts --top-k --vocab --attn-res-block
 /// --dense-layers where given.

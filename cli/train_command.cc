@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/runtime_options.h"
+#include "common/stats.h"
 #include "common/table.h"
 #include "runtime/runtime_config.h"
 #include "runtime/trainer.h"
@@ -29,17 +30,8 @@ po::options_description TrainOptions() {
   po::options_description desc("kimi-plan train [options]\n\n"
                                "Trains the runtime's model (LibTorch) in this process: AdamW, gradient clipping,\n"
                                "checkpoints, every step logged to the store. Options");
+  AddScaledModelOptions(desc);
   desc.add_options()("help,h", "this text")
-      ("model", po::value<std::string>()->default_value("kimi-k3-debug"), "model preset")
-      ("model-file", po::value<std::string>(), "a model file in the preset format (instead of --model)")
-      ("layers", po::value<int>(), "scale the preset: decoder layers (at most the preset's)")
-      ("hidden", po::value<int>(), "scale the preset: hidden size (FFN, latent and LoRA-rank widths follow)")
-      ("heads", po::value<int>(), "scale the preset: attention heads")
-      ("experts", po::value<int>(), "scale the preset: routed experts (0: dense)")
-      ("top-k", po::value<int>(), "scale the preset: experts per token")
-      ("vocab", po::value<int>(), "scale the preset: vocabulary size")
-      ("attn-res-block", po::value<int>(), "scale the preset: attention-residual block size (0: plain residual)")
-      ("dense-layers", po::value<int>(), "scale the preset: leading dense-FFN layers")
       ("steps", po::value<int>(), "train until this many optimizer steps in total (required)")
       ("batch", po::value<int>()->default_value(8), "sequences per step")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence")
@@ -122,18 +114,6 @@ std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
     << m.lr << std::fixed << std::setprecision(0) << "  " << m.tokens_per_s << " tok/s  peak "
     << m.peak_memory_bytes / 1e6 << " MB";
   return o.str();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double MeanOf(const std::vector<double>& v, std::size_t from, std::size_t to) {
-  double s = 0;
-  for (std::size_t i = from; i < to; ++i) s += v[i];
-  return to > from ? s / double(to - from) : 0;
 }
 
 Result<std::string> CheckpointPath(const std::string& dir, int step) {

@@ -9,10 +9,10 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_GLOO
+#ifdef KIMI_PLAN_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#ifdef USE_C10D_NCCL
+#ifdef KIMI_PLAN_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -54,7 +54,7 @@ struct Group {
 
 Result<c10::intrusive_ptr<Backend>> MakeBackend(const Group& g) {
   const int size = static_cast<int>(g.world_ranks.size());
-#ifdef USE_C10D_GLOO
+#ifdef KIMI_PLAN_C10D_GLOO
   if (g.backend == "gloo") {
     auto opts = c10d::ProcessGroupGloo::Options::create(g.timeout);
     // A loopback master means one host: bind Gloo's pairs to 127.0.0.1 so
@@ -71,7 +71,7 @@ Result<c10::intrusive_ptr<Backend>> MakeBackend(const Group& g) {
     return c10::intrusive_ptr<Backend>(c10::make_intrusive<c10d::ProcessGroupGloo>(g.store, g.rank, size, opts));
   }
 #endif
-#ifdef USE_C10D_NCCL
+#ifdef KIMI_PLAN_C10D_NCCL
   if (g.backend == "nccl") {
     // Without blocking wait NCCL's watchdog tears the process down on a
     // timeout; with it, wait() throws and the failure becomes our one line.
@@ -351,7 +351,7 @@ c10::intrusive_ptr<c10d::Store> OpenStore(const Rendezvous& r, Millis timeout) {
 }  // namespace
 
 bool C10dHasGloo() {
-#ifdef USE_C10D_GLOO
+#ifdef KIMI_PLAN_C10D_GLOO
   return true;
 #else
   return false;
@@ -359,7 +359,7 @@ bool C10dHasGloo() {
 }
 
 bool C10dHasNccl() {
-#ifdef USE_C10D_NCCL
+#ifdef KIMI_PLAN_C10D_NCCL
   return true;
 #else
   return false;

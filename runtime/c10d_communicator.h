@@ -32,8 +32,8 @@
 
 namespace kp::runtime {
 
-/// Whether this build has each backend (Gloo needs USE_C10D_GLOO, NCCL
-/// USE_C10D_NCCL at compile time).
+/// Whether this build has each backend (Gloo needs KIMI_PLAN_C10D_GLOO, NCCL
+/// KIMI_PLAN_C10D_NCCL at compile time).
 bool C10dHasGloo();
 bool C10dHasNccl();
 

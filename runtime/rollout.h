@@ -22,21 +22,11 @@
 
 #include "common/status.h"
 #include "runtime/model.h"
+#include "runtime/sampling_options.h"
 #include "runtime/tokenizer.h"
 
 namespace kp::runtime {
 
-struct SamplingOptions {
-  double temperature = 1.0;   ///< > 0; logits are divided by it; 0 means greedy (argmax)
-  double top_p = 1.0;         ///< nucleus: the smallest set of most likely tokens whose mass >= top_p, in (0, 1]
-  int max_new_tokens = 16;    ///< >= 1
-  int samples = 1;            ///< n responses per prompt, >= 1
-  std::vector<std::int64_t> stop_ids = {ByteTokenizer::kEos};  ///< a row ends after emitting one of these (it is kept in the response)
-  std::int64_t vocab_limit = 0;  ///< > 0: ids >= vocab_limit are never sampled (the byte tokenizer uses 260 of a larger vocab)
-};
-
-/// Messages name the flag: --temperature, --top-p, --max-new-tokens, --samples.
-Status ValidateSamplingOptions(const SamplingOptions& o);
 
 struct Sample {
   int prompt = 0;                        ///< index into the prompts given to Generate

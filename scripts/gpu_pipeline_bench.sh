@@ -9,7 +9,7 @@
 #
 #   scripts/gpu_pipeline_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: BATCH (8), SEQ (1024), MICRO (8), VP (2), WARMUP (2), STEPS (5),
-# SHAPE (bench/kimi-1b.json), JOBS (16), KIMI_PLAN (a full kimi-plan binary,
+# SHAPE (bench/kimi-1b.json), JOBS (16), CACHES ("on off"), KIMI_PLAN (a full kimi-plan binary,
 # optional).
 set -u -o pipefail
 out=${1:?usage: gpu_pipeline_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
@@ -48,18 +48,18 @@ launch() {  # NAME ARGS...
   shift
   for r in 0 1; do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 300 "$build/kimi-plan-pipeline-bench" "$@" >"$out/$name.rank$r.txt" 2>&1 &
+      timeout 300 "$build/kimi-plan-pipeline-bench" "$@" >"$out/$name.rank$r.txt" 2>"$out/$name.rank$r.err" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   cat "$out/$name.rank0.txt"
-  [ $rc -ne 0 ] && { echo "$name: a rank failed:"; tail -5 "$out/$name.rank1.txt"; }
+  [ $rc -ne 0 ] && { echo "$name: a rank failed:"; tail -5 "$out/$name.rank0.err" "$out/$name.rank1.err"; }
   return $rc
 }
 
 common=(--shape "$shape" --device cuda --backend nccl --dtype bf16 --pp 2 --vp "$VP" --schedule interleaved-1f1b
         --microbatches "$M" --batch "$B" --seq-len "$T" --warmup "$W" --steps "$N")
-for c in on off; do
+for c in ${CACHES:-on off}; do
   echo "== pipeline bench, AttnRes cache $c"
   launch "cache_$c" "${common[@]}" --attnres-cache "$c" | tee "$out/cache_$c.txt"
   launch "cache_${c}_json" "${common[@]}" --attnres-cache "$c" --json > /dev/null
@@ -73,7 +73,7 @@ done
 
 echo "== summary ($B x $T tokens per step, $M micro-batches, pp 2 x vp $VP)"
 printf '%-8s %14s %10s %10s %10s\n' cache measured_ms F_us B_us p2p_us
-for c in on off; do
+for c in ${CACHES:-on off}; do
   [ -f "$out/cache_$c.json" ] || continue
   python3 - "$out/cache_$c.json" "$c" <<'PY'
 import json, sys

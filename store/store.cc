@@ -88,6 +88,7 @@ const char* const kMigrations[] = {
       generated_tokens INTEGER NOT NULL CHECK (generated_tokens >= 0),
       generation_s REAL NOT NULL,
       generation_tokens_per_s REAL NOT NULL,
+      feedback_s REAL NOT NULL,
       teacher_s REAL NOT NULL,
       train_s REAL NOT NULL,
       wait_s REAL NOT NULL,
@@ -97,7 +98,7 @@ const char* const kMigrations[] = {
     );
     CREATE TABLE weight_syncs (
       run_id INTEGER NOT NULL REFERENCES runs(id),
-      version INTEGER NOT NULL CHECK (version > 0),
+      version INTEGER NOT NULL CHECK (version >= 0),
       mode TEXT NOT NULL CHECK (mode IN ('full', 'lora')),
       bytes INTEGER NOT NULL CHECK (bytes >= 0),
       buckets INTEGER NOT NULL CHECK (buckets >= 0),
@@ -347,8 +348,9 @@ Status Store::AppendLoopStep(const StepRecord& step, const LoopStepRecord& loop,
     KP_RETURN_IF_ERROR(InsertStepRow(step));
     Statement st(db_,
                  "INSERT INTO loop_steps (run_id, step, weight_version, reward_mean, distill_loss, pg_loss, "
-                 "response_tokens_mean, generated_tokens, generation_s, generation_tokens_per_s, teacher_s, "
-                 "train_s, wait_s, sync_s, sync_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                 "response_tokens_mean, generated_tokens, generation_s, generation_tokens_per_s, feedback_s, "
+                 "teacher_s, train_s, wait_s, sync_s, sync_bytes) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     KP_RETURN_IF_ERROR(st.status());
     st.Bind(1, step.run_id);
     st.Bind(2, static_cast<std::int64_t>(step.step));
@@ -360,11 +362,12 @@ Status Store::AppendLoopStep(const StepRecord& step, const LoopStepRecord& loop,
     st.Bind(8, loop.generated_tokens);
     st.Bind(9, loop.generation_s);
     st.Bind(10, loop.generation_tokens_per_s);
-    st.Bind(11, loop.teacher_s);
-    st.Bind(12, loop.train_s);
-    st.Bind(13, loop.wait_s);
-    st.Bind(14, loop.sync_s);
-    st.Bind(15, loop.sync_bytes);
+    st.Bind(11, loop.feedback_s);
+    st.Bind(12, loop.teacher_s);
+    st.Bind(13, loop.train_s);
+    st.Bind(14, loop.wait_s);
+    st.Bind(15, loop.sync_s);
+    st.Bind(16, loop.sync_bytes);
     if (st.Step() != SQLITE_DONE) return st.Error("append loop step");
     for (const WeightSyncRecord& w : syncs) {
       Statement ws(db_,
@@ -386,8 +389,8 @@ Status Store::AppendLoopStep(const StepRecord& step, const LoopStepRecord& loop,
 Result<std::vector<LoopStepRecord>> Store::ListLoopSteps(std::int64_t run_id) const {
   Statement st(db_,
                "SELECT step, weight_version, reward_mean, distill_loss, pg_loss, response_tokens_mean, "
-               "generated_tokens, generation_s, generation_tokens_per_s, teacher_s, train_s, wait_s, sync_s, "
-               "sync_bytes FROM loop_steps WHERE run_id = ? ORDER BY step");
+               "generated_tokens, generation_s, generation_tokens_per_s, feedback_s, teacher_s, train_s, wait_s, "
+               "sync_s, sync_bytes FROM loop_steps WHERE run_id = ? ORDER BY step");
   KP_RETURN_IF_ERROR(st.status());
   st.Bind(1, run_id);
   std::vector<LoopStepRecord> out;
@@ -403,11 +406,12 @@ Result<std::vector<LoopStepRecord>> Store::ListLoopSteps(std::int64_t run_id) co
     r.generated_tokens = st.Int(6);
     r.generation_s = st.Real(7);
     r.generation_tokens_per_s = st.Real(8);
-    r.teacher_s = st.Real(9);
-    r.train_s = st.Real(10);
-    r.wait_s = st.Real(11);
-    r.sync_s = st.Real(12);
-    r.sync_bytes = st.Int(13);
+    r.feedback_s = st.Real(9);
+    r.teacher_s = st.Real(10);
+    r.train_s = st.Real(11);
+    r.wait_s = st.Real(12);
+    r.sync_s = st.Real(13);
+    r.sync_bytes = st.Int(14);
     out.push_back(r);
   }
   if (rc != SQLITE_DONE) return st.Error("list loop steps");

@@ -111,6 +111,7 @@ struct LoopStepRecord {
   std::int64_t generated_tokens = 0;
   double generation_s = 0;            ///< the rollout's sampling time for the batch
   double generation_tokens_per_s = 0;
+  double feedback_s = 0;              ///< the verifier and the teacher's contexts
   double teacher_s = 0;               ///< the self-teacher's scoring forward
   double train_s = 0;                 ///< student forward, backward and optimizer
   double wait_s = 0;                  ///< the trainer waiting for the batch
