@@ -56,7 +56,7 @@ po::options_description SdpoOptions() {
       ("teacher-ema", po::value<double>()->default_value(0.05), "self-teacher EMA rate per step")
       ("sft-steps", po::value<int>()->default_value(0), "supervised warm-start steps before the loop")
       ("sft-batch", po::value<int>()->default_value(32), "warm-start examples per step")
-      ("sft-lr", po::value<double>()->default_value(3e-3), "warm-start learning rate (constant)")
+      ("sft-lr", po::value<double>()->default_value(1e-3), "warm-start learning rate (constant)")
       ("sft-context-share", po::value<double>()->default_value(0.5), "warm-start examples in the teacher's context format")
       ("lr", po::value<double>()->default_value(1e-3), "peak learning rate")
       ("warmup", po::value<int>()->default_value(0), "linear warmup steps of the loop")
@@ -138,8 +138,7 @@ class StoreObserver : public runtime::LoopObserver {
     err_ << "sdpo run #" << run_id_ << ": " << c_.train.model.name << ", " << FormatCount(parameters)
          << " parameters, " << runtime::PlacementName(c_.placement) << ", loss " << runtime::LossModeName(c_.loss)
          << ", " << c_.prompts << " prompts x " << c_.sampling.samples << " samples per step, task " << task
-         << (c_.train.lora.enabled() ? ", LoRA rank " + std::to_string(c_.train.lora.rank) + " (" +
-                                           FormatCount(static_cast<double>(trainable)) + " trainable)"
+         << (c_.train.lora.enabled() ? ", LoRA rank " + std::to_string(c_.train.lora.rank) + " after the warm start"
                                      : std::string())
          << "\n";
     return Status::Ok();

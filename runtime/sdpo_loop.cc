@@ -322,9 +322,13 @@ class Actor {
  private:
   explicit Actor(const SdpoConfig& c) : config_(c) {}
 
+  // The groups carry their own options (ParamGroups takes --lr): `lr` is
+  // set on each, so the warm start really runs at --sft-lr.
   void NewOptimizer(double lr) {
     optimizer_ = std::make_unique<torch::optim::AdamW>(ParamGroups(student_->TrainableParameters(), config_.train),
                                                        torch::optim::AdamWOptions(lr));
+    for (auto& group : optimizer_->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
 
   // Example `index` is in the teacher's format for a share

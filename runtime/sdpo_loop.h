@@ -80,7 +80,7 @@ struct SdpoConfig {
   int sft_steps = 0;
   double sft_context_share = 0.5;
   int sft_batch = 32;
-  double sft_lr = 3e-3;             ///< the warm start's constant learning rate
+  double sft_lr = 1e-3;             ///< the warm start's constant learning rate
   Placement placement = Placement::kColocated;
   int rollout_ranks = 1;            ///< split: ranks 1 .. rollout_ranks sample
   std::int64_t sync_bucket_bytes = 16ll << 20;
