@@ -251,7 +251,7 @@ std::string WrongAnswer(const std::string& answer, std::int64_t index) {
 class Actor {
  public:
   static Result<std::unique_ptr<Actor>> Create(const SdpoConfig& config, const FileSystem& fs) {
-    auto a = std::unique_ptr<Actor>(new Actor(config));
+    auto a = std::unique_ptr<Actor>(new Actor(config, fs));
     KP_ASSIGN_OR_RETURN(a->device_, ParseDevice(config.train.device));
     KP_ASSIGN_OR_RETURN(a->tasks_, MakeTaskSource(fs, config.task, config.task_options));
     try {
@@ -320,7 +320,7 @@ class Actor {
   }
 
  private:
-  explicit Actor(const SdpoConfig& c) : config_(c) {}
+  Actor(const SdpoConfig& c, const FileSystem& fs) : config_(c), fs_(fs) {}
 
   // The groups carry their own options (ParamGroups takes --lr): `lr` is
   // set on each, so the warm start really runs at --sft-lr.
@@ -435,6 +435,8 @@ class Actor {
     m.generation_s = batch.stats.seconds;
     m.train.step_seconds = step_watch.Seconds();
     m.train.tokens_per_s = response_tokens / std::max(m.train.step_seconds, 1e-9);
+    // The process's peak RSS (both models, the optimizer); not measured on CUDA yet.
+    if (!device_.is_cuda()) m.train.peak_memory_bytes = PeakRssBytes(fs_);
     return m;
   }
 
@@ -448,6 +450,7 @@ class Actor {
   }
 
   SdpoConfig config_;
+  const FileSystem& fs_;
   ByteTokenizer tok_;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<TaskSource> tasks_;

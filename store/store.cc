@@ -493,8 +493,21 @@ Result<std::vector<RunRecord>> Store::ListRuns() const {
 
 Result<StepColumns> Store::ListStepColumns(std::int64_t run_id) const {
   // SELECT * rather than named columns: a metric a later migration adds
-  // reaches the report without a change here.
-  Statement st(db_, "SELECT * FROM steps WHERE run_id = ? ORDER BY step");
+  // reaches the report without a change here. An SDPO run's loop metrics
+  // join its steps (the reward under the name the report plots), only for
+  // runs that logged them, so other runs' exports keep their columns.
+  bool loop = false;
+  {
+    Statement count(db_, "SELECT count(*) FROM loop_steps WHERE run_id = ?");
+    KP_RETURN_IF_ERROR(count.status());
+    count.Bind(1, run_id);
+    if (count.Step() != SQLITE_ROW) return count.Error("count loop steps");
+    loop = count.Int(0) > 0;
+  }
+  Statement st(db_, loop ? "SELECT s.*, l.reward_mean AS reward, l.response_tokens_mean, l.generation_tokens_per_s, "
+                           "l.teacher_s, l.sync_s, l.sync_bytes FROM steps s LEFT JOIN loop_steps l "
+                           "ON l.run_id = s.run_id AND l.step = s.step WHERE s.run_id = ? ORDER BY s.step"
+                         : "SELECT * FROM steps WHERE run_id = ? ORDER BY step");
   KP_RETURN_IF_ERROR(st.status());
   st.Bind(1, run_id);
   StepColumns out;

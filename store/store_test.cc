@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <gtest/gtest.h>
 
@@ -210,6 +211,17 @@ TEST(StoreTest, RoundTripsALoopStepWithItsSyncsInOneTransaction) {
   EXPECT_FALSE((*back)[0].pg_loss.has_value());  // NULL, not 0
   EXPECT_EQ((*back)[0].sync_bytes, 4096);
   EXPECT_EQ((*s)->ListSteps(*run)->size(), 1u);
+  // The report's column reader sees the loop's metrics, the reward under its name.
+  auto cols = (*s)->ListStepColumns(*run);
+  ASSERT_TRUE(cols.ok()) << cols.status().message();
+  const auto reward = std::find(cols->names.begin(), cols->names.end(), "reward");
+  ASSERT_NE(reward, cols->names.end());
+  EXPECT_EQ(cols->values[reward - cols->names.begin()][0], 0.375);
+  auto plain = (*s)->CreateRun(SampleRun());
+  ASSERT_TRUE((*s)->AppendStep(SampleStep(*plain, 1)).ok());
+  auto plain_cols = (*s)->ListStepColumns(*plain);
+  ASSERT_TRUE(plain_cols.ok());
+  EXPECT_EQ(std::count(plain_cols->names.begin(), plain_cols->names.end(), "reward"), 0);
   // A bad sync mode rolls back the step's steps and loop_steps rows too.
   EXPECT_FALSE((*s)->AppendLoopStep(SampleStep(*run, 2), loop, {{3, "half", 1, 1, 0.1}}).ok());
   EXPECT_EQ((*s)->ListSteps(*run)->size(), 1u);

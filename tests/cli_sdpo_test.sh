@@ -35,6 +35,9 @@ check "colocated: syncs 0 1 2, full" test "$(q "select group_concat(version || m
 check "colocated: sync bytes equal" test "$(q "select count(distinct bytes) from weight_syncs where run_id = 1")" = 1
 "$bin" sdpo "${small[@]}" --steps 2 > colo.txt 2> /dev/null
 check "colocated: table shows the simulated step" grep -q "s simulated (ratio" colo.txt
+"$bin" report --run 1 > report.txt 2>&1
+check "report: the run's reward row" grep -q "^reward " report.txt
+check "report: peak memory measured" test "$(q "select min(peak_memory_bytes) > 0 from steps where run_id = 1")" = 1
 
 # --- split: trainer rank 0 and one rollout rank over Gloo, LoRA
 "$bin" sdpo "${small[@]}" --placement split --lora-rank 4 --loss grpo --steps 4 --timeout-s 60 --json > split.json 2> split.err
