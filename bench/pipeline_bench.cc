@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "bench/bench_util.h"
 #include "common/file_system.h"
 #include "common/status.h"
 #include "common/table.h"
@@ -49,6 +50,9 @@
 #include "specs/presets.h"
 
 namespace {
+
+using kp::bench::Median;
+using kp::bench::Synchronize;
 
 using kp::Result;
 using kp::Status;
@@ -100,16 +104,6 @@ Result<Args> ParseArgs(int argc, char** argv) {
   return a;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void Sync(const torch::Device& d) {
-  if (d.is_cuda()) torch::cuda::synchronize();
-}
-
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 /// Everything a rank needs for the isolated measurements.
@@ -139,7 +133,7 @@ std::pair<double, double> StageCosts(const Bench& b, kp::runtime::PipelineStageM
       in.hidden = torch::randn({b.Rows(), t, d}, opts).requires_grad_(true);
       for (int e = 0; e < b.StackBefore(s); ++e) in.blocks.push_back(torch::randn({b.Rows(), t, d}, opts).requires_grad_(true));
     }
-    Sync(b.device);
+    Synchronize(b.device);
     double t0 = Now();
     kp::runtime::ResidualStream out = module.RunLayers(s == 0 ? module.Embed(tokens) : std::move(in), false);
     std::vector<torch::Tensor> roots, grads;
@@ -152,10 +146,10 @@ std::pair<double, double> StageCosts(const Bench& b, kp::runtime::PipelineStageM
         if (e.requires_grad()) roots.push_back(e);
       for (const torch::Tensor& r : roots) grads.push_back(torch::randn_like(r));
     }
-    Sync(b.device);
+    Synchronize(b.device);
     const double t1 = Now();
     torch::autograd::backward(roots, grads);
-    Sync(b.device);
+    Synchronize(b.device);
     const double t2 = Now();
     if (rep > 0) f.push_back((t1 - t0) * 1e6), bw.push_back((t2 - t1) * 1e6);
   }
@@ -180,7 +174,7 @@ Result<double> HopMicroseconds(const Bench& b, kp::runtime::Communicator& world,
   torch::Tensor buffer = torch::zeros({1 + entries, b.Rows(), b.args.seq_len, b.config.train.model.hidden}, opts);
   std::vector<double> trips;
   for (int rep = 0; rep < 6; ++rep) {
-    Sync(b.device);
+    Synchronize(b.device);
     const double t0 = Now();
     const int tag = 1 << 20 | rep;
     if (world.rank() == 0) {
@@ -190,7 +184,7 @@ Result<double> HopMicroseconds(const Bench& b, kp::runtime::Communicator& world,
       KP_RETURN_IF_ERROR(world.Recv(buffer, 0, tag));
       KP_RETURN_IF_ERROR(world.Send(buffer, 0, tag));
     }
-    Sync(b.device);
+    Synchronize(b.device);
     if (rep > 0) trips.push_back((Now() - t0) * 1e6);
   }
   return Median(trips) / 2;
@@ -308,10 +302,10 @@ Status Run(const Args& a) {
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::int64_t(i * 2654435761u % b.config.train.model.vocab);
   for (int i = 0; i < a.warmup + a.steps; ++i) {
     KP_RETURN_IF_ERROR(world->Barrier());
-    Sync(b.device);
+    Synchronize(b.device);
     const double t0 = Now();
     KP_ASSIGN_OR_RETURN(kp::runtime::PipelineStepResult r, rank->TrainStep(tokens));
-    Sync(b.device);
+    Synchronize(b.device);
     const double ms = (Now() - t0) * 1e3;
     if (world->rank() == 0 && !a.json)
       std::printf("step %2d%s  loss %.4f  %.2f ms\n", i + 1, i < a.warmup ? " (warm-up)" : "", r.loss, ms);
@@ -344,20 +338,11 @@ Status Run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Result<Args> args = ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::cerr << "kimi-plan-pipeline-bench: " << args.status().message() << "\n";
-    return 2;
-  }
-  try {
-    const Status s = Run(*args);
-    if (!s.ok()) {
-      std::cerr << "kimi-plan-pipeline-bench: " << s.message() << "\n";
-      return s.code() == Status::Code::kInvalidArgument ? 2 : 1;
-    }
-  } catch (const c10::Error& e) {
-    std::cerr << "kimi-plan-pipeline-bench: LibTorch: " << e.what_without_backtrace() << "\n";
-    return 1;
-  }
-  return 0;
+  const std::string prefix = "kimi-plan-pipeline-bench: ";
+  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) {
+    const Status s = Run(a);
+    if (s.ok()) return 0;
+    std::cerr << prefix << s.message() << "\n";
+    return s.code() == Status::Code::kInvalidArgument ? 2 : 1;
+  });
 }

@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "bench/bench_util.h"
 #include "common/file_system.h"
 #include "common/status.h"
 #include "common/table.h"
@@ -47,6 +48,9 @@
 #include "specs/presets.h"
 
 namespace {
+
+using kp::bench::Median;
+using kp::bench::Synchronize;
 
 using kp::Result;
 using kp::Status;
@@ -119,12 +123,6 @@ Result<Args> ParseArgs(int argc, char** argv) {
 
 std::int64_t Mib(double mib) { return static_cast<std::int64_t>(mib * (1 << 20)); }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The slowest rank's value: each rank writes its own slot, the sum gathers them.
 Result<double> MaxOverRanks(Communicator& c, double v, const torch::Device& device) {
   torch::Tensor all = torch::zeros({c.size()}, torch::TensorOptions().dtype(torch::kDouble).device(device));
@@ -179,10 +177,6 @@ Status CheckSameAsRoot(Communicator& c, const std::vector<NamedTensor>& ts, cons
     return Status::Internal(what + ": rank " + std::to_string(c.rank()) + " checksum " + std::to_string(mine) +
                             " differs from the root's " + std::to_string(root.item<double>()));
   return Status::Ok();
-}
-
-void Synchronize(const torch::Device& d) {
-  if (d.is_cuda()) torch::cuda::synchronize();
 }
 
 // Runs `once` warmup + repeats times between barriers; the row's seconds are
@@ -358,16 +352,4 @@ int Run(const Args& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Result<Args> args = ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::cerr << args.status().message() << "\n";
-    return 2;
-  }
-  try {
-    return Run(*args);
-  } catch (const c10::Error& e) {
-    std::cerr << "LibTorch: " << e.what_without_backtrace() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), "", Run); }

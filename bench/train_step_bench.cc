@@ -32,6 +32,7 @@
 
 #include <torch/torch.h>
 
+#include "bench/bench_util.h"
 #include "common/file_system.h"
 #include "common/status.h"
 #include "planner/step_time.h"
@@ -42,6 +43,9 @@
 #include "specs/presets.h"
 
 namespace {
+
+using kp::bench::Median;
+using kp::bench::Synchronize;
 
 using kp::Result;
 using kp::Status;
@@ -89,16 +93,6 @@ Result<Args> ParseArgs(int argc, char** argv) {
   return a;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void Sync(const torch::Device& d) {
-  if (d.is_cuda()) torch::cuda::synchronize();
-}
-
 // TFLOP/s of an 8192^3 bf16 matmul on random data: 3 warm-ups, then the median
 // of 5 timings of 10 back-to-back products each.
 double MeasureMatmulPeak(const torch::Device& d) {
@@ -107,12 +101,12 @@ double MeasureMatmulPeak(const torch::Device& d) {
   const torch::Tensor a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
   torch::Tensor c;
   for (int i = 0; i < 3; ++i) c = torch::matmul(a, b);
-  Sync(d);
+  Synchronize(d);
   std::vector<double> tflops;
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 10; ++i) c = torch::matmul(a, b);
-    Sync(d);
+    Synchronize(d);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tflops.push_back(10 * 2.0 * n * n * n / s / 1e12);
   }
@@ -227,10 +221,10 @@ int Run(const Args& args) {
   std::vector<double> seconds;
   double last_loss = 0, peak_mem = 0;
   for (int i = 0; i < args.warmup + args.steps; ++i) {
-    Sync(device);
+    Synchronize(device);
     const auto t0 = std::chrono::steady_clock::now();
     Result<kp::runtime::StepMetrics> m = (*session)->Step();
-    Sync(device);
+    Synchronize(device);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!m.ok()) {
       std::cerr << m.status().message() << "\n";
@@ -258,16 +252,4 @@ int Run(const Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Result<Args> args = ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::cerr << args.status().message() << "\n";
-    return 2;
-  }
-  try {
-    return Run(*args);
-  } catch (const c10::Error& e) {
-    std::cerr << "LibTorch: " << e.what_without_backtrace() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), "", Run); }

@@ -196,7 +196,7 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
     if (impl->device.is_cuda()) {
       setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     }
-    if (config.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    if (config.deterministic) UseDeterministicAlgorithms(impl->device);
     torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
     KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, layout.pp, layout.dp, layout.ep));

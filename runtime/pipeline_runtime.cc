@@ -683,7 +683,10 @@ Result<std::unique_ptr<PipelineRank>> PipelineRank::Create(const PipelineRankCon
   impl->config = config;
   impl->comm = &pp;
   try {
-    if (config.train.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    if (config.train.deterministic) {
+      KP_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(config.train.device));
+      UseDeterministicAlgorithms(device);
+    }
     KP_RETURN_IF_ERROR(impl->Setup(std::move(factory)));
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up the pipeline rank: ") + e.what_without_backtrace());

@@ -176,12 +176,6 @@ Result<std::shared_ptr<StageModelImpl>> BuildPolicy(const SdpoConfig& c, torch::
   return model;
 }
 
-void SetDeterministic(const SdpoConfig& c, torch::Device device) {
-  if (!c.train.deterministic) return;
-  if (device.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-}
-
 // Responses as a padded [N, L] id tensor and its 0/1 mask.
 std::pair<torch::Tensor, torch::Tensor> PadResponses(const std::vector<std::vector<std::int64_t>>& responses,
                                                      torch::Device device) {
@@ -200,13 +194,6 @@ std::pair<torch::Tensor, torch::Tensor> PadResponses(const std::vector<std::vect
 }
 
 
-// Bytes of every tensor of `tensors`.
-std::int64_t TotalBytes(const std::vector<NamedTensor>& tensors) {
-  std::int64_t bytes = 0;
-  for (const NamedTensor& t : tensors) bytes += t.tensor.numel() * static_cast<std::int64_t>(t.tensor.element_size());
-  return bytes;
-}
-
 // The colocated placement's sync: the trainer's and the rollout's models
 // live in one process, so the weights move by a copy per tensor (the
 // resharding a hybrid engine does), measured like the c10d sync.
@@ -217,7 +204,7 @@ SyncStats CopyWeights(const std::vector<NamedTensor>& from, const std::vector<Na
   for (std::size_t i = 0; i < from.size(); ++i) to[i].tensor.copy_(from[i].tensor);
   SyncStats s;
   s.version = version;
-  s.bytes = TotalBytes(from);
+  s.bytes = PayloadBytes(from);
   s.buckets = static_cast<int>(from.size());
   s.seconds = watch.Seconds();
   return s;
@@ -255,7 +242,7 @@ class Actor {
     KP_ASSIGN_OR_RETURN(a->device_, ParseDevice(config.train.device));
     KP_ASSIGN_OR_RETURN(a->tasks_, MakeTaskSource(fs, config.task, config.task_options));
     try {
-      SetDeterministic(config, a->device_);
+      if (config.train.deterministic) UseDeterministicAlgorithms(a->device_);
       KP_ASSIGN_OR_RETURN(a->student_, BuildPolicy(config, a->device_));
       KP_ASSIGN_OR_RETURN(a->teacher_, BuildPolicy(config, a->device_));
       a->teacher_->eval();

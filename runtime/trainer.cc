@@ -47,6 +47,13 @@ std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<tor
   return groups;
 }
 
+void UseDeterministicAlgorithms(torch::Device device) {
+  if (device.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+}
+
 Result<torch::Device> ParseDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name.rfind("cuda", 0) == 0) {
@@ -270,13 +277,7 @@ Result<std::unique_ptr<TrainSession>> TrainSession::Create(const TrainConfig& co
     impl->data = std::move(file);
   }
   try {
-    if (config.deterministic) {
-      // cuBLAS reads this once, at its first use: set it before any CUDA work.
-      if (impl->device.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-      at::globalContext().setDeterministicCuDNN(true);
-      at::globalContext().setBenchmarkCuDNN(false);
-    }
+    if (config.deterministic) UseDeterministicAlgorithms(impl->device);
     torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->model, BuildModel(config.model, impl->config.options));
     if (config.lora.enabled()) impl->model->EnableLora(config.lora, config.seed);

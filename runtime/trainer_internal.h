@@ -24,6 +24,11 @@ std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<tor
                                                            const TrainConfig& c);
 /// "cpu", "cuda" or "cuda:N"; InvalidArgument naming --device.
 Result<torch::Device> ParseDevice(const std::string& name);
+/// Deterministic algorithms for this process (LibTorch's flags are global):
+/// deterministic kernels and cuDNN, no cuDNN autotuning, and on CUDA the
+/// cuBLAS workspace setting deterministic cuBLAS needs (read at cuBLAS's
+/// first use, so call this before any CUDA work).
+void UseDeterministicAlgorithms(torch::Device device);
 /// The peak resident set size (VmHWM) from /proc, 0 when unreadable.
 double PeakRssBytes(const FileSystem& fs);
 

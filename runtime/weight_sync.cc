@@ -48,12 +48,6 @@ std::int64_t LayoutHash(const std::vector<std::int64_t>& tensor_hashes) {
       Fnv1a(14695981039346656037ull, tensor_hashes.data(), tensor_hashes.size() * sizeof(std::int64_t)));
 }
 
-std::int64_t PayloadBytes(const std::vector<NamedTensor>& tensors) {
-  std::int64_t bytes = 0;
-  for (const NamedTensor& t : tensors) bytes += t.tensor.numel() * static_cast<std::int64_t>(t.tensor.element_size());
-  return bytes;
-}
-
 // The packing of weight_sync.h: same-dtype runs fill buckets tightly.
 Result<std::vector<Bucket>> PlanBuckets(const std::vector<NamedTensor>& tensors, std::int64_t bucket_bytes) {
   std::vector<Bucket> buckets;
@@ -219,6 +213,12 @@ Status Accept(const std::vector<NamedTensor>& tensors, const std::vector<std::in
 }
 
 }  // namespace
+
+std::int64_t PayloadBytes(const std::vector<NamedTensor>& tensors) {
+  std::int64_t bytes = 0;
+  for (const NamedTensor& t : tensors) bytes += t.tensor.numel() * static_cast<std::int64_t>(t.tensor.element_size());
+  return bytes;
+}
 
 Result<SyncMode> ParseSyncMode(std::string_view s) {
   if (s == "full") return SyncMode::kFull;

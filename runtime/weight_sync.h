@@ -68,6 +68,8 @@ struct NamedTensor {
 /// by module (named_modules), each module's own parameters then its router
 /// bias. The tensors alias the model's, so a receive writes the model.
 std::vector<NamedTensor> SyncedTensors(StageModelImpl& model, SyncMode mode);
+/// The bytes a sync of `tensors` moves: the sum of numel x element size.
+std::int64_t PayloadBytes(const std::vector<NamedTensor>& tensors);
 
 struct SyncStats {
   std::int64_t version = 0;

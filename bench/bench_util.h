@@ -1,0 +1,51 @@
+// What the runtime's benchmark programs share: how a series of timings is
+// summarised, how a timing waits for the device, and how a program reports
+// bad arguments and LibTorch errors.
+#ifndef KIMI_PLAN_BENCH_BENCH_UTIL_H_
+#define KIMI_PLAN_BENCH_BENCH_UTIL_H_
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/status.h"
+
+namespace kp::bench {
+
+/// The median of a non-empty series: the middle value, or the mean of the
+/// two middle values for an even count.
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Waits for the work queued on `d` (a CUDA device); nothing on the CPU.
+inline void Synchronize(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize();
+}
+
+/// A benchmark's main: bad arguments print their message and exit 2; a
+/// LibTorch error prints it and exits 1; otherwise `run`'s exit code. Every
+/// line starts with `prefix` (the program's name and ": ", or empty).
+template <typename Args>
+int BenchMain(const Result<Args>& args, const std::string& prefix, const std::function<int(const Args&)>& run) {
+  if (!args.ok()) {
+    std::cerr << prefix << args.status().message() << "\n";
+    return 2;
+  }
+  try {
+    return run(*args);
+  } catch (const c10::Error& e) {
+    std::cerr << prefix << "LibTorch: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace kp::bench
+
+#endif  // KIMI_PLAN_BENCH_BENCH_UTIL_H_
