@@ -3,7 +3,8 @@
 // curve and the measured step breakdown beside the simulator's prediction
 // for the same placement and costs (simulator/sdpo_loop.h). With
 // --placement split and no RANK in the environment it is the local launcher
-// of 1 + --rollout-ranks ranks; with RANK set it is one rank.
+// of the split placement's ranks (--pp actor ranks, the teacher unless the
+// loss is GRPO, --rollout-ranks rollout ranks); with RANK set it is one rank.
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
@@ -65,6 +66,11 @@ po::options_description SdpoOptions() {
       ("lora-alpha", po::value<double>(), "LoRA alpha (default 2 x rank)")
       ("placement", po::value<std::string>()->default_value("colocated"), "colocated | split")
       ("rollout-ranks", po::value<int>()->default_value(1), "split: rollout processes")
+      ("pp", po::value<int>()->default_value(1), "split: the actor's pipeline ranks")
+      ("vp", po::value<int>()->default_value(1), "split: pipeline stages per actor rank (interleaved schedules)")
+      ("microbatches", po::value<int>()->default_value(1), "micro-batches per actor step (divides --prompts x --samples)")
+      ("schedule", po::value<std::string>()->default_value("1f1b"), "the actor's pipeline schedule (as `simulate pipeline`)")
+      ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the actor pipeline's cached AttnRes transport")
       ("sync-bucket-mb", po::value<double>()->default_value(16), "weight-sync bucket size, MiB")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
       ("kda-chunk", po::value<int>()->default_value(16), "KDA scan chunk length")
@@ -116,6 +122,11 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
   c.sft_context_share = vm["sft-context-share"].as<double>();
   KP_ASSIGN_OR_RETURN(c.placement, runtime::ParsePlacement(vm["placement"].as<std::string>()));
   c.rollout_ranks = vm["rollout-ranks"].as<int>();
+  c.actor.pp = vm["pp"].as<int>();
+  c.actor.vp = vm["vp"].as<int>();
+  c.actor.microbatches = vm["microbatches"].as<int>();
+  c.actor.schedule = vm["schedule"].as<std::string>();
+  KP_ASSIGN_OR_RETURN(c.actor.attnres_cache, OnOff(vm, "attnres-cache", false));
   const double bucket_mb = vm["sync-bucket-mb"].as<double>();
   if (!(bucket_mb > 0)) return Status::InvalidArgument("--sync-bucket-mb: must be positive");
   c.sync_bucket_bytes = static_cast<std::int64_t>(bucket_mb * 1024 * 1024);
@@ -242,7 +253,7 @@ Result<LoopResult> PredictedLoop(const SdpoConfig& c, const Breakdown& b) {
   costs.sync = Seconds(b.sync);
   LoopOptions o;
   o.placement = c.placement == runtime::Placement::kSplit ? LoopPlacement::kSplit : LoopPlacement::kColocated;
-  o.actor_gpus = 1;
+  o.actor_gpus = c.actor.pp;
   o.rollout_gpus = c.rollout_ranks;
   o.steps = std::max(3, c.train.steps);
   o.off_policy_overlap = c.placement == runtime::Placement::kSplit;
@@ -343,10 +354,10 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const SdpoConfig config, BuildSdpoConfig(vm, env));
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);
   const char* rank = env.getenv("RANK");
-  if (rank == nullptr || *rank == '\0') return LaunchLocalRanks("sdpo", args, 1 + config.rollout_ranks, env);
+  if (rank == nullptr || *rank == '\0') return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, env);
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
   if (rv.rank == 0) return RunLoggedLoop(vm, config, &rv, env);
-  // Rollout ranks report nothing: rank 0 logs every step.
+  // The other ranks report nothing: rank 0 logs every step.
   class Silent : public runtime::LoopObserver {
     Status OnStart(std::int64_t, std::int64_t, const std::string&) override { return Status::Ok(); }
     Status OnWarmStart(int, int, double) override { return Status::Ok(); }

@@ -199,6 +199,8 @@ struct PipelineRank::Impl {
   int step = 0;
 
   // Per step.
+  int seq_len = 0;                      // T of this step's rows
+  MicroBatchLoss* step_loss = nullptr;  // null: the language-model loss
   torch::Tensor tokens;  // [batch, T + 1]
   std::vector<double> losses;
   RankStore store;
@@ -208,7 +210,7 @@ struct PipelineRank::Impl {
 
   int rank() const { return comm->rank(); }
   int M() const { return config.microbatches; }
-  int Tokens() const { return config.train.seq_len; }
+  int Tokens() const { return seq_len; }
   std::int64_t ReplicaRows() const { return config.train.batch / dp_size; }
   std::int64_t Rows() const { return ReplicaRows() / M(); }
   torch::TensorOptions OnDevice(torch::ScalarType t) const { return torch::TensorOptions().dtype(t).device(device); }
@@ -222,6 +224,8 @@ struct PipelineRank::Impl {
 
   Status Setup(StageModuleFactory factory);
   Status PlaceStages();
+  void CollectParameters();
+  Status BeginPhase(const TrainConfig& train);
   ReplicaGroups Replicas() const {
     const PipelineReplicas& r = config.replicas;
     return ReplicaGroups{r.dp, r.ep != nullptr ? r.expert_dp : r.dp, r.ep, dp_size};
@@ -241,7 +245,7 @@ struct PipelineRank::Impl {
   Status SetTokens(const std::vector<std::int64_t>& tokens);
   Result<double> ReduceLoss();
   Result<double> ReduceGradNorm();
-  Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens);
+  Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);
   Result<double> EvalStep(const std::vector<std::int64_t>& tokens);
 };
 
@@ -298,22 +302,31 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   if (modules.empty()) return Status::InvalidArgument("--schedule: rank " + std::to_string(rank()) + " holds no stage");
   act_dtype = config.train.options.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat;
   KP_RETURN_IF_ERROR(PlaceStages());
+  CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
   optimizer = std::make_unique<torch::optim::AdamW>(ParamGroups(params, config.train),
                                                     torch::optim::AdamWOptions(config.train.lr));
   return Status::Ok();
 }
 
-// Shards each model stage's experts over EP, moves it to the device and
-// splits the rank's parameters (stage order) into dense and expert ones.
+// Shards each model stage's experts over EP and moves it to the device.
 Status PipelineRank::Impl::PlaceStages() {
   for (auto& [s, module] : modules) {
-    const std::vector<torch::Tensor> before = module->TrainableParameters();
     StageModelImpl* model = ModelOfStage(*module);
-    if (model != nullptr) {
-      KP_RETURN_IF_ERROR(ShardExperts(*model, config.replicas.ep));
-      model->to(device);
-    }
+    if (model == nullptr) continue;
+    KP_RETURN_IF_ERROR(ShardExperts(*model, config.replicas.ep));
+    model->to(device);
+  }
+  return Status::Ok();
+}
+
+// The rank's trainable parameters (stage order), split into dense and
+// expert ones for the DP average.
+void PipelineRank::Impl::CollectParameters() {
+  params.clear(), expert_at.clear(), slots.clear();
+  split = SplitParameters{};
+  for (auto& [s, module] : modules) {
+    StageModelImpl* model = ModelOfStage(*module);
     const std::vector<torch::Tensor> mine = module->TrainableParameters();
     const SplitParameters part = model != nullptr ? SplitByReplication(*model, mine)
                                                   : SplitParameters{mine, {}, std::vector<bool>(mine.size(), false)};
@@ -325,6 +338,36 @@ Status PipelineRank::Impl::PlaceStages() {
     split.expert.insert(split.expert.end(), part.expert.begin(), part.expert.end());
     split.is_expert.insert(split.is_expert.end(), part.is_expert.begin(), part.is_expert.end());
   }
+}
+
+// LoRA goes on after a full-weight warm start, as TrainSession's would on a
+// loaded checkpoint: the adapters are initialised by name, so every split
+// gets the single-process model's.
+Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
+  TrainConfig t = next;
+  t.model = config.train.model;
+  t.options = config.train.options;
+  t.device = config.train.device;
+  t.seed = config.train.seed;
+  t.deterministic = config.train.deterministic;
+  PipelineRankConfig c = config;
+  c.train = t;
+  KP_RETURN_IF_ERROR(ValidateConfig(c, *comm));
+  if (t.lora.enabled() && !config.train.lora.enabled())
+    for (auto& [s, module] : modules) {
+      StageModelImpl* model = ModelOfStage(*module);
+      if (model == nullptr) return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
+      model->EnableLora(t.lora, t.seed);
+      model->to(device);
+    }
+  else if (!t.lora.enabled() && config.train.lora.enabled())
+    return Status::InvalidArgument("--lora-rank: a phase cannot drop the LoRA adapters the last one trained");
+  config.train = t;
+  CollectParameters();
+  KP_RETURN_IF_ERROR(ExchangeParameterLayout());
+  optimizer = std::make_unique<torch::optim::AdamW>(ParamGroups(params, config.train),
+                                                    torch::optim::AdamWOptions(config.train.lr));
+  step = 0;
   return Status::Ok();
 }
 
@@ -452,9 +495,11 @@ Status PipelineRank::Impl::Forward(int s, int m, bool training) {
     for (int e : r.committed) store.Put(m, e, out.blocks.at(e).detach());
   if (cache && s == LastLocal()) store.Release(m);  // the rank's last forward for this micro-batch
   if (IsLast(s)) {
-    const torch::Tensor loss = module.Loss(out, mb.narrow(1, 1, Tokens()));
+    const torch::Tensor loss =
+        step_loss != nullptr ? step_loss->Share(module.Logits(out), m) : module.Loss(out, mb.narrow(1, 1, Tokens()));
     losses[m] = loss.item<double>();
-    if (training) st.scaled_loss = loss.div(static_cast<double>(M()));
+    // A step's own loss is already its share of the batch.
+    if (training) st.scaled_loss = step_loss != nullptr ? loss : loss.div(static_cast<double>(M()));
   } else {
     Payload p{out.hidden.detach(), {}};
     for (int e : routes[s + 1].wire_in) p.entries.push_back(out.blocks.at(e).detach());
@@ -596,8 +641,9 @@ Result<double> PipelineRank::Impl::ReduceLoss() {
   l = l.cpu();
   double sum = 0;
   for (int m = 0; m < M(); ++m) sum += l[m].item<double>();
-  if (dp_size == 1) return sum / M();
-  torch::Tensor replica = torch::full({1}, sum / M(), OnDevice(torch::kDouble));
+  const double mine = step_loss != nullptr ? sum : sum / M();
+  if (dp_size == 1) return mine;
+  torch::Tensor replica = torch::full({1}, mine, OnDevice(torch::kDouble));
   KP_RETURN_IF_ERROR(config.replicas.dp->AllReduceSum(replica));
   return replica.item<double>() / dp_size;
 }
@@ -632,8 +678,12 @@ Result<double> PipelineRank::Impl::ReduceGradNorm() {
   return std::sqrt(SumInOrder(std::vector<double>(d, d + global_params)));
 }
 
-Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::int64_t>& t) {
+Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::int64_t>& t, int T,
+                                                        MicroBatchLoss* loss) {
   Stopwatch watch;
+  if (T < 1) return Status::InvalidArgument("seq_len: a step's rows need at least one token, got " + std::to_string(T));
+  seq_len = T;
+  step_loss = loss;
   KP_RETURN_IF_ERROR(SetTokens(t));
   ResetStep();
   PipelineStepResult r;
@@ -662,6 +712,8 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
 }
 
 Result<double> PipelineRank::Impl::EvalStep(const std::vector<std::int64_t>& t) {
+  seq_len = config.train.seq_len;
+  step_loss = nullptr;
   KP_RETURN_IF_ERROR(SetTokens(t));
   ResetStep();
   {
@@ -695,8 +747,28 @@ Result<std::unique_ptr<PipelineRank>> PipelineRank::Create(const PipelineRankCon
 }
 
 Result<PipelineStepResult> PipelineRank::TrainStep(const std::vector<std::int64_t>& tokens) {
+  return TrainStepWith(tokens, impl_->config.train.seq_len, nullptr);
+}
+
+Result<PipelineStepResult> PipelineRank::TrainStep(const std::vector<std::int64_t>& tokens, int seq_len,
+                                                   MicroBatchLoss& loss) {
+  return TrainStepWith(tokens, seq_len, &loss);
+}
+
+Status PipelineRank::BeginPhase(const TrainConfig& train) {
   try {
-    return impl_->TrainStep(tokens);
+    return impl_->BeginPhase(train);
+  } catch (const CommunicationError& e) {
+    return Status::IoError(std::string("starting a training phase: ") + e.what());
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("starting a training phase: ") + e.what_without_backtrace());
+  }
+}
+
+Result<PipelineStepResult> PipelineRank::TrainStepWith(const std::vector<std::int64_t>& tokens, int seq_len,
+                                                       MicroBatchLoss* loss) {
+  try {
+    return impl_->TrainStep(tokens, seq_len, loss);
   } catch (const CommunicationError& e) {
     return Status::IoError("step " + std::to_string(impl_->step + 1) + ": " + e.what());
   } catch (const c10::Error& e) {

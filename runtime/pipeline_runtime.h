@@ -56,6 +56,7 @@
 namespace kp::runtime {
 
 class Communicator;
+class MicroBatchLoss;
 class PipelineStageModule;
 
 /// The data-parallel replicas of this rank's stages; a null group is a group
@@ -132,6 +133,20 @@ class PipelineRank {
   /// (only the first and the last stage read them). A failed exchange is
   /// an IoError.
   Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens);
+  /// A step with its own loss (pipeline_stage.h): `tokens` as above but with
+  /// rows of `seq_len` + 1 ids for this step (the last column is not read);
+  /// the last stage's rank hands each micro-batch's logits to `loss`, whose
+  /// shares sum to the replica's loss (PipelineStepResult::loss, averaged
+  /// over the replicas). Every rank passes the same seq_len; only the last
+  /// stage's rank calls `loss`.
+  Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss& loss);
+  /// Starts a training phase (a warm start, then the loop): the optimizer
+  /// hyper-parameters, schedule, batch and LoRA of `train` replace the
+  /// current ones (the stages' weights stay), a new AdamW starts and the
+  /// step count restarts at 0. With train.lora enabled every stage gets the
+  /// adapters the single-process model would get (by name) and only they
+  /// train. The model, options, device and seed are kept. Collective over pp.
+  Status BeginPhase(const TrainConfig& train);
   /// The forward-only pass: the same schedule's forwards under no-grad,
   /// the cached transport as in training, no gradient read or written.
   /// Returns the mean micro-batch loss, the same on every rank.
@@ -146,6 +161,7 @@ class PipelineRank {
  private:
   struct Impl;
   explicit PipelineRank(std::unique_ptr<Impl> impl);
+  Result<PipelineStepResult> TrainStepWith(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -23,6 +23,8 @@ class ModelStage : public PipelineStageModule {
     return LanguageModelLoss(model_->Head(in), targets);
   }
 
+  torch::Tensor Logits(const ResidualStream& in) override { return model_->Head(in); }
+
   std::vector<torch::Tensor> TrainableParameters() override { return model_->TrainableParameters(); }
 
   void AfterStep(double rate) override {
@@ -36,6 +38,11 @@ class ModelStage : public PipelineStageModule {
 };
 
 }  // namespace
+
+torch::Tensor PipelineStageModule::Logits(const ResidualStream&) {
+  TORCH_CHECK(false, "this stage module has no head logits (a stand-in: it has Loss only)");
+  return {};
+}
 
 Result<std::shared_ptr<PipelineStageModule>> MakeModelStage(const ModelSpec& spec, const ModelOptions& options,
                                                             const StageLayers& layers) {

@@ -32,10 +32,26 @@ class PipelineStageModule {
   virtual ResidualStream RunLayers(ResidualStream in, bool record_load) = 0;
   /// The last stage: the head and the micro-batch's mean loss (fp32 scalar).
   virtual torch::Tensor Loss(const ResidualStream& in, const torch::Tensor& targets) = 0;
+  /// The last stage: the head's fp32 logits [b, T, V], for a step with its
+  /// own loss (MicroBatchLoss). Stand-ins without a head throw c10::Error.
+  virtual torch::Tensor Logits(const ResidualStream& in);
   /// The trainable parameters in the whole model's parameter order.
   virtual std::vector<torch::Tensor> TrainableParameters() = 0;
   /// After each optimizer step (the router-bias update).
   virtual void AfterStep(double /*bias_update_rate*/) {}
+};
+
+/// A step's own loss in place of the language-model loss (the SDPO loop's
+/// losses): the last stage hands it each micro-batch's logits. The shares of
+/// the micro-batches must sum to the step's loss (a token-mean over the whole
+/// batch divides each micro-batch's token sum by the batch's token count),
+/// so the gradient is the one of the whole batch at once.
+class MicroBatchLoss {
+ public:
+  virtual ~MicroBatchLoss() = default;
+  /// `logits` [rows, T, V] of micro-batch `m` (MicroBatchRows(m) of this
+  /// replica's rows) -> its share of the step's loss, an fp32 scalar.
+  virtual torch::Tensor Share(const torch::Tensor& logits, int m) = 0;
 };
 
 /// The model's piece for `layers`, as the single-process model has it

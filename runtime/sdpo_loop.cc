@@ -11,13 +11,15 @@
 #include <torch/torch.h>
 
 #include "common/clock.h"
-#include "runtime/c10d_communicator.h"
+#include "runtime/in_process_communicator.h"
 #include "runtime/model.h"
 #include "runtime/rollout.h"
 #include "runtime/sdpo_loop_internal.h"
 #include "runtime/sdpo_loss.h"
 #include "runtime/trainer_internal.h"
 #include "runtime/weight_sync.h"
+#include "simulator/schedule_generators.h"
+#include "specs/schedule_kind.h"
 
 namespace kp::runtime {
 
@@ -59,6 +61,32 @@ Result<RepromptTemplate> ParseRepromptTemplate(std::string_view name) {
                                  "' (allowed: reference, compact)");
 }
 
+namespace {
+
+// The actor's pipeline is checked here, before any rank starts, with the
+// schedule generator the ranks will use.
+Status ValidateActorPipeline(const SdpoConfig& c) {
+  const SdpoConfig::ActorPipeline& a = c.actor;
+  if (a.pp < 1) return Status::InvalidArgument("--pp: must be at least 1");
+  if (a.vp < 1) return Status::InvalidArgument("--vp: must be at least 1");
+  if (c.placement == Placement::kColocated && (a.pp > 1 || a.vp > 1))
+    return Status::InvalidArgument("--pp: the colocated placement runs the actor in one process (pp 1, vp 1); "
+                                   "take --placement split for a pipeline");
+  KP_ASSIGN_OR_RETURN(const ScheduleKind kind, ParseSchedule(a.schedule));
+  const int rows = c.prompts * c.sampling.samples;
+  if (a.microbatches < 1 || rows % a.microbatches != 0)
+    return Status::InvalidArgument("--microbatches: " + std::to_string(a.microbatches) +
+                                   " must be positive and divide the " + std::to_string(rows) +
+                                   " responses of a step (--prompts x --samples)");
+  if (c.sft_steps > 0 && c.sft_batch % a.microbatches != 0)
+    return Status::InvalidArgument("--sft-batch: " + std::to_string(c.sft_batch) +
+                                   " warm-start examples do not split into --microbatches " +
+                                   std::to_string(a.microbatches));
+  return GenerateSchedule(kind, a.pp, ScheduleTakesVp(kind) ? a.vp : 1, a.microbatches).status();
+}
+
+}  // namespace
+
 Status ValidateSdpoConfig(const SdpoConfig& c) {
   KP_RETURN_IF_ERROR(ValidateTrainConfig(c.train));
   KP_RETURN_IF_ERROR(ValidateSamplingOptions(c.sampling));
@@ -77,6 +105,7 @@ Status ValidateSdpoConfig(const SdpoConfig& c) {
   if (!(c.sft_context_share >= 0 && c.sft_context_share <= 1))
     return Status::InvalidArgument("--sft-context-share: must be in [0, 1]");
   if (c.sync_bucket_bytes < 1) return Status::InvalidArgument("--sync-bucket-mb: must be positive");
+  KP_RETURN_IF_ERROR(ValidateActorPipeline(c));
   if (c.placement == Placement::kSplit) {
     if (c.rollout_ranks < 1) return Status::InvalidArgument("--rollout-ranks: must be at least 1");
     if (c.prompts % c.rollout_ranks != 0)
@@ -84,6 +113,15 @@ Status ValidateSdpoConfig(const SdpoConfig& c) {
                                      std::to_string(c.rollout_ranks) + " rollout ranks");
   }
   return Status::Ok();
+}
+
+SplitRanks SplitRanksOf(const SdpoConfig& c) {
+  SplitRanks r;
+  r.actor = c.actor.pp;
+  r.teacher = c.loss == LossMode::kGrpo ? -1 : r.actor;
+  r.first_rollout = r.actor + (r.teacher >= 0 ? 1 : 0);
+  r.world = r.first_rollout + c.rollout_ranks;
+  return r;
 }
 
 std::string SdpoConfigJson(const SdpoConfig& c) {
@@ -107,21 +145,26 @@ std::string SdpoConfigJson(const SdpoConfig& c) {
   j["sft_context_share"] = c.sft_context_share;
   j["placement"] = PlacementName(c.placement);
   j["rollout_ranks"] = c.rollout_ranks;
+  j["pp"] = c.actor.pp;
+  j["vp"] = c.actor.vp;
+  j["microbatches"] = c.actor.microbatches;
+  j["schedule"] = c.actor.schedule;
+  j["attnres_cache"] = c.actor.attnres_cache;
   j["sync_bucket_bytes"] = c.sync_bucket_bytes;
   j["sync"] = c.train.lora.enabled() ? "lora" : "full";
   return j.dump();
 }
 
-// Right-padding is safe: a causal model never attends to the padding of a
-// row before that row's own tokens.
-torch::Tensor ResponseLogits(StageModelImpl& model, const std::vector<std::vector<std::int64_t>>& contexts,
-                             const std::vector<std::vector<std::int64_t>>& responses, torch::Device device) {
+ResponseRows MakeResponseRows(const std::vector<std::vector<std::int64_t>>& contexts,
+                              const std::vector<std::vector<std::int64_t>>& responses, torch::Device device) {
   const auto n = static_cast<std::int64_t>(contexts.size());
   std::int64_t longest_input = 1, longest_response = 1;
   for (std::int64_t i = 0; i < n; ++i) {
     longest_input = std::max<std::int64_t>(longest_input, contexts[i].size() + responses[i].size() - 1);
     longest_response = std::max<std::int64_t>(longest_response, responses[i].size());
   }
+  // Right-padding is safe: a causal model never attends to the padding of a
+  // row before that row's own tokens.
   std::vector<std::int64_t> input(n * longest_input, ByteTokenizer::kPad), where(n * longest_response, 0);
   for (std::int64_t i = 0; i < n; ++i) {
     std::vector<std::int64_t> row = contexts[i];
@@ -131,52 +174,31 @@ torch::Tensor ResponseLogits(StageModelImpl& model, const std::vector<std::vecto
     for (std::int64_t t = 0; t < longest_response; ++t)
       where[i * longest_response + t] = std::min(first + t, longest_input - 1);
   }
-  const torch::Tensor tokens = torch::tensor(input, torch::kLong).view({n, longest_input}).to(device);
-  const torch::Tensor index = torch::tensor(where, torch::kLong).view({n, longest_response}).to(device);
-  const torch::Tensor logits = model.forward(tokens);
-  const torch::Tensor picked = logits.gather(1, index.unsqueeze(-1).expand({n, longest_response, logits.size(-1)}));
+  return {torch::tensor(input, torch::kLong).view({n, longest_input}).to(device),
+          torch::tensor(where, torch::kLong).view({n, longest_response}).to(device)};
+}
+
+torch::Tensor PickResponseLogits(const torch::Tensor& logits, const torch::Tensor& where) {
+  const std::int64_t n = where.size(0), l = where.size(1);
+  const torch::Tensor picked = logits.gather(1, where.unsqueeze(-1).expand({n, l, logits.size(-1)}));
   // The rollout never samples ids past the tokenizer's (SamplingOptions::
   // vocab_limit); the trained distributions leave them out the same way, so
   // that the importance ratios compare like with like.
   if (picked.size(-1) == ByteTokenizer::kVocabSize) return picked;
-  const torch::Tensor outside = torch::arange(picked.size(-1), index.options()) >= ByteTokenizer::kVocabSize;
+  const torch::Tensor outside = torch::arange(picked.size(-1), where.options()) >= ByteTokenizer::kVocabSize;
   return picked.masked_fill(outside, -std::numeric_limits<float>::infinity());
+}
+
+torch::Tensor ResponseLogits(StageModelImpl& model, const std::vector<std::vector<std::int64_t>>& contexts,
+                             const std::vector<std::vector<std::int64_t>>& responses, torch::Device device) {
+  const ResponseRows rows = MakeResponseRows(contexts, responses, device);
+  return PickResponseLogits(model.forward(rows.input), rows.where);
 }
 
 torch::Tensor TokenLogProbs(const torch::Tensor& logits, const torch::Tensor& ids) {
   return torch::log_softmax(logits, -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1);
 }
 
-namespace {
-
-// The tasks of step `step` (1-based) start here.
-std::int64_t FirstTask(const SdpoConfig& c, int step) { return static_cast<std::int64_t>(step - 1) * c.prompts; }
-
-// Warm-start examples come from indices far from the loop's, so that on a
-// task family with many problems the loop's prompts are mostly unseen.
-constexpr std::int64_t kWarmStartTaskOffset = std::int64_t{1} << 40;
-
-// What a rollout rank returns for one step: samples of prompts
-// [first_task, first_task + prompts) of the task source.
-struct RolloutBatch {
-  std::int64_t first_task = 0;
-  std::int64_t weight_version = 0;
-  std::vector<Sample> samples;  // Sample::prompt relative to first_task
-  GenerationStats stats;
-};
-
-// Builds the policy as TrainSession does: same seed, same weights on every
-// rank, so rollout and teacher copies start equal to the student.
-Result<std::shared_ptr<StageModelImpl>> BuildPolicy(const SdpoConfig& c, torch::Device device) {
-  ModelOptions options = c.train.options;
-  options.seed = c.train.seed;
-  torch::manual_seed(c.train.seed);
-  KP_ASSIGN_OR_RETURN(auto model, BuildModel(c.train.model, options));
-  model->to(device);
-  return model;
-}
-
-// Responses as a padded [N, L] id tensor and its 0/1 mask.
 std::pair<torch::Tensor, torch::Tensor> PadResponses(const std::vector<std::vector<std::int64_t>>& responses,
                                                      torch::Device device) {
   const auto n = static_cast<std::int64_t>(responses.size());
@@ -193,10 +215,405 @@ std::pair<torch::Tensor, torch::Tensor> PadResponses(const std::vector<std::vect
           torch::tensor(mask, torch::kFloat).view({n, longest}).to(device)};
 }
 
+std::int64_t FirstTask(const SdpoConfig& c, int step) { return static_cast<std::int64_t>(step - 1) * c.prompts; }
 
-// The colocated placement's sync: the trainer's and the rollout's models
-// live in one process, so the weights move by a copy per tensor (the
-// resharding a hybrid engine does), measured like the c10d sync.
+SyncMode LoopSyncMode(const SdpoConfig& c) { return c.train.lora.enabled() ? SyncMode::kLora : SyncMode::kFull; }
+
+void RecordSync(const SyncStats& s, SyncMode mode, LoopStepMetrics& m) {
+  m.sync_version = s.version;
+  m.sync_bytes = s.bytes;
+  m.sync_buckets = s.buckets;
+  m.sync_s = s.seconds;
+  m.sync_mode = mode == SyncMode::kLora ? "lora" : "full";
+}
+
+Feedback RunFeedback(const SdpoConfig& c, const TaskSource& tasks, const RolloutBatch& batch) {
+  Stopwatch watch;
+  const ByteTokenizer tok;
+  Feedback f;
+  const int n_per_prompt = c.sampling.samples;
+  const auto n = static_cast<std::int64_t>(batch.samples.size());
+  for (std::int64_t g = 0; g < n / n_per_prompt; ++g) {
+    const Task task = tasks.At(batch.first_task + batch.samples[g * n_per_prompt].prompt);
+    std::vector<std::string> texts, corrections;
+    std::vector<double> group_rewards;
+    for (int j = 0; j < n_per_prompt; ++j) {
+      const Sample& s = batch.samples[g * n_per_prompt + j];
+      // The verifier reads the bytes before the stop token.
+      texts.push_back(tok.DecodeResponse(s.response));
+      const Verdict v = Verify(task, texts.back());
+      group_rewards.push_back(v.reward);
+      corrections.push_back(v.correction);
+      f.prompts.push_back(tok.EncodePrompt(task.prompt));
+      f.responses.push_back(s.response);
+      f.response_tokens += static_cast<std::int64_t>(s.response.size());
+    }
+    for (const TeacherContext& t :
+         BuildTeacherContexts(tok, task.prompt, texts, group_rewards, corrections, c.reprompt)) {
+      f.teacher_contexts.push_back(t.prompt_ids);
+      f.distill_rows.push_back(t.distill ? 1.f : 0.f);
+    }
+    if (g == 0) f.sample_text = task.prompt + texts[0];
+    f.rewards.insert(f.rewards.end(), group_rewards.begin(), group_rewards.end());
+  }
+  f.reward_mean = std::accumulate(f.rewards.begin(), f.rewards.end(), 0.0) / std::max<std::int64_t>(n, 1);
+  f.seconds = watch.Seconds();
+  return f;
+}
+
+namespace {
+
+// The rollout's log-probabilities of its samples, padded like the ids.
+torch::Tensor OldLogProbs(const RolloutBatch& batch, std::int64_t longest, torch::Device device) {
+  const auto n = static_cast<std::int64_t>(batch.samples.size());
+  std::vector<float> v(n * longest, 0.f);
+  for (std::int64_t i = 0; i < n; ++i)
+    std::copy(batch.samples[i].logprobs.begin(), batch.samples[i].logprobs.end(), v.begin() + i * longest);
+  return torch::tensor(v, torch::kFloat).view({n, longest}).to(device);
+}
+
+// The warm start's objective: the negative log-likelihood of the answers.
+ResponseObjective WarmStartObjective(const torch::Tensor& ids, const torch::Tensor& mask) {
+  return {mask, [ids](const torch::Tensor& logits, std::int64_t first, std::int64_t rows) {
+            return -TokenLogProbs(logits, ids.narrow(0, first, rows));
+          }};
+}
+
+}  // namespace
+
+ResponseObjective LoopObjective(const SdpoConfig& c, const Feedback& feedback, const RolloutBatch& batch,
+                                const torch::Tensor& teacher_logits, torch::Device device) {
+  auto [ids, mask] = PadResponses(feedback.responses, device);
+  const torch::Tensor old_logp = OldLogProbs(batch, ids.size(1), device);
+  const double temperature = c.sampling.temperature;
+  const torch::Tensor distill_mask =
+      mask * torch::tensor(feedback.distill_rows, torch::kFloat).to(device).unsqueeze(1);
+  // Each loss's terms of rows [first, first + rows).
+  switch (c.loss) {
+    case LossMode::kSdpo:
+      return {distill_mask, [=](const torch::Tensor& logits, std::int64_t first, std::int64_t rows) {
+                const torch::Tensor z = logits / temperature;
+                const torch::Tensor logp = TokenLogProbs(z, ids.narrow(0, first, rows));
+                return SdpoTokenLoss(z, teacher_logits.narrow(0, first, rows), logp,
+                                     old_logp.narrow(0, first, rows), c.distill);
+              }};
+    case LossMode::kK1Opd:
+      return {distill_mask, [=](const torch::Tensor& logits, std::int64_t first, std::int64_t rows) {
+                const torch::Tensor z = logits / temperature;
+                const torch::Tensor id = ids.narrow(0, first, rows);
+                return K1OpdTokenLoss(TokenLogProbs(z, id), old_logp.narrow(0, first, rows),
+                                      TokenLogProbs(teacher_logits.narrow(0, first, rows), id), c.clip);
+              }};
+    case LossMode::kGrpo:
+      break;
+  }
+  const torch::Tensor adv = GrpoAdvantages(torch::tensor(feedback.rewards, torch::kDouble), c.sampling.samples)
+                                .to(torch::kFloat)
+                                .to(device)
+                                .unsqueeze(1);
+  return {mask, [=](const torch::Tensor& logits, std::int64_t first, std::int64_t rows) {
+            const torch::Tensor logp = TokenLogProbs(logits / temperature, ids.narrow(0, first, rows));
+            return ClippedPolicyLoss(logp, old_logp.narrow(0, first, rows), adv.narrow(0, first, rows), c.clip);
+          }};
+}
+
+PipelineObjective::PipelineObjective(ResponseObjective objective, torch::Tensor where, int microbatches)
+    : objective_(std::move(objective)), where_(std::move(where)), microbatches_(microbatches) {
+  tokens_ = objective_.mask.to(torch::kFloat).sum().clamp_min(1.0);
+}
+
+torch::Tensor PipelineObjective::Share(const torch::Tensor& logits, int m) {
+  const std::int64_t rows = where_.size(0) / microbatches_, first = m * rows;
+  const torch::Tensor picked = PickResponseLogits(logits, where_.narrow(0, first, rows));
+  const torch::Tensor mask = objective_.mask.narrow(0, first, rows).to(torch::kFloat);
+  return (objective_.terms(picked, first, rows) * mask).sum() / tokens_;
+}
+
+Result<std::shared_ptr<StageModelImpl>> BuildPolicy(const SdpoConfig& c, torch::Device device) {
+  ModelOptions options = c.train.options;
+  options.seed = c.train.seed;
+  torch::manual_seed(c.train.seed);
+  KP_ASSIGN_OR_RETURN(auto model, BuildModel(c.train.model, options));
+  model->to(device);
+  return model;
+}
+
+// ---------------------------------------------------------------- actor
+
+namespace {
+
+// Warm-start examples come from indices far from the loop's, so that on a
+// task family with many problems the loop's prompts are mostly unseen.
+constexpr std::int64_t kWarmStartTaskOffset = std::int64_t{1} << 40;
+
+// A wrong answer for the warm start's feedback examples: the answer with its
+// last character changed, so the correction names the right answer.
+std::string WrongAnswer(const std::string& answer, std::int64_t index) {
+  std::string wrong = answer;
+  char& last = wrong.back();
+  if (last >= '0' && last <= '9') last = static_cast<char>('0' + (last - '0' + 1 + index % 9) % 10);
+  else wrong += "x";
+  return wrong;
+}
+
+// The pipeline's configuration for one phase of the actor's training.
+PipelineRankConfig ActorPipelineConfig(const SdpoConfig& c, const TrainConfig& phase) {
+  PipelineRankConfig p;
+  p.train = phase;
+  p.pp = c.actor.pp;
+  p.vp = c.actor.vp;
+  p.microbatches = c.actor.microbatches;
+  p.attnres_cache = c.actor.attnres_cache;
+  p.schedule = ParseSchedule(c.actor.schedule).value();  // checked by ValidateSdpoConfig
+  return p;
+}
+
+// The warm start trains full weights at a constant --sft-lr on --sft-batch
+// examples; the loop's own schedule, batch and LoRA come in BeginLoop.
+TrainConfig WarmStartPhase(const SdpoConfig& c) {
+  TrainConfig t = c.train;
+  t.lr = c.sft_lr;
+  t.warmup = 0;
+  t.min_lr_ratio = 1.0;
+  t.steps = std::max(1, c.sft_steps);
+  t.batch = c.sft_batch;
+  t.lora = LoraOptions{};
+  return t;
+}
+
+TrainConfig LoopPhase(const SdpoConfig& c) {
+  TrainConfig t = c.train;
+  t.batch = c.prompts * c.sampling.samples;
+  return t;
+}
+
+// Rows of `seq_len` + 1 ids for the pipeline: the inputs and a last column
+// the objective does not read.
+std::vector<std::int64_t> PipelineTokens(const torch::Tensor& input) {
+  const torch::Tensor rows =
+      torch::cat({input.cpu(), torch::full({input.size(0), 1}, ByteTokenizer::kPad, torch::kLong)}, 1).contiguous();
+  return std::vector<std::int64_t>(rows.data_ptr<std::int64_t>(), rows.data_ptr<std::int64_t>() + rows.numel());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ActorRank>> ActorRank::Create(const SdpoConfig& c, Communicator& pipeline,
+                                                     const FileSystem& fs) {
+  auto a = std::unique_ptr<ActorRank>(new ActorRank(c, pipeline, fs));
+  KP_ASSIGN_OR_RETURN(a->device_, ParseDevice(c.train.device));
+  KP_ASSIGN_OR_RETURN(a->tasks_, MakeTaskSource(fs, c.task, c.task_options));
+  KP_ASSIGN_OR_RETURN(a->rank_, PipelineRank::Create(ActorPipelineConfig(c, WarmStartPhase(c)), pipeline));
+  return a;
+}
+
+// Example `index` is in the teacher's format for a share sft_context_share
+// of the indices (alternating a correct solution and the correction of a
+// wrong answer), else the plain prompt.
+std::string ActorRank::WarmStartContext(const Task& task, std::int64_t index) const {
+  const std::int64_t per_thousand = static_cast<std::int64_t>(config_.sft_context_share * 1000 + 0.5);
+  const std::int64_t slot = (index * 617) % 1000;  // 617 is coprime to 1000: every slot once per 1000
+  if (slot >= per_thousand) return task.prompt;
+  if (slot % 2 == 0) return RepromptText(task.prompt, task.answer, std::nullopt, config_.reprompt.text);
+  const std::string correction = Verify(task, WrongAnswer(task.answer, index)).correction;
+  return RepromptText(task.prompt, std::nullopt, correction, config_.reprompt.text);
+}
+
+Result<PipelineStepResult> ActorRank::TrainOn(const std::vector<std::vector<std::int64_t>>& contexts,
+                                              const std::vector<std::vector<std::int64_t>>& responses,
+                                              const ResponseObjective& objective) {
+  const ResponseRows rows = MakeResponseRows(contexts, responses, device_);
+  PipelineObjective loss(objective, rows.where, config_.actor.microbatches);
+  return rank_->TrainStep(PipelineTokens(rows.input), static_cast<int>(rows.input.size(1)), loss);
+}
+
+Result<double> ActorRank::WarmStartStep(int step) {
+  std::vector<std::vector<std::int64_t>> contexts, targets;
+  for (int i = 0; i < config_.sft_batch; ++i) {
+    const std::int64_t index = kWarmStartTaskOffset + static_cast<std::int64_t>(step) * config_.sft_batch + i;
+    const Task task = tasks_->At(index);
+    contexts.push_back(tok_.EncodePrompt(WarmStartContext(task, index)));
+    std::vector<std::int64_t> answer = tok_.Encode(task.answer);
+    answer.push_back(ByteTokenizer::kEos);
+    targets.push_back(std::move(answer));
+  }
+  auto [ids, mask] = PadResponses(targets, device_);
+  KP_ASSIGN_OR_RETURN(PipelineStepResult r, TrainOn(contexts, targets, WarmStartObjective(ids, mask)));
+  return r.loss;
+}
+
+namespace {
+
+Status Beat(Communicator& heartbeat, torch::Device device, bool more) {
+  torch::Tensor flag = torch::full({1}, more ? 1 : 0, torch::dtype(torch::kLong).device(device));
+  return heartbeat.Broadcast(flag, 0);
+}
+
+}  // namespace
+
+Status AwaitWarmStart(Communicator& heartbeat, torch::Device device) {
+  for (;;) {
+    torch::Tensor flag = torch::zeros({1}, torch::dtype(torch::kLong).device(device));
+    KP_RETURN_IF_ERROR(heartbeat.Broadcast(flag, 0).WithContext("waiting for the actor's warm start"));
+    if (flag.cpu().item<std::int64_t>() == 0) return Status::Ok();
+  }
+}
+
+Status ActorRank::WarmStart(LoopObserver& observer, Communicator* heartbeat) {
+  for (int s = 0; s < config_.sft_steps; ++s) {
+    Result<double> loss = Status::Internal("unset");
+    try {
+      loss = WarmStartStep(s);
+    } catch (const c10::Error& e) {
+      return Status::Internal(std::string("warm start: ") + e.what_without_backtrace());
+    }
+    if (!loss.ok()) return loss.status().WithContext("warm start");
+    if ((s + 1) % 10 == 0 || s + 1 == config_.sft_steps)
+      KP_RETURN_IF_ERROR(observer.OnWarmStart(s + 1, config_.sft_steps, *loss));
+    if (heartbeat != nullptr) KP_RETURN_IF_ERROR(Beat(*heartbeat, device_, true));
+  }
+  return heartbeat != nullptr ? Beat(*heartbeat, device_, false) : Status::Ok();
+}
+
+Status ActorRank::BeginLoop() { return rank_->BeginPhase(LoopPhase(config_)); }
+
+Result<LoopStepMetrics> ActorRank::Learn(const RolloutBatch& batch, const Feedback& feedback,
+                                         const torch::Tensor& teacher_logits) {
+  LoopStepMetrics m;
+  m.weight_version = batch.weight_version;
+  Stopwatch watch;
+  try {
+    const ResponseObjective objective = LoopObjective(config_, feedback, batch, teacher_logits, device_);
+    KP_ASSIGN_OR_RETURN(PipelineStepResult r, TrainOn(feedback.prompts, feedback.responses, objective));
+    m.train.step = r.step;
+    m.train.loss = r.loss;
+    m.train.grad_norm = r.grad_norm;
+    m.train.lr = r.lr;
+  } catch (const c10::Error& e) {
+    return Status::Internal("step " + std::to_string(rank_->step() + 1) + ": " + e.what_without_backtrace());
+  }
+  (config_.loss == LossMode::kGrpo ? m.pg_loss : m.distill_loss) = m.train.loss;
+  m.train_s = watch.Seconds();
+  // The process's peak RSS (the stages, the optimizer); not measured on CUDA yet.
+  if (!device_.is_cuda()) m.train.peak_memory_bytes = PeakRssBytes(fs_);
+  return m;
+}
+
+std::vector<NamedTensor> ActorRank::Synced(SyncMode mode) {
+  std::vector<NamedTensor> out;
+  for (int s : rank_->stages()) {
+    StageModelImpl* model = ModelOfStage(rank_->stage_module(s));
+    if (model == nullptr) continue;
+    for (NamedTensor& t : SyncedTensors(*model, mode)) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<std::pair<std::int64_t, std::int64_t>> ActorRank::CountParameters() {
+  std::int64_t all = 0, trainable = 0;
+  for (int s : rank_->stages()) {
+    StageModelImpl* model = ModelOfStage(rank_->stage_module(s));
+    if (model == nullptr) continue;
+    all += CountElements(model->parameters());
+    trainable += CountElements(model->TrainableParameters());
+  }
+  torch::Tensor counts = torch::tensor({static_cast<double>(all), static_cast<double>(trainable)}, torch::kDouble);
+  if (pipeline_.size() > 1) {
+    KP_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(config_.train.device));
+    counts = counts.to(device);
+    KP_RETURN_IF_ERROR(pipeline_.AllReduceSum(counts));
+    counts = counts.cpu();
+  }
+  return std::pair{static_cast<std::int64_t>(counts[0].item<double>()),
+                   static_cast<std::int64_t>(counts[1].item<double>())};
+}
+
+// ---------------------------------------------------------------- teacher
+
+Result<std::unique_ptr<Teacher>> Teacher::Create(const SdpoConfig& c) {
+  auto t = std::unique_ptr<Teacher>(new Teacher(c));
+  KP_ASSIGN_OR_RETURN(t->device_, ParseDevice(c.train.device));
+  try {
+    KP_ASSIGN_OR_RETURN(t->model_, BuildPolicy(c, t->device_));
+    t->model_->eval();
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("building the teacher: ") + e.what_without_backtrace());
+  }
+  return t;
+}
+
+std::vector<NamedTensor> Teacher::Synced(SyncMode mode) { return SyncedTensors(*model_, mode); }
+
+Status Teacher::Assign(const std::vector<NamedTensor>& student) {
+  std::vector<torch::Tensor> s;
+  for (const NamedTensor& t : student) s.push_back(t.tensor);
+  std::vector<torch::Tensor> mine;
+  for (const NamedTensor& t : Synced(SyncMode::kFull)) mine.push_back(t.tensor);
+  return EmaUpdate(mine, s, 1.0);
+}
+
+Status Teacher::Update(const std::vector<NamedTensor>& student) {
+  std::vector<torch::Tensor> s, mine;
+  for (const NamedTensor& t : student) s.push_back(t.tensor);
+  for (const NamedTensor& t : Synced(LoopSyncMode(config_))) mine.push_back(t.tensor);
+  return EmaUpdate(mine, s, config_.teacher_ema);
+}
+
+void Teacher::BeginLoop() {
+  if (!config_.train.lora.enabled()) return;
+  model_->EnableLora(config_.train.lora, config_.train.seed);
+  model_->to(device_);
+}
+
+torch::Tensor Teacher::Score(const Feedback& feedback) {
+  torch::NoGradGuard no_grad;
+  return ResponseLogits(*model_, feedback.teacher_contexts, feedback.responses, device_) /
+         config_.sampling.temperature;
+}
+
+// ---------------------------------------------------------------- rollout
+
+Result<std::unique_ptr<Rollout>> Rollout::Create(const SdpoConfig& c, const FileSystem& fs) {
+  auto r = std::unique_ptr<Rollout>(new Rollout(c));
+  KP_ASSIGN_OR_RETURN(r->device_, ParseDevice(c.train.device));
+  KP_ASSIGN_OR_RETURN(r->tasks_, MakeTaskSource(fs, c.task, c.task_options));
+  try {
+    KP_ASSIGN_OR_RETURN(r->model_, BuildPolicy(c, r->device_));
+    r->engine_ = std::make_unique<RolloutEngine>(r->model_);
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("building the rollout: ") + e.what_without_backtrace());
+  }
+  return r;
+}
+
+std::vector<NamedTensor> Rollout::Synced(SyncMode mode) { return SyncedTensors(*model_, mode); }
+
+void Rollout::BeginLoop() {
+  if (!config_.train.lora.enabled()) return;
+  model_->EnableLora(config_.train.lora, config_.train.seed);
+  model_->to(device_);
+}
+
+Result<RolloutBatch> Rollout::Generate(int step, std::int64_t first, int count, std::int64_t version, int rank) {
+  RolloutBatch b;
+  b.first_task = first;
+  b.weight_version = version;
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (int i = 0; i < count; ++i) prompts.push_back(tok_.EncodePrompt(tasks_->At(first + i).prompt));
+  SamplingOptions sampling = config_.sampling;
+  sampling.vocab_limit = ByteTokenizer::kVocabSize;
+  const std::uint64_t seed = config_.train.seed * 1000003u + static_cast<std::uint64_t>(step) * 131u + rank;
+  KP_ASSIGN_OR_RETURN(b.samples, engine_->Generate(prompts, sampling, seed));
+  b.stats = engine_->last_stats();
+  return b;
+}
+
+// ---------------------------------------------------------------- colocated
+
+namespace {
+
+// The colocated placement's sync: the models live in one process, so the
+// weights move by a copy per tensor (the resharding a hybrid engine does),
+// measured like the c10d sync.
 SyncStats CopyWeights(const std::vector<NamedTensor>& from, const std::vector<NamedTensor>& to,
                       std::int64_t version) {
   Stopwatch watch;
@@ -210,497 +627,65 @@ SyncStats CopyWeights(const std::vector<NamedTensor>& from, const std::vector<Na
   return s;
 }
 
-void RecordSync(const SyncStats& s, SyncMode mode, LoopStepMetrics& m) {
-  m.sync_version = s.version;
-  m.sync_bytes = s.bytes;
-  m.sync_buckets = s.buckets;
-  m.sync_s = s.seconds;
-  m.sync_mode = mode == SyncMode::kLora ? "lora" : "full";
-}
-
-// A response the verifier reads: the bytes before the stop token.
-std::string ResponseText(const ByteTokenizer& tok, const std::vector<std::int64_t>& ids) {
-  return tok.DecodeResponse(ids);
-}
-
-// A wrong answer for the warm start's feedback examples: the answer with its
-// last character changed, so the correction names the right answer.
-std::string WrongAnswer(const std::string& answer, std::int64_t index) {
-  std::string wrong = answer;
-  char& last = wrong.back();
-  if (last >= '0' && last <= '9') last = static_cast<char>('0' + (last - '0' + 1 + index % 9) % 10);
-  else wrong += "x";
-  return wrong;
-}
-
-// The trainer's side: the student it trains, the EMA self-teacher, the
-// feedback and the optimizer.
-class Actor {
- public:
-  static Result<std::unique_ptr<Actor>> Create(const SdpoConfig& config, const FileSystem& fs) {
-    auto a = std::unique_ptr<Actor>(new Actor(config, fs));
-    KP_ASSIGN_OR_RETURN(a->device_, ParseDevice(config.train.device));
-    KP_ASSIGN_OR_RETURN(a->tasks_, MakeTaskSource(fs, config.task, config.task_options));
-    try {
-      if (config.train.deterministic) UseDeterministicAlgorithms(a->device_);
-      KP_ASSIGN_OR_RETURN(a->student_, BuildPolicy(config, a->device_));
-      KP_ASSIGN_OR_RETURN(a->teacher_, BuildPolicy(config, a->device_));
-      a->teacher_->eval();
-      a->NewOptimizer(config.sft_lr);
-    } catch (const c10::Error& e) {
-      return Status::Internal(std::string("building the actor: ") + e.what_without_backtrace());
-    }
-    return a;
+Status RunColocated(const SdpoConfig& config, const FileSystem& fs, LoopObserver& observer) {
+  std::unique_ptr<Communicator> alone = MakeInProcessCommunicator(MakeInProcessWorld(1), 0);
+  KP_ASSIGN_OR_RETURN(auto actor, ActorRank::Create(config, *alone, fs));
+  std::unique_ptr<Teacher> teacher;
+  if (config.loss != LossMode::kGrpo) {
+    KP_ASSIGN_OR_RETURN(teacher, Teacher::Create(config));
   }
-
-  StageModelImpl& student() { return *student_; }
-  const TaskSource& tasks() const { return *tasks_; }
-  std::int64_t parameters() const { return CountElements(student_->parameters()); }
-  std::int64_t trainable() const { return CountElements(student_->TrainableParameters()); }
-
-  // One supervised step on the answers (see SdpoConfig::sft_steps).
-  double WarmStartStep(int step) {
-    std::vector<std::vector<std::int64_t>> contexts, targets;
-    for (int i = 0; i < config_.sft_batch; ++i) {
-      const std::int64_t index = kWarmStartTaskOffset + static_cast<std::int64_t>(step) * config_.sft_batch + i;
-      const Task task = tasks_->At(index);
-      contexts.push_back(tok_.EncodePrompt(WarmStartContext(task, index)));
-      std::vector<std::int64_t> answer = tok_.Encode(task.answer);
-      answer.push_back(ByteTokenizer::kEos);
-      targets.push_back(std::move(answer));
-    }
-    student_->train();
-    optimizer_->zero_grad();
-    auto [ids, mask] = PadResponses(targets, device_);
-    const torch::Tensor logp = TokenLogProbs(ResponseLogits(*student_, contexts, targets, device_), ids);
-    const torch::Tensor loss = -MaskedTokenMean(logp, mask);
-    loss.backward();
-    torch::nn::utils::clip_grad_norm_(student_->TrainableParameters(), config_.train.grad_clip);
-    optimizer_->step();
-    return loss.item<double>();
-  }
-
-  // After the warm start: the teacher starts as the student, LoRA adapters
-  // (if any) go onto both, and the loop's optimizer replaces the warm start's.
-  void BeginLoop() {
-    torch::NoGradGuard no_grad;
-    auto t = teacher_->parameters();
-    auto s = student_->parameters();
-    for (std::size_t i = 0; i < t.size(); ++i) t[i].copy_(s[i]);
-    if (config_.train.lora.enabled()) {
-      student_->EnableLora(config_.train.lora, config_.train.seed);
-      teacher_->EnableLora(config_.train.lora, config_.train.seed);
-      student_->to(device_);
-      teacher_->to(device_);
-    }
-    NewOptimizer(config_.train.lr);
-    step_ = 0;
-  }
-
-  // One optimizer step on `batch`: feedback, teacher scoring, loss.
-  Result<LoopStepMetrics> Learn(const RolloutBatch& batch) {
-    try {
-      return LearnOrThrow(batch);
-    } catch (const c10::Error& e) {
-      return Status::Internal("step " + std::to_string(step_ + 1) + ": " + e.what_without_backtrace());
-    }
-  }
-
- private:
-  Actor(const SdpoConfig& c, const FileSystem& fs) : config_(c), fs_(fs) {}
-
-  // The groups carry their own options (ParamGroups takes --lr): `lr` is
-  // set on each, so the warm start really runs at --sft-lr.
-  void NewOptimizer(double lr) {
-    optimizer_ = std::make_unique<torch::optim::AdamW>(ParamGroups(student_->TrainableParameters(), config_.train),
-                                                       torch::optim::AdamWOptions(lr));
-    for (auto& group : optimizer_->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  }
-
-  // Example `index` is in the teacher's format for a share
-  // sft_context_share of the indices (alternating a correct solution and
-  // the correction of a wrong answer), else the plain prompt.
-  std::string WarmStartContext(const Task& task, std::int64_t index) const {
-    const std::int64_t per_thousand = static_cast<std::int64_t>(config_.sft_context_share * 1000 + 0.5);
-    const std::int64_t slot = (index * 617) % 1000;  // 617 is coprime to 1000: every slot once per 1000
-    if (slot >= per_thousand) return task.prompt;
-    if (slot % 2 == 0) return RepromptText(task.prompt, task.answer, std::nullopt, config_.reprompt.text);
-    const std::string correction = Verify(task, WrongAnswer(task.answer, index)).correction;
-    return RepromptText(task.prompt, std::nullopt, correction, config_.reprompt.text);
-  }
-
-  Result<LoopStepMetrics> LearnOrThrow(const RolloutBatch& batch) {
-    Stopwatch step_watch;
-    LoopStepMetrics m;
-    m.weight_version = batch.weight_version;
-    const int n_per_prompt = config_.sampling.samples;
-    const auto n = static_cast<std::int64_t>(batch.samples.size());
-    // Feedback and the teacher's contexts, group by group.
-    Stopwatch feedback_watch;
-    std::vector<std::vector<std::int64_t>> prompts, responses, teacher_contexts;
-    std::vector<double> rewards;
-    std::vector<float> distill_rows;
-    std::int64_t response_tokens = 0;
-    for (std::int64_t g = 0; g < n / n_per_prompt; ++g) {
-      const Task task = tasks_->At(batch.first_task + batch.samples[g * n_per_prompt].prompt);
-      std::vector<std::string> texts, corrections;
-      std::vector<double> group_rewards;
-      for (int j = 0; j < n_per_prompt; ++j) {
-        const Sample& s = batch.samples[g * n_per_prompt + j];
-        texts.push_back(ResponseText(tok_, s.response));
-        const Verdict v = Verify(task, texts.back());
-        group_rewards.push_back(v.reward);
-        corrections.push_back(v.correction);
-        prompts.push_back(tok_.EncodePrompt(task.prompt));
-        responses.push_back(s.response);
-        response_tokens += static_cast<std::int64_t>(s.response.size());
-      }
-      for (const TeacherContext& c :
-           BuildTeacherContexts(tok_, task.prompt, texts, group_rewards, corrections, config_.reprompt)) {
-        teacher_contexts.push_back(c.prompt_ids);
-        distill_rows.push_back(c.distill ? 1.f : 0.f);
-      }
-      if (g == 0) m.sample_text = task.prompt + texts[0];
-      rewards.insert(rewards.end(), group_rewards.begin(), group_rewards.end());
-    }
-    m.feedback_s = feedback_watch.Seconds();
-    m.reward_mean = std::accumulate(rewards.begin(), rewards.end(), 0.0) / std::max<std::int64_t>(n, 1);
-    m.response_tokens_mean = static_cast<double>(response_tokens) / std::max<std::int64_t>(n, 1);
-    auto [ids, mask] = PadResponses(responses, device_);
-    const torch::Tensor old_logp = OldLogProbs(batch, ids.size(1));
-    const double temperature = config_.sampling.temperature;
-
-    torch::Tensor teacher_logits;
-    if (config_.loss != LossMode::kGrpo) {
-      Stopwatch watch;
-      torch::NoGradGuard no_grad;
-      teacher_logits = ResponseLogits(*teacher_, teacher_contexts, responses, device_) / temperature;
-      m.teacher_s = watch.Seconds();
-    }
-
-    Stopwatch train_watch;
-    student_->train();
-    m.train.lr = LearningRate(config_.train, step_);
-    for (auto& group : optimizer_->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(m.train.lr);
-    optimizer_->zero_grad();
-    const torch::Tensor logits = ResponseLogits(*student_, prompts, responses, device_) / temperature;
-    const torch::Tensor logp = TokenLogProbs(logits, ids);
-    const torch::Tensor distill_mask = mask * torch::tensor(distill_rows, torch::kFloat).to(device_).unsqueeze(1);
-    torch::Tensor loss;
-    switch (config_.loss) {
-      case LossMode::kSdpo:
-        loss = SdpoLoss(logits, teacher_logits, logp, old_logp, distill_mask, config_.distill);
-        m.distill_loss = loss.item<double>();
-        break;
-      case LossMode::kK1Opd:
-        loss = K1OpdLoss(logp, old_logp, TokenLogProbs(teacher_logits, ids), distill_mask, config_.clip);
-        m.distill_loss = loss.item<double>();
-        break;
-      case LossMode::kGrpo: {
-        const torch::Tensor adv =
-            GrpoAdvantages(torch::tensor(rewards, torch::kDouble), n_per_prompt).to(torch::kFloat).to(device_);
-        loss = MaskedTokenMean(ClippedPolicyLoss(logp, old_logp, adv.unsqueeze(1), config_.clip), mask);
-        m.pg_loss = loss.item<double>();
-        break;
-      }
-    }
-    loss.backward();
-    const auto trainable = student_->TrainableParameters();
-    m.train.grad_norm = torch::nn::utils::clip_grad_norm_(trainable, config_.train.grad_clip);
-    m.train.loss = loss.item<double>();
-    if (!std::isfinite(m.train.loss) || !std::isfinite(m.train.grad_norm))
-      return Status::Internal("step " + std::to_string(step_ + 1) +
-                              ": the loss or the gradient became non-finite; lower --lr");
-    optimizer_->step();
-    KP_RETURN_IF_ERROR(EmaUpdate(teacher_->parameters(), student_->parameters(), config_.teacher_ema));
-    m.train_s = train_watch.Seconds();
-    ++step_;
-    m.train.step = step_;
-    m.generated_tokens = batch.stats.generated_tokens;
-    m.generation_s = batch.stats.seconds;
-    m.train.step_seconds = step_watch.Seconds();
-    m.train.tokens_per_s = response_tokens / std::max(m.train.step_seconds, 1e-9);
-    // The process's peak RSS (both models, the optimizer); not measured on CUDA yet.
-    if (!device_.is_cuda()) m.train.peak_memory_bytes = PeakRssBytes(fs_);
-    return m;
-  }
-
-  // The rollout's log-probabilities of its samples, padded like the ids.
-  torch::Tensor OldLogProbs(const RolloutBatch& batch, std::int64_t longest) const {
-    const auto n = static_cast<std::int64_t>(batch.samples.size());
-    std::vector<float> v(n * longest, 0.f);
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy(batch.samples[i].logprobs.begin(), batch.samples[i].logprobs.end(), v.begin() + i * longest);
-    return torch::tensor(v, torch::kFloat).view({n, longest}).to(device_);
-  }
-
-  SdpoConfig config_;
-  const FileSystem& fs_;
-  ByteTokenizer tok_;
-  torch::Device device_{torch::kCPU};
-  std::unique_ptr<TaskSource> tasks_;
-  std::shared_ptr<StageModelImpl> student_, teacher_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
-  int step_ = 0;
-};
-
-// The rollout's side: its own copy of the policy, fed by the weight sync.
-class Rollout {
- public:
-  static Result<std::unique_ptr<Rollout>> Create(const SdpoConfig& config, const FileSystem& fs) {
-    auto r = std::unique_ptr<Rollout>(new Rollout(config));
-    KP_ASSIGN_OR_RETURN(r->device_, ParseDevice(config.train.device));
-    KP_ASSIGN_OR_RETURN(r->tasks_, MakeTaskSource(fs, config.task, config.task_options));
-    try {
-      KP_ASSIGN_OR_RETURN(r->model_, BuildPolicy(config, r->device_));
-      r->engine_ = std::make_unique<RolloutEngine>(r->model_);
-    } catch (const c10::Error& e) {
-      return Status::Internal(std::string("building the rollout: ") + e.what_without_backtrace());
-    }
-    return r;
-  }
-
-  StageModelImpl& model() { return *model_; }
-
-  void BeginLoop() {
-    if (!config_.train.lora.enabled()) return;
-    model_->EnableLora(config_.train.lora, config_.train.seed);
-    model_->to(device_);
-  }
-
-  // Samples prompts [first, first + count) of step `step`'s tasks.
-  Result<RolloutBatch> Generate(int step, std::int64_t first, int count, std::int64_t version, int rank) {
-    RolloutBatch b;
-    b.first_task = first;
-    b.weight_version = version;
-    std::vector<std::vector<std::int64_t>> prompts;
-    for (int i = 0; i < count; ++i) prompts.push_back(tok_.EncodePrompt(tasks_->At(first + i).prompt));
-    SamplingOptions sampling = config_.sampling;
-    sampling.vocab_limit = ByteTokenizer::kVocabSize;
-    const std::uint64_t seed = config_.train.seed * 1000003u + static_cast<std::uint64_t>(step) * 131u + rank;
-    KP_ASSIGN_OR_RETURN(b.samples, engine_->Generate(prompts, sampling, seed));
-    b.stats = engine_->last_stats();
-    return b;
-  }
-
- private:
-  explicit Rollout(const SdpoConfig& c) : config_(c) {}
-  SdpoConfig config_;
-  ByteTokenizer tok_;
-  torch::Device device_{torch::kCPU};
-  std::unique_ptr<TaskSource> tasks_;
-  std::shared_ptr<StageModelImpl> model_;
-  std::unique_ptr<RolloutEngine> engine_;
-};
-
-SyncMode LoopSyncMode(const SdpoConfig& c) { return c.train.lora.enabled() ? SyncMode::kLora : SyncMode::kFull; }
-
-Status WarmStart(const SdpoConfig& c, Actor& actor, LoopObserver& observer) {
-  for (int s = 0; s < c.sft_steps; ++s) {
-    double loss = 0;
-    try {
-      loss = actor.WarmStartStep(s);
-    } catch (const c10::Error& e) {
-      return Status::Internal(std::string("warm start: ") + e.what_without_backtrace());
-    }
-    if ((s + 1) % 10 == 0 || s + 1 == c.sft_steps) KP_RETURN_IF_ERROR(observer.OnWarmStart(s + 1, c.sft_steps, loss));
-  }
-  return Status::Ok();
-}
-
-// ---- The split placement's wire format: one batch as three tensors. ----
-// header int64 [4]: samples, response tokens, weight version, forward calls;
-// ints int64 [2 x samples + tokens]: (prompt, length) per sample, then ids;
-// reals float64 [1 + tokens]: generation seconds, then log-probabilities.
-constexpr int kTagsPerStep = 3;
-
-Status SendBatch(Communicator& comm, const RolloutBatch& b, int step) {
-  std::int64_t tokens = 0;
-  for (const Sample& s : b.samples) tokens += static_cast<std::int64_t>(s.response.size());
-  const auto n = static_cast<std::int64_t>(b.samples.size());
-  std::vector<std::int64_t> ints;
-  std::vector<double> reals = {b.stats.seconds};
-  for (const Sample& s : b.samples) {
-    ints.push_back(s.prompt);
-    ints.push_back(static_cast<std::int64_t>(s.response.size()));
-  }
-  for (const Sample& s : b.samples) {
-    ints.insert(ints.end(), s.response.begin(), s.response.end());
-    reals.insert(reals.end(), s.logprobs.begin(), s.logprobs.end());
-  }
-  const int tag = step * kTagsPerStep;
-  KP_RETURN_IF_ERROR(
-      comm.Send(torch::tensor({n, tokens, b.weight_version, b.stats.forward_calls}, torch::kLong), 0, tag));
-  KP_RETURN_IF_ERROR(comm.Send(torch::tensor(ints, torch::kLong), 0, tag + 1));
-  return comm.Send(torch::tensor(reals, torch::kDouble), 0, tag + 2);
-}
-
-Result<RolloutBatch> RecvBatch(Communicator& comm, int src, int step) {
-  const int tag = step * kTagsPerStep;
-  torch::Tensor header = torch::zeros({4}, torch::kLong);
-  KP_RETURN_IF_ERROR(comm.Recv(header, src, tag));
-  const std::int64_t n = header[0].item<std::int64_t>(), tokens = header[1].item<std::int64_t>();
-  torch::Tensor ints = torch::zeros({2 * n + tokens}, torch::kLong);
-  torch::Tensor reals = torch::zeros({1 + tokens}, torch::kDouble);
-  KP_RETURN_IF_ERROR(comm.Recv(ints, src, tag + 1));
-  KP_RETURN_IF_ERROR(comm.Recv(reals, src, tag + 2));
-  RolloutBatch b;
-  b.weight_version = header[2].item<std::int64_t>();
-  b.stats.forward_calls = header[3].item<std::int64_t>();
-  b.stats.generated_tokens = tokens;
-  const auto* iv = ints.data_ptr<std::int64_t>();
-  const auto* rv = reals.data_ptr<double>();
-  b.stats.seconds = rv[0];
-  std::int64_t at = 2 * n, lp = 1;
-  for (std::int64_t i = 0; i < n; ++i) {
-    Sample s;
-    s.prompt = static_cast<int>(iv[2 * i]);
-    const std::int64_t len = iv[2 * i + 1];
-    s.response.assign(iv + at, iv + at + len);
-    s.logprobs.assign(rv + lp, rv + lp + len);
-    s.stopped = len > 0 && s.response.back() == ByteTokenizer::kEos;
-    at += len;
-    lp += len;
-    b.samples.push_back(std::move(s));
-  }
-  return b;
-}
-
-// Gathers step `step`'s batch from every rollout rank, in rank order.
-Result<RolloutBatch> GatherBatch(Communicator& comm, const SdpoConfig& c, int step) {
-  RolloutBatch all;
-  all.first_task = FirstTask(c, step);
-  const int per_rank = c.prompts / c.rollout_ranks;
-  for (int r = 1; r <= c.rollout_ranks; ++r) {
-    Result<RolloutBatch> part = RecvBatch(comm, r, step);
-    if (!part.ok())
-      return Status::IoError("rollout rank " + std::to_string(r) + " fell behind or died: no batch for step " +
-                             std::to_string(step) + ": " + part.status().message());
-    all.weight_version = part->weight_version;
-    all.stats.seconds = std::max(all.stats.seconds, part->stats.seconds);
-    all.stats.generated_tokens += part->stats.generated_tokens;
-    all.stats.forward_calls += part->stats.forward_calls;
-    for (Sample& s : part.value().samples) {
-      s.prompt += (r - 1) * per_rank;
-      all.samples.push_back(std::move(s));
-    }
-  }
-  return all;
-}
-
-WeightSyncOptions SyncOptions(const SdpoConfig& c, SyncMode mode) {
-  WeightSyncOptions o;
-  o.mode = mode;
-  o.bucket_bytes = c.sync_bucket_bytes;
-  o.root = 0;
-  return o;
-}
-
-Status RunSplitTrainer(const SdpoConfig& c, Communicator& world, const FileSystem& fs, LoopObserver& observer) {
-  KP_ASSIGN_OR_RETURN(auto actor, Actor::Create(c, fs));
-  KP_RETURN_IF_ERROR(observer.OnStart(actor->parameters(), actor->trainable(), actor->tasks().Describe()));
-  KP_RETURN_IF_ERROR(WarmStart(c, *actor, observer));
-  // The rollout starts from the warm-started weights: always a full sync.
-  LoopStepMetrics initial;
-  KP_ASSIGN_OR_RETURN(SyncStats first, SendWeights(world, SyncedTensors(actor->student(), SyncMode::kFull), 0,
-                                                   SyncOptions(c, SyncMode::kFull)));
-  RecordSync(first, SyncMode::kFull, initial);
-  KP_RETURN_IF_ERROR(observer.OnInitialSync(initial));
-  actor->BeginLoop();
-  const SyncMode mode = LoopSyncMode(c);
-  // Batch s + 1 is received before the weights of step s go out: the rollout
-  // sent it before it waits for them, and c10d's Gloo finishes a rank's
-  // outstanding sends before its next collective.
-  Stopwatch first_wait;
-  KP_ASSIGN_OR_RETURN(RolloutBatch batch, GatherBatch(world, c, 1));
-  double waited = first_wait.Seconds();
-  for (int step = 1; step <= c.train.steps; ++step) {
-    Stopwatch cycle;
-    KP_ASSIGN_OR_RETURN(LoopStepMetrics m, actor->Learn(batch));
-    m.wait_s = waited;
-    if (step < c.train.steps) {
-      Stopwatch wait;
-      KP_ASSIGN_OR_RETURN(batch, GatherBatch(world, c, step + 1));
-      waited = wait.Seconds();
-    }
-    // Batch s + 2 is the next to need these weights (one step off-policy).
-    if (step + 2 <= c.train.steps) {
-      KP_ASSIGN_OR_RETURN(SyncStats s,
-                          SendWeights(world, SyncedTensors(actor->student(), mode), step, SyncOptions(c, mode)));
-      RecordSync(s, mode, m);
-    }
-    m.train.step_seconds = cycle.Seconds() + m.wait_s;
-    KP_RETURN_IF_ERROR(observer.OnStep(m));
-  }
-  return world.Barrier();
-}
-
-Status RunSplitRollout(const SdpoConfig& c, Communicator& world, const FileSystem& fs) {
-  KP_ASSIGN_OR_RETURN(auto rollout, Rollout::Create(c, fs));
-  KP_RETURN_IF_ERROR(ReceiveWeights(world, SyncedTensors(rollout->model(), SyncMode::kFull), 0,
-                                    SyncOptions(c, SyncMode::kFull))
-                         .status());
-  rollout->BeginLoop();
-  const SyncMode mode = LoopSyncMode(c);
-  const int per_rank = c.prompts / c.rollout_ranks;
-  const int rank = world.rank();
-  std::int64_t version = 0;
-  for (int step = 1; step <= c.train.steps; ++step) {
-    if (step >= 3) {
-      // Batch s needs the weights of step s - 2 or newer; older ones are refused.
-      KP_ASSIGN_OR_RETURN(SyncStats s,
-                          ReceiveWeights(world, SyncedTensors(rollout->model(), mode), step - 2, SyncOptions(c, mode)));
-      version = s.version;
-    }
-    KP_ASSIGN_OR_RETURN(RolloutBatch b,
-                        rollout->Generate(step, FirstTask(c, step) + (rank - 1) * per_rank, per_rank, version, rank));
-    KP_RETURN_IF_ERROR(SendBatch(world, b, step));
-  }
-  return world.Barrier();
-}
-
-}  // namespace
-
-Status RunColocatedLoop(const SdpoConfig& config, const FileSystem& fs, LoopObserver& observer) {
-  KP_RETURN_IF_ERROR(ValidateSdpoConfig(config));
-  KP_ASSIGN_OR_RETURN(auto actor, Actor::Create(config, fs));
   KP_ASSIGN_OR_RETURN(auto rollout, Rollout::Create(config, fs));
-  KP_RETURN_IF_ERROR(observer.OnStart(actor->parameters(), actor->trainable(), actor->tasks().Describe()));
-  KP_RETURN_IF_ERROR(WarmStart(config, *actor, observer));
+  KP_ASSIGN_OR_RETURN(const auto counts, actor->CountParameters());
+  KP_RETURN_IF_ERROR(observer.OnStart(counts.first, counts.second, actor->tasks().Describe()));
+  KP_RETURN_IF_ERROR(actor->WarmStart(observer));
   LoopStepMetrics initial;
-  RecordSync(CopyWeights(SyncedTensors(actor->student(), SyncMode::kFull),
-                         SyncedTensors(rollout->model(), SyncMode::kFull), 0),
-             SyncMode::kFull, initial);
+  RecordSync(CopyWeights(actor->Synced(SyncMode::kFull), rollout->Synced(SyncMode::kFull), 0), SyncMode::kFull,
+             initial);
+  if (teacher) KP_RETURN_IF_ERROR(teacher->Assign(actor->Synced(SyncMode::kFull)));
   KP_RETURN_IF_ERROR(observer.OnInitialSync(initial));
-  actor->BeginLoop();
+  KP_RETURN_IF_ERROR(actor->BeginLoop());
+  if (teacher) teacher->BeginLoop();
   rollout->BeginLoop();
   const SyncMode mode = LoopSyncMode(config);
   for (int step = 1; step <= config.train.steps; ++step) {
     Stopwatch watch;
     KP_ASSIGN_OR_RETURN(RolloutBatch batch,
                         rollout->Generate(step, FirstTask(config, step), config.prompts, step - 1, 0));
-    KP_ASSIGN_OR_RETURN(LoopStepMetrics m, actor->Learn(batch));
+    const Feedback feedback = RunFeedback(config, actor->tasks(), batch);
+    torch::Tensor teacher_logits;
+    double teacher_s = 0;
+    if (teacher) {
+      Stopwatch teacher_watch;
+      teacher_logits = teacher->Score(feedback);
+      teacher_s = teacher_watch.Seconds();
+    }
+    KP_ASSIGN_OR_RETURN(LoopStepMetrics m, actor->Learn(batch, feedback, teacher_logits));
+    if (teacher) KP_RETURN_IF_ERROR(teacher->Update(actor->Synced(mode)));
     if (step < config.train.steps)
-      RecordSync(CopyWeights(SyncedTensors(actor->student(), mode), SyncedTensors(rollout->model(), mode), step),
-                 mode, m);
+      RecordSync(CopyWeights(actor->Synced(mode), rollout->Synced(mode), step), mode, m);
+    m.reward_mean = feedback.reward_mean;
+    m.response_tokens_mean = static_cast<double>(feedback.response_tokens) / std::max<std::size_t>(1, batch.samples.size());
+    m.sample_text = feedback.sample_text;
+    m.feedback_s = feedback.seconds;
+    m.teacher_s = teacher_s;
+    m.generated_tokens = batch.stats.generated_tokens;
+    m.generation_s = batch.stats.seconds;
     m.train.step_seconds = watch.Seconds();
+    m.train.tokens_per_s = feedback.response_tokens / std::max(m.train.step_seconds, 1e-9);
     KP_RETURN_IF_ERROR(observer.OnStep(m));
   }
   return Status::Ok();
 }
 
-Status RunSplitLoopRank(const SdpoConfig& config, const Rendezvous& rendezvous, const C10dOptions& c10d,
-                        const FileSystem& fs, LoopObserver& observer) {
+}  // namespace
+
+Status RunColocatedLoop(const SdpoConfig& config, const FileSystem& fs, LoopObserver& observer) {
   KP_RETURN_IF_ERROR(ValidateSdpoConfig(config));
-  if (rendezvous.world_size != 1 + config.rollout_ranks)
-    return Status::InvalidArgument("--rollout-ranks: the split loop needs 1 trainer rank + " +
-                                   std::to_string(config.rollout_ranks) + " rollout ranks, but WORLD_SIZE is " +
-                                   std::to_string(rendezvous.world_size));
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, ConnectC10d(rendezvous, c10d));
-  if (world->rank() == 0) return RunSplitTrainer(config, *world, fs, observer);
-  return RunSplitRollout(config, *world, fs);
+  try {
+    return RunColocated(config, fs, observer);
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("the SDPO loop: ") + e.what_without_backtrace());
+  }
 }
 
 }  // namespace kp::runtime

@@ -6,15 +6,23 @@
 // chosen loss, and the weight sync (runtime/weight_sync.h) brings the new
 // weights to the rollout. docs/sdpo.md has the formulas and the loop.
 //
+// The actor is the pipeline trainer of runtime/pipeline_runtime.h with the
+// loop's loss at its last stage.
+//
 // Placements:
-//  - colocated: one process; the rollout samples with the weights of the
-//    step before (on-policy), the sync is a bucketed local copy into the
-//    rollout's own model;
-//  - split: rank 0 is the trainer (actor, self-teacher and feedback), ranks
-//    1 .. R are rollout ranks, over c10d. One step off-policy, as the
-//    simulator's split placement: batch s is sampled with the weights of
-//    step s - 2 while the trainer trains step s - 1; the rollout refuses
-//    weights older than that (the sync's version check).
+//  - colocated: one process (a pipeline of one rank, the teacher and the
+//    rollout beside it); the rollout samples with the weights of the step
+//    before (on-policy), the syncs are local copies;
+//  - split: processes over c10d (SplitRanks): the actor's pipeline on ranks
+//    0 .. pp - 1, the self-teacher on rank pp (not for GRPO, which has none),
+//    then the rollout ranks. One step off-policy, as the simulator's split
+//    placement: batch s is sampled with the weights of step s - 2 while the
+//    actor trains step s - 1; the rollout refuses weights older than that
+//    (the sync's version check). Rank 0 gathers the rollouts' batches and
+//    broadcasts each to the actor and the teacher; the teacher broadcasts
+//    its logits back; after a step every pipeline rank syncs the tensors of
+//    its own stages, to the teacher (which updates its EMA) and to the
+//    rollouts.
 // Step s (1-based) uses tasks [(s - 1) P, s P) of the task source, P prompts
 // per step; a rank with R rollout ranks samples its P / R of them.
 // No LibTorch in this header: the CLI includes it.
@@ -82,9 +90,27 @@ struct SdpoConfig {
   int sft_batch = 32;
   double sft_lr = 1e-3;             ///< the warm start's constant learning rate
   Placement placement = Placement::kColocated;
-  int rollout_ranks = 1;            ///< split: ranks 1 .. rollout_ranks sample
+  int rollout_ranks = 1;            ///< split: the rollout ranks (SplitRanks)
+  /// The actor's pipeline (split; colocated is one rank): --pp ranks,
+  /// --vp stages per rank, --microbatches, --schedule, --attnres-cache.
+  struct ActorPipeline {
+    int pp = 1;
+    int vp = 1;
+    int microbatches = 1;
+    std::string schedule = "1f1b";
+    bool attnres_cache = false;
+  } actor;
   std::int64_t sync_bucket_bytes = 16ll << 20;
 };
+
+/// The split placement's ranks, in world order.
+struct SplitRanks {
+  int actor = 1;         ///< ranks 0 .. actor - 1: the pipeline
+  int teacher = -1;      ///< the teacher's rank; -1: none (GRPO)
+  int first_rollout = 1;
+  int world = 2;
+};
+SplitRanks SplitRanksOf(const SdpoConfig& c);
 
 /// Checks every field; the message names the flag.
 Status ValidateSdpoConfig(const SdpoConfig& c);
@@ -132,8 +158,8 @@ class LoopObserver {
 /// steps.
 Status RunColocatedLoop(const SdpoConfig& config, const FileSystem& fs, LoopObserver& observer);
 
-/// One rank of the split loop (world = 1 + rollout_ranks): rank 0 trains
-/// and reports to `observer`; the others sample. A rank that dies or a
+/// One rank of the split loop (world = SplitRanksOf(config).world): rank 0
+/// reports to `observer`; the others report nothing. A rank that dies or a
 /// rollout that falls behind past c10d.timeout_s ends every rank with an
 /// error naming it.
 Status RunSplitLoopRank(const SdpoConfig& config, const Rendezvous& rendezvous, const C10dOptions& c10d,

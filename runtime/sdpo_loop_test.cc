@@ -2,14 +2,23 @@
 // log-probabilities the trainer computes from right-padded (context,
 // response) rows must be the ones the rollout sampled with, or the
 // importance ratios of docs/sdpo.md §5 would be off from the first step.
-// Also the loop's option parsing, whose messages name the flag.
+// The pipelined actor's step against a single process computing the
+// batch-level losses of sdpo_loss.h directly. Also the loop's option
+// parsing, whose messages name the flag.
 #include "runtime/sdpo_loop.h"
+
+#include <map>
+#include <mutex>
 
 #include <gtest/gtest.h>
 
+#include "runtime/in_process_communicator.h"
+#include "runtime/pipeline_test_util.h"
 #include "runtime/rollout.h"
 #include "runtime/sdpo_loop_internal.h"
+#include "runtime/sdpo_loss.h"
 #include "runtime/test_util.h"
+#include "runtime/trainer_internal.h"
 
 namespace kp::runtime {
 namespace {
@@ -53,6 +62,172 @@ TEST(SdpoLoopTest, TrainerLogProbsAreTheRolloutsOnPaddedRowsOfMixedLengths) {
   }
 }
 
+// ---- The pipelined actor against the single-process step. ----
+
+SdpoConfig ActorTestConfig(LossMode loss, int pp, int microbatches, int lora_rank) {
+  SdpoConfig c;
+  c.train.model = testing::DebugSpec(4);
+  c.train.model.vocab = ByteTokenizer::kVocabSize + 4;  // ids past the tokenizer's are masked
+  c.train.options.kda_chunk = 4;
+  c.train.lr = 3e-3;
+  c.train.warmup = 0;
+  c.train.min_lr_ratio = 1.0;
+  c.train.grad_clip = 1e-4;  // active: the clip is part of the step
+  c.train.bias_update_rate = 0;
+  c.train.steps = 4;
+  c.train.lora.rank = lora_rank;
+  c.train.lora.alpha = 2.0 * lora_rank;
+  c.task = "addition";
+  c.prompts = 2;
+  c.sampling.samples = 4;
+  c.sampling.temperature = 0.8;
+  c.loss = loss;
+  c.distill.top_k = 20;
+  c.placement = pp > 1 ? Placement::kSplit : Placement::kColocated;
+  c.actor.pp = pp;
+  c.actor.microbatches = microbatches;
+  c.sft_batch = 8;
+  return c;
+}
+
+// Per group, one correct response (the answer and EOS), the others 1 to 4
+// ids (some ending in EOS, some spelling digits), with made-up sampling
+// log-probabilities.
+RolloutBatch SyntheticBatch(const SdpoConfig& c) {
+  RealFileSystem fs;
+  const auto tasks = MakeTaskSource(fs, c.task, c.task_options).value();
+  torch::manual_seed(5);
+  RolloutBatch b;
+  const int n = c.prompts * c.sampling.samples;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.prompt = i / c.sampling.samples;
+    if (i % c.sampling.samples == 1) {
+      s.response = ByteTokenizer().Encode(tasks->At(s.prompt).answer);
+      s.response.push_back(ByteTokenizer::kEos);
+    } else {
+      const int len = 1 + i % 4;
+      for (int t = 0; t < len; ++t)
+        s.response.push_back(t + 1 == len && i % 2 == 0 ? ByteTokenizer::kEos : '0' + (i * 7 + t * 3) % 10);
+    }
+    for (std::size_t t = 0; t < s.response.size(); ++t)
+      s.logprobs.push_back(-0.5f - 2.5f * torch::rand({1}).item<float>());
+    b.samples.push_back(std::move(s));
+  }
+  return b;
+}
+
+struct StepOutcome {
+  double loss = 0, grad_norm = 0;
+  std::map<std::string, torch::Tensor> weights;  // after the step, by name
+};
+
+// The reference: the whole model, the batch-level loss of sdpo_loss.h on
+// ResponseLogits, one backward, torch's clip_grad_norm_ and AdamW.
+StepOutcome ReferenceStep(const SdpoConfig& c, const Feedback& f, const RolloutBatch& batch,
+                          const torch::Tensor& teacher) {
+  auto model = BuildPolicy(c, torch::kCPU).value();
+  if (c.train.lora.enabled()) model->EnableLora(c.train.lora, c.train.seed);
+  model->train();
+  TrainConfig loop = c.train;
+  loop.batch = c.prompts * c.sampling.samples;
+  torch::optim::AdamW opt(ParamGroups(model->TrainableParameters(), loop), torch::optim::AdamWOptions(loop.lr));
+  const torch::Tensor logits = ResponseLogits(*model, f.prompts, f.responses, torch::kCPU) / c.sampling.temperature;
+  auto [ids, mask] = PadResponses(f.responses, torch::kCPU);
+  torch::Tensor old = torch::zeros_like(mask);
+  for (std::size_t i = 0; i < batch.samples.size(); ++i)
+    for (std::size_t t = 0; t < batch.samples[i].logprobs.size(); ++t) old[i][t] = batch.samples[i].logprobs[t];
+  const torch::Tensor logp = TokenLogProbs(logits, ids);
+  const torch::Tensor distill_mask = mask * torch::tensor(f.distill_rows).unsqueeze(1);
+  torch::Tensor loss;
+  if (c.loss == LossMode::kSdpo) loss = SdpoLoss(logits, teacher, logp, old, distill_mask, c.distill);
+  if (c.loss == LossMode::kK1Opd) loss = K1OpdLoss(logp, old, TokenLogProbs(teacher, ids), distill_mask, c.clip);
+  if (c.loss == LossMode::kGrpo) {
+    const torch::Tensor adv = GrpoAdvantages(torch::tensor(f.rewards, torch::kDouble), c.sampling.samples);
+    loss = MaskedTokenMean(ClippedPolicyLoss(logp, old, adv.to(torch::kFloat).unsqueeze(1), c.clip), mask);
+  }
+  loss.backward();
+  StepOutcome out;
+  out.loss = loss.item<double>();
+  out.grad_norm = torch::nn::utils::clip_grad_norm_(model->TrainableParameters(), c.train.grad_clip);
+  opt.step();
+  for (const NamedTensor& t : SyncedTensors(*model, SyncMode::kFull)) out.weights[t.name] = t.tensor.detach().clone();
+  return out;
+}
+
+// The actor on c.actor.pp in-process ranks: BeginLoop, then one Learn.
+StepOutcome ActorStep(const SdpoConfig& c, const RolloutBatch& batch, const torch::Tensor& teacher) {
+  StepOutcome out;
+  std::mutex mu;
+  RealFileSystem fs;
+  const auto statuses = RunRanks(c.actor.pp, [&](Communicator& comm) -> Status {
+    KP_ASSIGN_OR_RETURN(auto actor, ActorRank::Create(c, comm, fs));
+    KP_RETURN_IF_ERROR(actor->BeginLoop());
+    const Feedback f = RunFeedback(c, actor->tasks(), batch);
+    KP_ASSIGN_OR_RETURN(LoopStepMetrics m, actor->Learn(batch, f, teacher));
+    std::lock_guard<std::mutex> lock(mu);
+    out.loss = m.train.loss;
+    out.grad_norm = m.train.grad_norm;
+    for (const NamedTensor& t : actor->Synced(SyncMode::kFull)) out.weights[t.name] = t.tensor.detach().clone();
+    return Status::Ok();
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.message();
+  return out;
+}
+
+void ExpectActorMatchesReference(LossMode loss, int pp, int microbatches, int lora_rank) {
+  const SdpoConfig c = ActorTestConfig(loss, pp, microbatches, lora_rank);
+  ASSERT_TRUE(ValidateSdpoConfig(c).ok()) << ValidateSdpoConfig(c).message();
+  const RolloutBatch batch = SyntheticBatch(c);
+  RealFileSystem fs;
+  const Feedback f = RunFeedback(c, *MakeTaskSource(fs, c.task, c.task_options).value(), batch);
+  ASSERT_GT(std::accumulate(f.distill_rows.begin(), f.distill_rows.end(), 0.f), 0.f) << "nothing to distill";
+  std::int64_t longest = 0;
+  for (const auto& r : f.responses) longest = std::max<std::int64_t>(longest, r.size());
+  const torch::Tensor teacher = torch::randn({8, longest, c.train.model.vocab}) * 2;
+  const StepOutcome want = ReferenceStep(c, f, batch, teacher);
+  const StepOutcome got = ActorStep(c, batch, teacher);
+  EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss) + 1e-7);
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
+  ASSERT_GT(want.grad_norm, c.train.grad_clip) << "the clip should be active";
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  double worst = 0;
+  for (const auto& [name, w] : want.weights) {
+    ASSERT_EQ(got.weights.count(name), 1u) << name;
+    worst = std::max(worst, (got.weights.at(name) - w).abs().max().item<double>());
+  }
+  // An AdamW step moves a weight by about lr = 3e-3: 1e-6 is a thousandth of it.
+  EXPECT_LE(worst, 1e-6);
+}
+
+TEST(SdpoActorTest, SdpoStepOnTwoPipelineRanksIsTheSingleProcessStep) {
+  ExpectActorMatchesReference(LossMode::kSdpo, 2, 4, 0);
+}
+TEST(SdpoActorTest, OnePipelineRankIsTheSingleProcessStep) { ExpectActorMatchesReference(LossMode::kSdpo, 1, 1, 0); }
+TEST(SdpoActorTest, GrpoStepOnTwoPipelineRanks) { ExpectActorMatchesReference(LossMode::kGrpo, 2, 2, 0); }
+TEST(SdpoActorTest, K1OpdStepOnTwoPipelineRanks) { ExpectActorMatchesReference(LossMode::kK1Opd, 2, 8, 0); }
+TEST(SdpoActorTest, LoraStepOnTwoPipelineRanksTrainsTheSameAdapters) {
+  ExpectActorMatchesReference(LossMode::kSdpo, 2, 4, 4);
+}
+
+TEST(SdpoActorTest, MicroBatchSharesSumToTheTokenMean) {
+  const SdpoConfig c = ActorTestConfig(LossMode::kSdpo, 1, 1, 0);
+  const RolloutBatch batch = SyntheticBatch(c);
+  RealFileSystem fs;
+  const Feedback f = RunFeedback(c, *MakeTaskSource(fs, c.task, c.task_options).value(), batch);
+  const ResponseRows rows = MakeResponseRows(f.prompts, f.responses, torch::kCPU);
+  const torch::Tensor teacher = torch::randn({8, rows.where.size(1), c.train.model.vocab}, torch::kDouble);
+  const ResponseObjective objective = LoopObjective(c, f, batch, teacher, torch::kCPU);
+  const torch::Tensor logits = torch::randn({8, rows.input.size(1), c.train.model.vocab}, torch::kDouble);
+  const torch::Tensor whole = MaskedTokenMean(objective.terms(PickResponseLogits(logits, rows.where), 0, 8),
+                                              objective.mask.to(torch::kDouble));
+  PipelineObjective shares(objective, rows.where, 4);
+  double sum = 0;
+  for (int m = 0; m < 4; ++m) sum += shares.Share(logits.narrow(0, 2 * m, 2), m).item<double>();
+  EXPECT_NEAR(sum, whole.item<double>(), 1e-12);
+  EXPECT_GT(std::abs(sum), 1e-3);
+}
+
 TEST(SdpoLoopTest, OptionsNameTheirFlag) {
   EXPECT_EQ(ParseLossMode("k1-opd").value(), LossMode::kK1Opd);
   EXPECT_NE(ParseLossMode("ppo").status().message().find("--loss"), std::string::npos);
@@ -71,6 +246,36 @@ TEST(SdpoLoopTest, OptionsNameTheirFlag) {
   c.sampling.temperature = 1;
   c.train.model.vocab = 128;
   EXPECT_NE(ValidateSdpoConfig(c).message().find("--vocab"), std::string::npos);
+  c.train.model.vocab = 300;
+  c.actor.pp = 2;
+  c.sampling.samples = 8;
+  c.actor.microbatches = 3;
+  EXPECT_NE(ValidateSdpoConfig(c).message().find("--microbatches: 3 must be positive and divide the 64 responses"),
+            std::string::npos);
+  c.actor.microbatches = 4;
+  c.actor.schedule = "zb-v";
+  EXPECT_NE(ValidateSdpoConfig(c).message().find("--schedule"), std::string::npos);
+  c.actor.schedule = "interleaved-1f1b";
+  c.actor.vp = 2;
+  EXPECT_TRUE(ValidateSdpoConfig(c).ok()) << ValidateSdpoConfig(c).message();
+  c.placement = Placement::kColocated;
+  EXPECT_NE(ValidateSdpoConfig(c).message().find("--pp: the colocated placement"), std::string::npos);
+}
+
+TEST(SdpoLoopTest, SplitRanksPlaceActorTeacherAndRollouts) {
+  SdpoConfig c;
+  c.actor.pp = 3;
+  c.rollout_ranks = 2;
+  const SplitRanks sdpo = SplitRanksOf(c);
+  EXPECT_EQ(sdpo.actor, 3);
+  EXPECT_EQ(sdpo.teacher, 3);
+  EXPECT_EQ(sdpo.first_rollout, 4);
+  EXPECT_EQ(sdpo.world, 6);
+  c.loss = LossMode::kGrpo;  // no teacher
+  const SplitRanks grpo = SplitRanksOf(c);
+  EXPECT_EQ(grpo.teacher, -1);
+  EXPECT_EQ(grpo.first_rollout, 3);
+  EXPECT_EQ(grpo.world, 5);
 }
 
 }  // namespace

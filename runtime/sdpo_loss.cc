@@ -93,9 +93,14 @@ torch::Tensor MaskedTokenMean(const torch::Tensor& per_token, const torch::Tenso
 torch::Tensor SdpoLoss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
                        const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& mask,
                        const DistillOptions& options) {
+  return MaskedTokenMean(SdpoTokenLoss(student_logits, teacher_logits, logp, old_logp, options), mask);
+}
+
+torch::Tensor SdpoTokenLoss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
+                            const torch::Tensor& logp, const torch::Tensor& old_logp, const DistillOptions& options) {
   torch::Tensor per_token = TopKDistillation(student_logits, teacher_logits, options);
   if (options.is_clip > 0) per_token = per_token * ImportanceWeight(logp, old_logp, options.is_clip);
-  return MaskedTokenMean(per_token, mask);
+  return per_token;
 }
 
 torch::Tensor GrpoAdvantages(const torch::Tensor& rewards, int group_size, bool normalize_std, double eps) {
@@ -130,8 +135,13 @@ torch::Tensor K1(const torch::Tensor& logp, const torch::Tensor& teacher_logp) {
 
 torch::Tensor K1OpdLoss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& teacher_logp,
                         const torch::Tensor& mask, const PolicyClip& clip) {
+  return MaskedTokenMean(K1OpdTokenLoss(logp, old_logp, teacher_logp, clip), mask);
+}
+
+torch::Tensor K1OpdTokenLoss(const torch::Tensor& logp, const torch::Tensor& old_logp,
+                             const torch::Tensor& teacher_logp, const PolicyClip& clip) {
   const torch::Tensor advantage = -K1(logp, teacher_logp).detach();
-  return MaskedTokenMean(ClippedPolicyLoss(logp, old_logp, advantage, clip), mask);
+  return ClippedPolicyLoss(logp, old_logp, advantage, clip);
 }
 
 Status EmaUpdate(const std::vector<torch::Tensor>& teacher, const std::vector<torch::Tensor>& student, double rate) {

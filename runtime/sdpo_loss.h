@@ -59,6 +59,10 @@ torch::Tensor MaskedTokenMean(const torch::Tensor& per_token, const torch::Tenso
 torch::Tensor SdpoLoss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
                        const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& mask,
                        const DistillOptions& options);
+/// SdpoLoss before the token-mean: the per-token terms [...], so that a
+/// pipeline can sum a micro-batch's share of the batch's token-mean.
+torch::Tensor SdpoTokenLoss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
+                            const torch::Tensor& logp, const torch::Tensor& old_logp, const DistillOptions& options);
 
 /// §7: GRPO outcome advantages, one per response. `rewards` [N] hold
 /// contiguous groups of `group_size` siblings (N a multiple of it):
@@ -85,6 +89,9 @@ torch::Tensor K1(const torch::Tensor& logp, const torch::Tensor& teacher_logp);
 /// -K1 (detached).
 torch::Tensor K1OpdLoss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& teacher_logp,
                         const torch::Tensor& mask, const PolicyClip& clip);
+/// K1OpdLoss before the token-mean: the per-token terms [...].
+torch::Tensor K1OpdTokenLoss(const torch::Tensor& logp, const torch::Tensor& old_logp,
+                             const torch::Tensor& teacher_logp, const PolicyClip& clip);
 
 /// §9: teacher <- (1 - rate) teacher + rate student, in place, without
 /// autograd, pairing the lists by position (the student's may live on another

@@ -2,11 +2,11 @@
 # End-to-end checks of `kimi-plan sdpo` on a scaled-down kimi-k3-debug: the
 # colocated loop logs every step (steps, loop_steps, weight_syncs) and shows
 # the simulator's prediction beside the measured breakdown; the split loop
-# runs a trainer and a rollout rank over c10d Gloo, one step off-policy, with
-# LoRA syncs of the adapters alone; a short SDPO run from a warm start raises
-# the mean reward; bad input is one line, exit 2, nothing written; a killed
-# rollout rank ends the trainer with a line naming it and keeps every logged
-# step.
+# runs the actor's ranks, the teacher and a rollout rank over c10d Gloo, one
+# step off-policy, with LoRA syncs of the adapters alone, and its pipelined
+# actor's first step is the colocated one's; bad input is one line, exit 2,
+# nothing written; a killed rollout rank ends the actor with a line naming
+# it and keeps every logged step.
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,7 +39,7 @@ check "colocated: table shows the simulated step" grep -q "s simulated (ratio" c
 check "report: the run's reward row" grep -q "^reward " report.txt
 check "report: peak memory measured" test "$(q "select min(peak_memory_bytes) > 0 from steps where run_id = 1")" = 1
 
-# --- split: trainer rank 0 and one rollout rank over Gloo, LoRA
+# --- split: actor rank 0 and one rollout rank over Gloo, LoRA, GRPO (no teacher)
 "$bin" sdpo "${small[@]}" --placement split --lora-rank 4 --loss grpo --steps 4 --timeout-s 60 --json > split.json 2> split.err
 check "split: exits 0" test $? -eq 0
 json_check "split: summary" split.json "d['steps'] == 4 and d['placement'] == 'split'"
@@ -47,6 +47,24 @@ check "split: one step off-policy: versions 0 0 1 2" test "$(q "select group_con
 check "split: pg loss logged" test "$(q "select count(pg_loss), count(distill_loss) from loop_steps where run_id = 3")" = "4|0"
 check "split: initial full sync then LoRA syncs 1 2" test "$(q "select group_concat(version || mode, ' ') from weight_syncs where run_id = 3")" = "0full 1lora 2lora"
 check "split: LoRA syncs are much smaller than the full one" test "$(q "select (select bytes from weight_syncs where run_id = 3 and version = 1) * 5 < (select bytes from weight_syncs where run_id = 3 and version = 0)")" = 1
+
+# --- split: a warm start ten times longer than --timeout-s; the waiting
+# rollout rank follows its heartbeat instead of timing out
+"$bin" sdpo "${small[@]}" --placement split --loss grpo --sft-steps 40 --timeout-s 1 --steps 2 > hb.txt 2> hb.err
+check "split: a warm start longer than the timeout" test $? -eq 0
+check "split: warm start reported" grep -q "warm start    40/40" hb.err
+
+# --- split, SDPO: the actor's pipeline on ranks 0 and 1 (4 micro-batches),
+# the teacher on rank 2, the rollout on rank 3. Step 1 samples the same
+# batch with the same weights as the colocated run's step 1, so its loss is
+# that step's, computed by two pipeline stages in micro-batches.
+"$bin" sdpo "${small[@]}" --placement split --pp 2 --microbatches 4 --steps 4 --timeout-s 60 > pipe.txt 2> pipe.err
+check "split pp 2: exits 0" test $? -eq 0
+check "split pp 2: versions 0 0 1 2" test "$(q "select group_concat(weight_version, ' ') from loop_steps where run_id = 5")" = "0 0 1 2"
+check "split pp 2: distillation loss logged" test "$(q "select count(distill_loss), count(pg_loss) from loop_steps where run_id = 5")" = "4|0"
+check "split pp 2: syncs 0 1 2, both stages' weights" test "$(q "select group_concat(version || mode, ' ') from weight_syncs where run_id = 5")/$(q "select count(distinct bytes) from weight_syncs where run_id in (1, 5)")" = "0full 1full 2full/1"
+check "split pp 2: step 1 is the colocated step 1" test "$(q "select abs(a.loss - b.loss) <= 1e-5 * abs(a.loss) and a.loss > 0 from steps a, steps b where a.run_id = 1 and b.run_id = 5 and a.step = 1 and b.step = 1")" = 1
+check "split pp 2: teacher time measured" test "$(q "select min(teacher_s) > 0 from loop_steps where run_id = 5")" = 1
 
 # --- bad input: one line, exit 2, nothing written
 refused "unknown loss" runs "--loss: unknown loss" sdpo "${small[@]}" --loss ppo
@@ -57,13 +75,18 @@ refused "uneven rollout split" runs "--prompts: 4 do not split evenly" sdpo "${s
 printf '{"prompt": "2+2=", "answer": "4", "verifer": "numeric"}\n' > bad.jsonl
 refused "bad task file" runs "bad.jsonl:1" sdpo "${base[@]}" --vocab 260 --task bad.jsonl
 
-# --- a rollout rank that dies: the trainer stops with a line naming it
+# --- a rollout rank that dies: the actor stops with a line naming it
+# (rank 0 the actor, rank 1 the teacher, rank 2 the rollout)
 before=$(q "select count(*) from runs")
-RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 KIMI_PLAN_STORE_FILE=$work/kill.store \
-  "$bin" sdpo "${small[@]}" --placement split --steps 5000 --timeout-s 20 > kill.out 2> kill.err &
+rank() {
+  RANK=$1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 KIMI_PLAN_STORE_FILE=$work/kill.store \
+    exec "$bin" sdpo "${small[@]}" --placement split --steps 5000 --timeout-s 20
+}
+rank 0 > kill.out 2> kill.err &
 trainer=$!
-RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 KIMI_PLAN_STORE_FILE=$work/kill.store \
-  "$bin" sdpo "${small[@]}" --placement split --steps 5000 --timeout-s 20 > /dev/null 2>&1 &
+rank 1 > /dev/null 2>&1 &
+teacher=$!
+rank 2 > /dev/null 2>&1 &
 rollout=$!
 for _ in $(seq 1 600); do
   [ "$(q "select count(*) from loop_steps where run_id = $((before + 1))" 2>/dev/null || echo 0)" -ge 2 ] && break
@@ -72,8 +95,9 @@ done
 kill -9 $rollout
 wait $trainer
 rc=$?
+kill -9 $teacher 2> /dev/null
 check "killed rollout: trainer fails" test $rc -ne 0 -a $rc -ne 2
-check "killed rollout: names the rollout rank" grep -q "rollout rank 1" kill.err
+check "killed rollout: names the rollout rank" grep -q "rollout rank 2" kill.err
 check "killed rollout: the logged steps are kept" test "$(q "select count(*) from loop_steps where run_id = $((before + 1))")" -ge 2
 
 finish cli_sdpo
