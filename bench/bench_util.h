@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,24 @@ inline double Median(std::vector<double> v) {
 /// Waits for the work queued on `d` (a CUDA device); nothing on the CPU.
 inline void Synchronize(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize();
+}
+
+/// The command line as "--name value" pairs by name; `flag` (without its
+/// dashes) is the one option without a value, and `*flagged` says whether it
+/// was given. Anything else is an InvalidArgument naming the token.
+inline Result<std::map<std::string, std::string>> OptionPairs(int argc, char** argv, const std::string& flag,
+                                                             bool* flagged) {
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--" + flag) {
+      *flagged = true;
+      continue;
+    }
+    if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
+    kv[k.substr(2)] = argv[++i];
+  }
+  return kv;
 }
 
 /// A benchmark's main: bad arguments print their message and exit 2; a

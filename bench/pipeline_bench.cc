@@ -66,16 +66,7 @@ struct Args {
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--json") {
-      a.json = true;
-      continue;
-    }
-    if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
-    kv[k.substr(2)] = argv[++i];
-  }
+  KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
   const std::map<std::string, int*> ints = {{"pp", &a.pp},         {"vp", &a.vp},       {"microbatches", &a.microbatches},
                                             {"batch", &a.batch},   {"seq-len", &a.seq_len}, {"warmup", &a.warmup},
                                             {"steps", &a.steps},   {"timeout-s", &a.timeout_s}};

@@ -100,16 +100,9 @@ Status SetOption(Args& a, const std::string& k, const std::string& v) {
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
+  KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string k = argv[i];
-      if (k == "--json") {
-        a.json = true;
-        continue;
-      }
-      if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
-      KP_RETURN_IF_ERROR(SetOption(a, k.substr(2), argv[++i]));
-    }
+    for (const auto& [k, v] : kv) KP_RETURN_IF_ERROR(SetOption(a, k, v));
   } catch (const std::exception&) {
     return Status::InvalidArgument("a numeric option is not a number");
   }

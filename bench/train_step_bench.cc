@@ -60,16 +60,7 @@ struct Args {
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--dry-run") {
-      a.dry_run = true;
-      continue;
-    }
-    if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
-    kv[k.substr(2)] = argv[++i];
-  }
+  KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "dry-run", &a.dry_run));
   try {
     for (const auto& [k, v] : kv) {
       if (k == "shape") a.shape = v;

@@ -61,6 +61,7 @@ po::options_description SdpoOptions() {
       ("sft-context-share", po::value<double>()->default_value(0.5), "warm-start examples in the teacher's context format")
       ("lr", po::value<double>()->default_value(1e-3), "peak learning rate")
       ("warmup", po::value<int>()->default_value(0), "linear warmup steps of the loop")
+      ("min-lr-ratio", po::value<double>()->default_value(1.0), "the loop's cosine ends at lr x this at --steps (1: constant)")
       ("grad-clip", po::value<double>()->default_value(1.0), "max global gradient norm")
       ("lora-rank", po::value<int>()->default_value(0), "LoRA rank for the loop (0: full weights); the sync then moves adapters")
       ("lora-alpha", po::value<double>(), "LoRA alpha (default 2 x rank)")
@@ -89,7 +90,7 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
   c.train.steps = vm["steps"].as<int>();
   c.train.lr = vm["lr"].as<double>();
   c.train.warmup = vm["warmup"].as<int>();
-  c.train.min_lr_ratio = 1.0;
+  c.train.min_lr_ratio = vm["min-lr-ratio"].as<double>();
   c.train.grad_clip = vm["grad-clip"].as<double>();
   c.train.lora.rank = vm["lora-rank"].as<int>();
   c.train.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.train.lora.rank;

@@ -159,7 +159,8 @@ class LoopObserver {
 Status RunColocatedLoop(const SdpoConfig& config, const FileSystem& fs, LoopObserver& observer);
 
 /// One rank of the split loop (world = SplitRanksOf(config).world): rank 0
-/// reports to `observer`; the others report nothing. A rank that dies or a
+/// reports to `observer`; the others report nothing. --device cuda puts
+/// each rank on cuda:LOCAL_RANK. A rank that dies or a
 /// rollout that falls behind past c10d.timeout_s ends every rank with an
 /// error naming it.
 Status RunSplitLoopRank(const SdpoConfig& config, const Rendezvous& rendezvous, const C10dOptions& c10d,

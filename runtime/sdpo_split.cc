@@ -275,6 +275,10 @@ Result<SyncStats> SumOverPipeline(Communicator& pipeline, const SyncStats& mine,
 
 // ---------------------------------------------------------------- actor ranks
 
+std::string TeacherLost(const SplitRanks& ranks, int step) {
+  return "teacher rank " + std::to_string(ranks.teacher) + " fell behind or died at step " + std::to_string(step);
+}
+
 Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, const FileSystem& fs,
                     LoopObserver& observer) {
   const SplitRanks ranks = SplitRanksOf(c);
@@ -305,12 +309,17 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
   }
   for (int step = 1; step <= c.train.steps; ++step) {
     Stopwatch cycle;
-    KP_ASSIGN_OR_RETURN(const RolloutBatch batch, ShareBatch(g.learners.get(), &next, FirstTask(c, step), device));
+    Result<RolloutBatch> shared = ShareBatch(g.learners.get(), &next, FirstTask(c, step), device);
+    if (!shared.ok())
+      return shared.status().WithContext("sharing batch " + std::to_string(step) + " with the actor's ranks and the teacher");
+    const RolloutBatch& batch = *shared;
     const Feedback feedback = RunFeedback(c, actor->tasks(), batch);
     torch::Tensor teacher_logits;
     Stopwatch teacher_wait;
     if (ranks.teacher >= 0) {
-      KP_ASSIGN_OR_RETURN(teacher_logits, ShareTeacherLogits(*g.learners, {}, feedback, c, device));
+      Result<torch::Tensor> logits = ShareTeacherLogits(*g.learners, {}, feedback, c, device);
+      if (!logits.ok()) return logits.status().WithContext(TeacherLost(ranks, step));
+      teacher_logits = *logits;
     }
     const double teacher_s = teacher_wait.Seconds();
     KP_ASSIGN_OR_RETURN(LoopStepMetrics m, actor->Learn(batch, feedback, teacher_logits));
@@ -321,7 +330,9 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
       waited = wait.Seconds();
     }
     if (ranks.teacher >= 0 && step < c.train.steps)
-      KP_RETURN_IF_ERROR(SendWeights(*g.to_teacher[p], actor->Synced(mode), step, SyncOptions(c, mode)).status());
+      KP_RETURN_IF_ERROR(SendWeights(*g.to_teacher[p], actor->Synced(mode), step, SyncOptions(c, mode))
+                             .status()
+                             .WithContext(TeacherLost(ranks, step)));
     // Batch s + 2 is the next to need these weights (one step off-policy).
     if (step + 2 <= c.train.steps) {
       KP_ASSIGN_OR_RETURN(SyncStats s, SendWeights(*g.to_rollout[p], actor->Synced(mode), step, SyncOptions(c, mode)));
@@ -405,9 +416,13 @@ Status RunRolloutRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, 
 
 }  // namespace
 
-Status RunSplitLoopRank(const SdpoConfig& config, const Rendezvous& rendezvous, const C10dOptions& c10d,
+Status RunSplitLoopRank(const SdpoConfig& given, const Rendezvous& rendezvous, const C10dOptions& c10d,
                         const FileSystem& fs, LoopObserver& observer) {
-  KP_RETURN_IF_ERROR(ValidateSdpoConfig(config));
+  KP_RETURN_IF_ERROR(ValidateSdpoConfig(given));
+  // --device cuda: each rank on its own GPU, cuda:LOCAL_RANK (NCCL refuses
+  // two ranks of a group on one device).
+  SdpoConfig config = given;
+  if (config.train.device == "cuda") config.train.device = "cuda:" + std::to_string(rendezvous.local_rank);
   const SplitRanks ranks = SplitRanksOf(config);
   if (rendezvous.world_size != ranks.world)
     return Status::InvalidArgument(

@@ -104,6 +104,8 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   KP_RETURN_IF_ERROR(Positive("lr", c.lr));
   KP_RETURN_IF_ERROR(Positive("grad-clip", c.grad_clip));
   if (c.warmup < 0) return Status::InvalidArgument("--warmup: must be >= 0, got " + std::to_string(c.warmup));
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1))
+    return Status::InvalidArgument("--min-lr-ratio: must be in [0, 1], got " + std::to_string(c.min_lr_ratio));
   if (c.lora.rank < 0) return Status::InvalidArgument("--lora-rank: must be >= 0, got " + std::to_string(c.lora.rank));
   if (c.lora.enabled() && c.lora.alpha <= 0) return Status::InvalidArgument("--lora-alpha: must be positive");
   if (c.options.kda_chunk < 0) return Status::InvalidArgument("--kda-chunk: must be >= 0");

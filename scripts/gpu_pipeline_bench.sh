@@ -26,21 +26,8 @@ shape=$root/${SHAPE:-bench/kimi-1b.json}
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs")'
 } 2>&1 | tee "$out/machine.txt"
 
-prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-build=/tmp/kp-build-rt
-cfg=(-G Ninja -DKIMI_PLAN_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$prefix")
-[ -n "$json_inc" ] && cfg+=("-DKIMI_PLAN_JSON_INCLUDE=$json_inc")
-command -v nvcc >/dev/null && cfg+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)")
-echo "== configure and build (ninja -j$JOBS)"
-t0=$SECONDS
-cmake -S "$root" -B "$build" "${cfg[@]}" >"$out/build.log" 2>&1 &&
-  ninja -C "$build" -j"$JOBS" kimi-plan-pipeline-bench >>"$out/build.log" 2>&1
-build_rc=$?
-echo "build rc $build_rc in $((SECONDS - t0)) s"
-if [ $build_rc -ne 0 ]; then
-  grep -E "error|Error|CMake" "$out/build.log" | head -40
-  exit 1
-fi
+source "$root/scripts/gpu_build.sh"
+gpu_build "$out" "$json_inc" "$JOBS" kimi-plan-pipeline-bench || exit 1
 
 # Two ranks, torchrun-style; rank 0 writes the report, rank 1 only errors.
 launch() {  # NAME ARGS...

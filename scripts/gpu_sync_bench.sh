@@ -34,21 +34,8 @@ args=(--device cuda --backend nccl --raw-mib "${RAW_MIB:-1024}" --synth-gb "${SY
   nproc
 } 2>&1 | tee "$out/machine.txt"
 
-prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-build=/tmp/kp-build-rt
-cfg=(-G Ninja -DKIMI_PLAN_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$prefix")
-[ -n "$json_inc" ] && cfg+=("-DKIMI_PLAN_JSON_INCLUDE=$json_inc")
-command -v nvcc >/dev/null && cfg+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)")
-echo "== configure and build (ninja -j$JOBS)"
-t0=$SECONDS
-cmake -S "$root" -B "$build" "${cfg[@]}" >"$out/build.log" 2>&1 &&
-  ninja -C "$build" -j"$JOBS" kimi-plan-sync-bench >>"$out/build.log" 2>&1
-build_rc=$?
-echo "build rc $build_rc in $((SECONDS - t0)) s"
-if [ $build_rc -ne 0 ]; then
-  grep -E "error|Error|CMake" "$out/build.log" | head -40
-  exit $build_rc
-fi
+source "$root/scripts/gpu_build.sh"
+gpu_build "$out" "$json_inc" "$JOBS" kimi-plan-sync-bench || exit $build_rc
 
 echo "== $NPROC ranks over NCCL: ${args[*]}"
 pids=()

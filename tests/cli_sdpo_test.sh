@@ -58,12 +58,16 @@ check "split: warm start reported" grep -q "warm start    40/40" hb.err
 # the teacher on rank 2, the rollout on rank 3. Step 1 samples the same
 # batch with the same weights as the colocated run's step 1, so its loss is
 # that step's, computed by two pipeline stages in micro-batches.
-"$bin" sdpo "${small[@]}" --placement split --pp 2 --microbatches 4 --steps 4 --timeout-s 60 > pipe.txt 2> pipe.err
+"$bin" sdpo "${small[@]}" --placement split --pp 2 --microbatches 4 --steps 4 --min-lr-ratio 0.5 --timeout-s 60 \
+  > pipe.txt 2> pipe.err
 check "split pp 2: exits 0" test $? -eq 0
 check "split pp 2: versions 0 0 1 2" test "$(q "select group_concat(weight_version, ' ') from loop_steps where run_id = 5")" = "0 0 1 2"
 check "split pp 2: distillation loss logged" test "$(q "select count(distill_loss), count(pg_loss) from loop_steps where run_id = 5")" = "4|0"
 check "split pp 2: syncs 0 1 2, both stages' weights" test "$(q "select group_concat(version || mode, ' ') from weight_syncs where run_id = 5")/$(q "select count(distinct bytes) from weight_syncs where run_id in (1, 5)")" = "0full 1full 2full/1"
 check "split pp 2: step 1 is the colocated step 1" test "$(q "select abs(a.loss - b.loss) <= 1e-5 * abs(a.loss) and a.loss > 0 from steps a, steps b where a.run_id = 1 and b.run_id = 5 and a.step = 1 and b.step = 1")" = 1
+# The cosine from 1e-3 to 5e-4 over 4 steps: step 4 (progress 3/4) at
+# 5e-4 + 5e-4 (1 + cos(3 pi / 4)) / 2 = 5.7322e-4.
+check "split pp 2: the learning rate decays to --min-lr-ratio" test "$(q "select abs(lr - 5.7322e-4) < 1e-8 from steps where run_id = 5 and step = 4")" = 1
 check "split pp 2: teacher time measured" test "$(q "select min(teacher_s) > 0 from loop_steps where run_id = 5")" = 1
 
 # --- bad input: one line, exit 2, nothing written
@@ -71,33 +75,39 @@ refused "unknown loss" runs "--loss: unknown loss" sdpo "${small[@]}" --loss ppo
 refused "unknown placement" runs "--placement: unknown" sdpo "${small[@]}" --placement remote
 refused "zero temperature" runs "--temperature" sdpo "${small[@]}" --temperature 0
 refused "small vocabulary" runs "--vocab: the loop's byte tokenizer" sdpo "${base[@]}" --task addition --vocab 128
+refused "min lr ratio above 1" runs "--min-lr-ratio: must be in \[0, 1\]" sdpo "${small[@]}" --min-lr-ratio 2
 refused "uneven rollout split" runs "--prompts: 4 do not split evenly" sdpo "${small[@]}" --placement split --rollout-ranks 3
 printf '{"prompt": "2+2=", "answer": "4", "verifer": "numeric"}\n' > bad.jsonl
 refused "bad task file" runs "bad.jsonl:1" sdpo "${base[@]}" --vocab 260 --task bad.jsonl
 
-# --- a rollout rank that dies: the actor stops with a line naming it
-# (rank 0 the actor, rank 1 the teacher, rank 2 the rollout)
-before=$(q "select count(*) from runs")
-rank() {
-  RANK=$1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 KIMI_PLAN_STORE_FILE=$work/kill.store \
+# --- a rank that dies: the actor stops with a line naming it and keeps
+# every logged step (rank 0 the actor, rank 1 the teacher, rank 2 the rollout)
+rank() {  # rank R STORE: one rank of a 5000-step split run, replacing the shell
+  RANK=$1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 KIMI_PLAN_STORE_FILE=$2 \
     exec "$bin" sdpo "${small[@]}" --placement split --steps 5000 --timeout-s 20
 }
-rank 0 > kill.out 2> kill.err &
-trainer=$!
-rank 1 > /dev/null 2>&1 &
-teacher=$!
-rank 2 > /dev/null 2>&1 &
-rollout=$!
-for _ in $(seq 1 600); do
-  [ "$(q "select count(*) from loop_steps where run_id = $((before + 1))" 2>/dev/null || echo 0)" -ge 2 ] && break
-  sleep 0.1
-done
-kill -9 $rollout
-wait $trainer
-rc=$?
-kill -9 $teacher 2> /dev/null
-check "killed rollout: trainer fails" test $rc -ne 0 -a $rc -ne 2
-check "killed rollout: names the rollout rank" grep -q "rollout rank 2" kill.err
-check "killed rollout: the logged steps are kept" test "$(q "select count(*) from loop_steps where run_id = $((before + 1))")" -ge 2
+killed() {  # killed NAME VICTIM_RANK EXPECTED: kill the victim after 2 logged steps
+  local name=$1 victim=$2 expected=$3 before pids=() rc
+  before=$(q "select count(*) from runs")
+  rank 0 "$work/$name.store" > "$name.out" 2> "$name.err" &
+  pids+=($!)
+  for r in 1 2; do
+    rank $r "$work/$name.store" > /dev/null 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 1 600); do
+    [ "$(q "select count(*) from loop_steps where run_id = $((before + 1))" 2>/dev/null || echo 0)" -ge 2 ] && break
+    sleep 0.1
+  done
+  kill -9 "${pids[$victim]}"
+  wait "${pids[0]}"
+  rc=$?
+  kill -9 "${pids[@]:1}" 2> /dev/null
+  check "$name: the actor fails" test $rc -ne 0 -a $rc -ne 2
+  check "$name: names the rank" grep -q "$expected" "$name.err"
+  check "$name: the logged steps are kept" test "$(q "select count(*) from loop_steps where run_id = $((before + 1))")" -ge 2
+}
+killed "killed rollout" 2 "rollout rank 2 fell behind or died"
+killed "killed teacher" 1 "teacher rank 1 fell behind or died"
 
 finish cli_sdpo
