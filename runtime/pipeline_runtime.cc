@@ -353,15 +353,20 @@ Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
   PipelineRankConfig c = config;
   c.train = t;
   KP_RETURN_IF_ERROR(ValidateConfig(c, *comm));
-  if (t.lora.enabled() && !config.train.lora.enabled())
+  const bool add_lora = t.lora.enabled() && !config.train.lora.enabled();
+  if (!t.lora.enabled() && config.train.lora.enabled())
+    return Status::InvalidArgument("--lora-rank: a phase cannot drop the LoRA adapters the last one trained");
+  for (auto& [s, module] : modules)
+    if (add_lora && ModelOfStage(*module) == nullptr)
+      return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
+  // The last phase's gradients go: a frozen base would keep them resident.
+  for (const torch::Tensor& p : params) p.mutable_grad() = torch::Tensor();
+  if (add_lora)
     for (auto& [s, module] : modules) {
       StageModelImpl* model = ModelOfStage(*module);
-      if (model == nullptr) return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
       model->EnableLora(t.lora, t.seed);
       model->to(device);
     }
-  else if (!t.lora.enabled() && config.train.lora.enabled())
-    return Status::InvalidArgument("--lora-rank: a phase cannot drop the LoRA adapters the last one trained");
   config.train = t;
   CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
@@ -767,6 +772,11 @@ Status PipelineRank::BeginPhase(const TrainConfig& train) {
 
 Result<PipelineStepResult> PipelineRank::TrainStepWith(const std::vector<std::int64_t>& tokens, int seq_len,
                                                        MicroBatchLoss* loss) {
+  // A loss's shares are indexed by the micro-batch alone (pipeline_stage.h):
+  // a replica's rows would need their offset in the batch too.
+  if (loss != nullptr && impl_->dp_size > 1)
+    return Status::InvalidArgument("--dp: a step with its own loss runs on one pipeline replica, got dp " +
+                                   std::to_string(impl_->dp_size));
   try {
     return impl_->TrainStep(tokens, seq_len, loss);
   } catch (const CommunicationError& e) {

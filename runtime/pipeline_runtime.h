@@ -136,9 +136,9 @@ class PipelineRank {
   /// A step with its own loss (pipeline_stage.h): `tokens` as above but with
   /// rows of `seq_len` + 1 ids for this step (the last column is not read);
   /// the last stage's rank hands each micro-batch's logits to `loss`, whose
-  /// shares sum to the replica's loss (PipelineStepResult::loss, averaged
-  /// over the replicas). Every rank passes the same seq_len; only the last
-  /// stage's rank calls `loss`.
+  /// shares sum to the step's loss (PipelineStepResult::loss). Every rank passes the same seq_len; only the last
+  /// stage's rank calls `loss`. One replica only (InvalidArgument naming
+  /// --dp otherwise): the shares are indexed by micro-batch, not by replica.
   Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss& loss);
   /// Starts a training phase (a warm start, then the loop): the optimizer
   /// hyper-parameters, schedule, batch and LoRA of `train` replace the

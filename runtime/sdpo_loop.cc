@@ -82,7 +82,14 @@ Status ValidateActorPipeline(const SdpoConfig& c) {
     return Status::InvalidArgument("--sft-batch: " + std::to_string(c.sft_batch) +
                                    " warm-start examples do not split into --microbatches " +
                                    std::to_string(a.microbatches));
-  return GenerateSchedule(kind, a.pp, ScheduleTakesVp(kind) ? a.vp : 1, a.microbatches).status();
+  KP_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
+                      GenerateSchedule(kind, a.pp, ScheduleTakesVp(kind) ? a.vp : 1, a.microbatches));
+  Result<StageSplit> split = EvenSplit(c.train.model.layers, schedule.num_stages);
+  if (!split.ok())
+    return Status::InvalidArgument("--pp: " + std::to_string(a.pp) + " ranks x " +
+                                   std::to_string(schedule.StagesPerRank()) + " stages do not split " +
+                                   std::to_string(c.train.model.layers) + " layers: " + split.status().message());
+  return Status::Ok();
 }
 
 }  // namespace
@@ -357,14 +364,14 @@ std::string WrongAnswer(const std::string& answer, std::int64_t index) {
 }
 
 // The pipeline's configuration for one phase of the actor's training.
-PipelineRankConfig ActorPipelineConfig(const SdpoConfig& c, const TrainConfig& phase) {
+Result<PipelineRankConfig> ActorPipelineConfig(const SdpoConfig& c, const TrainConfig& phase) {
   PipelineRankConfig p;
   p.train = phase;
   p.pp = c.actor.pp;
   p.vp = c.actor.vp;
   p.microbatches = c.actor.microbatches;
   p.attnres_cache = c.actor.attnres_cache;
-  p.schedule = ParseSchedule(c.actor.schedule).value();  // checked by ValidateSdpoConfig
+  KP_ASSIGN_OR_RETURN(p.schedule, ParseSchedule(c.actor.schedule));
   return p;
 }
 
@@ -376,7 +383,9 @@ TrainConfig WarmStartPhase(const SdpoConfig& c) {
   t.warmup = 0;
   t.min_lr_ratio = 1.0;
   t.steps = std::max(1, c.sft_steps);
-  t.batch = c.sft_batch;
+  // Without a warm start the phase is never stepped: it takes the loop's
+  // batch, which --microbatches is checked against.
+  t.batch = c.sft_steps > 0 ? c.sft_batch : c.prompts * c.sampling.samples;
   t.lora = LoraOptions{};
   return t;
 }
@@ -402,7 +411,8 @@ Result<std::unique_ptr<ActorRank>> ActorRank::Create(const SdpoConfig& c, Commun
   auto a = std::unique_ptr<ActorRank>(new ActorRank(c, pipeline, fs));
   KP_ASSIGN_OR_RETURN(a->device_, ParseDevice(c.train.device));
   KP_ASSIGN_OR_RETURN(a->tasks_, MakeTaskSource(fs, c.task, c.task_options));
-  KP_ASSIGN_OR_RETURN(a->rank_, PipelineRank::Create(ActorPipelineConfig(c, WarmStartPhase(c)), pipeline));
+  KP_ASSIGN_OR_RETURN(const PipelineRankConfig first, ActorPipelineConfig(c, WarmStartPhase(c)));
+  KP_ASSIGN_OR_RETURN(a->rank_, PipelineRank::Create(first, pipeline));
   return a;
 }
 

@@ -275,8 +275,16 @@ Result<SyncStats> SumOverPipeline(Communicator& pipeline, const SyncStats& mine,
 
 // ---------------------------------------------------------------- actor ranks
 
-std::string TeacherLost(const SplitRanks& ranks, int step) {
-  return "teacher rank " + std::to_string(ranks.teacher) + " fell behind or died at step " + std::to_string(step);
+// What a failed exchange with the teacher says: the learners' broadcasts
+// also include the other actor ranks, the {p, teacher} syncs only the teacher.
+std::string TeacherLost(const SplitRanks& ranks, int step, bool learners) {
+  return "teacher rank " + std::to_string(ranks.teacher) + (learners && ranks.actor > 1 ? " or an actor rank" : "") +
+         " fell behind or died at step " + std::to_string(step);
+}
+
+std::string RolloutLost(const SplitRanks& ranks, int step) {
+  return "a rollout rank (" + std::to_string(ranks.first_rollout) + ".." + std::to_string(ranks.world - 1) +
+         ") fell behind or died in the sync after step " + std::to_string(step);
 }
 
 Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, const FileSystem& fs,
@@ -311,14 +319,16 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
     Stopwatch cycle;
     Result<RolloutBatch> shared = ShareBatch(g.learners.get(), &next, FirstTask(c, step), device);
     if (!shared.ok())
-      return shared.status().WithContext("sharing batch " + std::to_string(step) + " with the actor's ranks and the teacher");
+      return shared.status().WithContext(ranks.teacher >= 0 ? TeacherLost(ranks, step, true)
+                                                             : "an actor rank fell behind or died at step " +
+                                                                   std::to_string(step));
     const RolloutBatch& batch = *shared;
     const Feedback feedback = RunFeedback(c, actor->tasks(), batch);
     torch::Tensor teacher_logits;
     Stopwatch teacher_wait;
     if (ranks.teacher >= 0) {
       Result<torch::Tensor> logits = ShareTeacherLogits(*g.learners, {}, feedback, c, device);
-      if (!logits.ok()) return logits.status().WithContext(TeacherLost(ranks, step));
+      if (!logits.ok()) return logits.status().WithContext(TeacherLost(ranks, step, true));
       teacher_logits = *logits;
     }
     const double teacher_s = teacher_wait.Seconds();
@@ -332,10 +342,12 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
     if (ranks.teacher >= 0 && step < c.train.steps)
       KP_RETURN_IF_ERROR(SendWeights(*g.to_teacher[p], actor->Synced(mode), step, SyncOptions(c, mode))
                              .status()
-                             .WithContext(TeacherLost(ranks, step)));
+                             .WithContext(TeacherLost(ranks, step, false)));
     // Batch s + 2 is the next to need these weights (one step off-policy).
     if (step + 2 <= c.train.steps) {
-      KP_ASSIGN_OR_RETURN(SyncStats s, SendWeights(*g.to_rollout[p], actor->Synced(mode), step, SyncOptions(c, mode)));
+      Result<SyncStats> sent = SendWeights(*g.to_rollout[p], actor->Synced(mode), step, SyncOptions(c, mode));
+      if (!sent.ok()) return sent.status().WithContext(RolloutLost(ranks, step));
+      SyncStats s = *sent;
       KP_ASSIGN_OR_RETURN(s, SumOverPipeline(*g.pipeline, s, device));
       RecordSync(s, mode, m);
     }
