@@ -356,28 +356,7 @@ TEST(ShapeTest, Bf16KeepsFp32MasterWeightsAndTracksFp32) {
     }
 }
 
-TEST(ShapeTest, PlainResidualAndMhaBuildForGptStyleSpecs) {
-  ModelSpec m;
-  m.name = "gpt-tiny";
-  m.layers = 2;
-  m.hidden = 16;
-  m.heads = 4;
-  m.head_dim = 4;
-  m.kv_heads = 2;
-  m.vocab = 20;
-  m.dense_layers = 2;
-  m.dense_ffn = 32;
-  m.gated_ffn = false;
-  m.attention = {AttentionKind::kMha, AttentionKind::kMha};
-  auto model = Build(m);
-  const torch::Tensor logits = model->forward(Tokens(m, 1, 5, 1));
-  EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{1, 5, 20}));
-  m.tied_embeddings = true;
-  EXPECT_EQ(BuildModel(m, {}).status().code(), Status::Code::kInvalidArgument);
-}
-
-// ------------------------------------------------------------------ incremental decoding
-
+// A plain-residual GPT: two MHA layers, grouped-query, ungated dense FFNs.
 ModelSpec GptSpec() {
   ModelSpec m;
   m.name = "gpt-tiny";
@@ -393,6 +372,17 @@ ModelSpec GptSpec() {
   m.attention = {AttentionKind::kMha, AttentionKind::kMha};
   return m;
 }
+
+TEST(ShapeTest, PlainResidualAndMhaBuildForGptStyleSpecs) {
+  ModelSpec m = GptSpec();
+  auto model = Build(m);
+  const torch::Tensor logits = model->forward(Tokens(m, 1, 5, 1));
+  EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{1, 5, 20}));
+  m.tied_embeddings = true;
+  EXPECT_EQ(BuildModel(m, {}).status().code(), Status::Code::kInvalidArgument);
+}
+
+// ------------------------------------------------------------------ incremental decoding
 
 // KDA + MLA with blocks (the rotary key, low-rank q or not), the plain
 // residual MHA model; chunked KDA so that a long prefill takes the chunked

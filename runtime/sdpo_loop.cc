@@ -72,7 +72,6 @@ Status ValidateActorPipeline(const SdpoConfig& c) {
   if (c.placement == Placement::kColocated && (a.pp > 1 || a.vp > 1))
     return Status::InvalidArgument("--pp: the colocated placement runs the actor in one process (pp 1, vp 1); "
                                    "take --placement split for a pipeline");
-  KP_ASSIGN_OR_RETURN(const ScheduleKind kind, ParseSchedule(a.schedule));
   const int rows = c.prompts * c.sampling.samples;
   if (a.microbatches < 1 || rows % a.microbatches != 0)
     return Status::InvalidArgument("--microbatches: " + std::to_string(a.microbatches) +
@@ -82,6 +81,14 @@ Status ValidateActorPipeline(const SdpoConfig& c) {
     return Status::InvalidArgument("--sft-batch: " + std::to_string(c.sft_batch) +
                                    " warm-start examples do not split into --microbatches " +
                                    std::to_string(a.microbatches));
+  return ActorStagesOf(c).status();
+}
+
+}  // namespace
+
+Result<ActorStages> ActorStagesOf(const SdpoConfig& c) {
+  const SdpoConfig::ActorPipeline& a = c.actor;
+  KP_ASSIGN_OR_RETURN(const ScheduleKind kind, ParseSchedule(a.schedule));
   KP_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
                       GenerateSchedule(kind, a.pp, ScheduleTakesVp(kind) ? a.vp : 1, a.microbatches));
   Result<StageSplit> split = EvenSplit(c.train.model.layers, schedule.num_stages);
@@ -89,10 +96,8 @@ Status ValidateActorPipeline(const SdpoConfig& c) {
     return Status::InvalidArgument("--pp: " + std::to_string(a.pp) + " ranks x " +
                                    std::to_string(schedule.StagesPerRank()) + " stages do not split " +
                                    std::to_string(c.train.model.layers) + " layers: " + split.status().message());
-  return Status::Ok();
+  return ActorStages{schedule.stage_to_rank, *split};
 }
-
-}  // namespace
 
 Status ValidateSdpoConfig(const SdpoConfig& c) {
   KP_RETURN_IF_ERROR(ValidateTrainConfig(c.train));
@@ -225,6 +230,20 @@ std::pair<torch::Tensor, torch::Tensor> PadResponses(const std::vector<std::vect
 std::int64_t FirstTask(const SdpoConfig& c, int step) { return static_cast<std::int64_t>(step - 1) * c.prompts; }
 
 SyncMode LoopSyncMode(const SdpoConfig& c) { return c.train.lora.enabled() ? SyncMode::kLora : SyncMode::kFull; }
+
+void RecordBatch(const RolloutBatch& batch, const Feedback& feedback, double teacher_s, double step_seconds,
+                 LoopStepMetrics& m) {
+  m.reward_mean = feedback.reward_mean;
+  m.response_tokens_mean =
+      static_cast<double>(feedback.response_tokens) / std::max<std::size_t>(1, batch.samples.size());
+  m.sample_text = feedback.sample_text;
+  m.feedback_s = feedback.seconds;
+  m.teacher_s = teacher_s;
+  m.generated_tokens = batch.stats.generated_tokens;
+  m.generation_s = batch.stats.seconds;
+  m.train.step_seconds = step_seconds;
+  m.train.tokens_per_s = feedback.response_tokens / std::max(step_seconds, 1e-9);
+}
 
 void RecordSync(const SyncStats& s, SyncMode mode, LoopStepMetrics& m) {
   m.sync_version = s.version;
@@ -553,19 +572,23 @@ Result<std::unique_ptr<Teacher>> Teacher::Create(const SdpoConfig& c) {
 
 std::vector<NamedTensor> Teacher::Synced(SyncMode mode) { return SyncedTensors(*model_, mode); }
 
+namespace {
+
+std::vector<torch::Tensor> TensorsOf(const std::vector<NamedTensor>& named) {
+  std::vector<torch::Tensor> out;
+  for (const NamedTensor& t : named) out.push_back(t.tensor);
+  return out;
+}
+
+}  // namespace
+
+// An EMA step of rate 1 is a copy.
 Status Teacher::Assign(const std::vector<NamedTensor>& student) {
-  std::vector<torch::Tensor> s;
-  for (const NamedTensor& t : student) s.push_back(t.tensor);
-  std::vector<torch::Tensor> mine;
-  for (const NamedTensor& t : Synced(SyncMode::kFull)) mine.push_back(t.tensor);
-  return EmaUpdate(mine, s, 1.0);
+  return EmaUpdate(TensorsOf(Synced(SyncMode::kFull)), TensorsOf(student), 1.0);
 }
 
 Status Teacher::Update(const std::vector<NamedTensor>& student) {
-  std::vector<torch::Tensor> s, mine;
-  for (const NamedTensor& t : student) s.push_back(t.tensor);
-  for (const NamedTensor& t : Synced(LoopSyncMode(config_))) mine.push_back(t.tensor);
-  return EmaUpdate(mine, s, config_.teacher_ema);
+  return EmaUpdate(TensorsOf(Synced(LoopSyncMode(config_))), TensorsOf(student), config_.teacher_ema);
 }
 
 void Teacher::BeginLoop() {
@@ -673,15 +696,7 @@ Status RunColocated(const SdpoConfig& config, const FileSystem& fs, LoopObserver
     if (teacher) KP_RETURN_IF_ERROR(teacher->Update(actor->Synced(mode)));
     if (step < config.train.steps)
       RecordSync(CopyWeights(actor->Synced(mode), rollout->Synced(mode), step), mode, m);
-    m.reward_mean = feedback.reward_mean;
-    m.response_tokens_mean = static_cast<double>(feedback.response_tokens) / std::max<std::size_t>(1, batch.samples.size());
-    m.sample_text = feedback.sample_text;
-    m.feedback_s = feedback.seconds;
-    m.teacher_s = teacher_s;
-    m.generated_tokens = batch.stats.generated_tokens;
-    m.generation_s = batch.stats.seconds;
-    m.train.step_seconds = watch.Seconds();
-    m.train.tokens_per_s = feedback.response_tokens / std::max(m.train.step_seconds, 1e-9);
+    RecordBatch(batch, feedback, teacher_s, watch.Seconds(), m);
     KP_RETURN_IF_ERROR(observer.OnStep(m));
   }
   return Status::Ok();

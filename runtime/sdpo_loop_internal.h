@@ -28,6 +28,7 @@
 #include "runtime/rollout.h"
 #include "runtime/sdpo_loop.h"
 #include "runtime/weight_sync.h"
+#include "specs/stage_split.h"
 
 namespace kp::runtime {
 
@@ -203,6 +204,21 @@ class Rollout {
 
 /// The other side of ActorRank::WarmStart's heartbeat: returns at its 0.
 Status AwaitWarmStart(Communicator& heartbeat, torch::Device device);
+
+/// The actor pipeline's stages as PipelineRank makes them: the rank that
+/// holds each (the schedule's stage_to_rank) and the layers of each
+/// (EvenSplit). Errors name --schedule, --microbatches or --pp.
+struct ActorStages {
+  std::vector<int> stage_to_rank;
+  StageSplit split;
+};
+Result<ActorStages> ActorStagesOf(const SdpoConfig& c);
+
+/// A step's metrics from its batch: reward, response lengths, the sample
+/// text, the feedback's, teacher's and rollout's times and tokens, and the
+/// step's wall time with its trained tokens per second.
+void RecordBatch(const RolloutBatch& batch, const Feedback& feedback, double teacher_s, double step_seconds,
+                 LoopStepMetrics& m);
 
 /// The sync mode of the loop's steps (the initial sync is always full).
 SyncMode LoopSyncMode(const SdpoConfig& c);

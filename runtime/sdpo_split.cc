@@ -35,8 +35,6 @@
 #include "runtime/sdpo_loop_internal.h"
 #include "runtime/trainer_internal.h"
 #include "runtime/weight_sync.h"
-#include "simulator/schedule_generators.h"
-#include "specs/schedule_kind.h"
 
 namespace kp::runtime {
 
@@ -205,13 +203,23 @@ int StageOfTensor(const std::string& name, const StageSplit& split) {
 // in the order that rank sends them (its stages in order, as ActorRank::Synced).
 Result<std::vector<std::vector<NamedTensor>>> ByPipelineRank(const std::vector<NamedTensor>& whole,
                                                              const SdpoConfig& c) {
-  KP_ASSIGN_OR_RETURN(const ScheduleKind kind, ParseSchedule(c.actor.schedule));
-  KP_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
-                      GenerateSchedule(kind, c.actor.pp, ScheduleTakesVp(kind) ? c.actor.vp : 1, c.actor.microbatches));
-  KP_ASSIGN_OR_RETURN(const StageSplit split, EvenSplit(c.train.model.layers, schedule.num_stages));
+  KP_ASSIGN_OR_RETURN(const ActorStages stages, ActorStagesOf(c));
   std::vector<std::vector<NamedTensor>> out(c.actor.pp);
-  for (const NamedTensor& t : whole) out[schedule.stage_to_rank[StageOfTensor(t.name, split)]].push_back(t);
+  for (const NamedTensor& t : whole) out[stages.stage_to_rank[StageOfTensor(t.name, stages.split)]].push_back(t);
   return out;
+}
+
+// One sync from every pipeline rank, in p order, each into its part of the
+// receiver's whole model (ByPipelineRank); returns the version received.
+Result<std::int64_t> ReceiveParts(const std::vector<std::unique_ptr<Communicator>>& from_pipeline,
+                                  const std::vector<std::vector<NamedTensor>>& parts, std::int64_t required,
+                                  const WeightSyncOptions& options) {
+  std::int64_t version = 0;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    KP_ASSIGN_OR_RETURN(const SyncStats s, ReceiveWeights(*from_pipeline[p], parts[p], required, options));
+    version = s.version;
+  }
+  return version;
 }
 
 // A sync's tensors cloned, to receive the student's weights beside the
@@ -351,16 +359,7 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
       KP_ASSIGN_OR_RETURN(s, SumOverPipeline(*g.pipeline, s, device));
       RecordSync(s, mode, m);
     }
-    m.reward_mean = feedback.reward_mean;
-    m.response_tokens_mean =
-        static_cast<double>(feedback.response_tokens) / std::max<std::size_t>(1, batch.samples.size());
-    m.sample_text = feedback.sample_text;
-    m.feedback_s = feedback.seconds;
-    m.teacher_s = teacher_s;
-    m.generated_tokens = batch.stats.generated_tokens;
-    m.generation_s = batch.stats.seconds;
-    m.train.step_seconds = cycle.Seconds() + m.wait_s;
-    m.train.tokens_per_s = feedback.response_tokens / std::max(m.train.step_seconds, 1e-9);
+    RecordBatch(batch, feedback, teacher_s, cycle.Seconds() + m.wait_s, m);
     KP_RETURN_IF_ERROR(observer.OnStep(m));
   }
   return world.Barrier();
@@ -375,8 +374,7 @@ Status RunTeacherRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, 
   KP_RETURN_IF_ERROR(AwaitWarmStart(world, device));
   // The initial full weights go straight into the teacher: teacher = student.
   KP_ASSIGN_OR_RETURN(auto initial, ByPipelineRank(teacher->Synced(SyncMode::kFull), c));
-  for (int p = 0; p < c.actor.pp; ++p)
-    KP_RETURN_IF_ERROR(ReceiveWeights(*g.to_teacher[p], initial[p], 0, SyncOptions(c, SyncMode::kFull)).status());
+  KP_RETURN_IF_ERROR(ReceiveParts(g.to_teacher, initial, 0, SyncOptions(c, SyncMode::kFull)).status());
   teacher->BeginLoop();
   const SyncMode mode = LoopSyncMode(c);
   const std::vector<NamedTensor> student = Scratch(teacher->Synced(mode));
@@ -386,8 +384,7 @@ Status RunTeacherRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, 
     const Feedback feedback = RunFeedback(c, *tasks, batch);
     KP_RETURN_IF_ERROR(ShareTeacherLogits(*g.learners, teacher->Score(feedback), feedback, c, device).status());
     if (step == c.train.steps) break;
-    for (int p = 0; p < c.actor.pp; ++p)
-      KP_RETURN_IF_ERROR(ReceiveWeights(*g.to_teacher[p], parts[p], step, SyncOptions(c, mode)).status());
+    KP_RETURN_IF_ERROR(ReceiveParts(g.to_teacher, parts, step, SyncOptions(c, mode)).status());
     KP_RETURN_IF_ERROR(teacher->Update(student));
   }
   return world.Barrier();
@@ -401,8 +398,7 @@ Status RunRolloutRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, 
   KP_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(c.train.device));
   KP_RETURN_IF_ERROR(AwaitWarmStart(world, device));
   KP_ASSIGN_OR_RETURN(auto initial, ByPipelineRank(rollout->Synced(SyncMode::kFull), c));
-  for (int p = 0; p < c.actor.pp; ++p)
-    KP_RETURN_IF_ERROR(ReceiveWeights(*g.to_rollout[p], initial[p], 0, SyncOptions(c, SyncMode::kFull)).status());
+  KP_RETURN_IF_ERROR(ReceiveParts(g.to_rollout, initial, 0, SyncOptions(c, SyncMode::kFull)).status());
   rollout->BeginLoop();
   const SyncMode mode = LoopSyncMode(c);
   KP_ASSIGN_OR_RETURN(auto parts, ByPipelineRank(rollout->Synced(mode), c));
@@ -412,10 +408,7 @@ Status RunRolloutRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, 
   for (int step = 1; step <= c.train.steps; ++step) {
     if (step >= 3) {
       // Batch s needs the weights of step s - 2 or newer; older ones are refused.
-      for (int p = 0; p < c.actor.pp; ++p) {
-        KP_ASSIGN_OR_RETURN(SyncStats s, ReceiveWeights(*g.to_rollout[p], parts[p], step - 2, SyncOptions(c, mode)));
-        version = s.version;
-      }
+      KP_ASSIGN_OR_RETURN(version, ReceiveParts(g.to_rollout, parts, step - 2, SyncOptions(c, mode)));
     }
     // Seeded by the rollout's index: one rollout rank samples what the
     // colocated placement's rollout samples.
