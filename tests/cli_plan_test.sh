@@ -5,10 +5,8 @@
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 source "$here/test_lib.sh"
+scratch_dir
 
 check "version" bash -c "'$bin' --version | grep -qx 'kimi-plan [0-9.]*'"
 check "help lists plan" bash -c "'$bin' --help | grep -q '^  plan '"

@@ -8,10 +8,8 @@
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 source "$here/test_lib.sh"
+scratch_dir
 q() { sqlite3 kimi-plan.db "$1"; }
 
 # ---------------------------------------------------------------- the store

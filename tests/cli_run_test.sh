@@ -10,10 +10,8 @@
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 source "$here/test_lib.sh"
+scratch_dir
 q() { sqlite3 kimi-plan.db "$1"; }
 small=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 3 --heads 2)
 

@@ -10,10 +10,8 @@
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 source "$here/test_lib.sh"
+scratch_dir
 q() { sqlite3 kimi-plan.db "$1"; }
 base=(--model kimi-k3-debug --layers 3 --hidden 64 --heads 2 --experts 4 --reprompt compact
       --min-digits 1 --max-digits 1 --prompts 4 --samples 4 --max-new-tokens 4)

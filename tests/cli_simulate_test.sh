@@ -6,10 +6,8 @@
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 source "$here/test_lib.sh"
+scratch_dir
 
 "$bin" simulate attnres --layers 8 --block-size 4 --pp 2 --vp 2 --json > a.json
 json_check "attnres pp2 x vp2: 5 -> 2" a.json "d['naive_entries'] == 5 and d['cached_entries'] == 2"

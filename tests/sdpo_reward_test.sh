@@ -8,10 +8,8 @@
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 source "$here/test_lib.sh"
+scratch_dir
 
 "$bin" sdpo --model kimi-k3-debug --layers 5 --hidden 128 --heads 2 --experts 4 --vocab 260 --reprompt compact \
   --task addition --min-digits 1 --max-digits 1 --prompts 8 --samples 8 --max-new-tokens 4 \

@@ -1,8 +1,13 @@
 # Shared by the end-to-end test scripts: sourced, not run. Each script sets
-# `bin` (the kimi-plan executable), works in a scratch directory, and ends
-# with `finish NAME`.
+# `bin` (the kimi-plan executable), works in a scratch directory
+# (`scratch_dir`), and ends with `finish NAME`.
 fails=0
 passes=0
+scratch_dir() {  # scratch_dir: cd into a new directory (`work`), removed when the script exits
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$work" || exit 1
+}
 check() {  # check NAME COMMAND...: one line ok/FAIL per check
   local name=$1; shift
   if "$@"; then echo "ok   $name"; passes=$((passes + 1)); else echo "FAIL $name"; fails=$((fails + 1)); fi
