@@ -6,7 +6,21 @@
 namespace kp {
 
 namespace {
+
 std::string S(long long v) { return std::to_string(v); }
+
+// Empty when some rule of the request's --layer-split splits the plan's
+// stages; else the first rule's reason.
+std::string SplitViolation(const PlanRequest& r, const ParallelPlan& p) {
+  std::string first;
+  for (const LayerSplit& rule : SplitCandidates(r.layer_split)) {
+    Result<StageSplit> split = SplitLayers(rule, r.model.layers, p.pp, StagesPerRank(r.schedule, p.vp));
+    if (split.ok()) return "";
+    if (first.empty()) first = split.status().message();
+  }
+  return first;
+}
+
 }  // namespace
 
 Status ValidateRequest(const PlanRequest& r) {
@@ -70,11 +84,7 @@ std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) 
                 (ScheduleIsVShaped(r.schedule) ? " pair (always 2); leave --vp at 1" : "; use interleaved-1f1b for vp > 1"));
   if (ScheduleIsVShaped(r.schedule) && p.pp < 2)
     v.push_back(std::string("--pp: ") + ScheduleName(r.schedule) + " needs at least 2 ranks");
-  const int stages = p.pp * StagesPerRank(r.schedule, p.vp);
-  if (p.pp > 1 || stages > 1) {
-    Result<StageSplit> split = EvenSplit(m.layers, stages);
-    if (!split.ok()) v.push_back(split.status().message());
-  }
+  if (const std::string bad = SplitViolation(r, p); !bad.empty()) v.push_back(bad);
   if (r.seq_length() % (2 * p.cp) != 0 && p.cp > 1)
     v.push_back("--cp: " + S(p.cp) + " must split the " + S(r.seq_length()) +
                 "-token sequence into 2 x cp equal chunks (load-balanced context parallelism)");

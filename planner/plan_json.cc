@@ -32,6 +32,7 @@ json RequestToJson(const PlanRequest& r) {
       {"efficiency", {{"matmul", r.efficiency.matmul}, {"comm", r.efficiency.comm},
                       {"dp_overlap", r.efficiency.dp_overlap}, {"moe_imbalance", r.efficiency.moe_imbalance}}},
       {"search", r.search}, {"plan", PlanToJson(r.plan)}, {"top", r.top},
+      {"layer_split", r.layer_split.ToString()},
       {"model_spec", json::parse(ModelSpecToJson(r.model))}, {"gpu_spec", json::parse(GpuSpecToJson(r.gpu))}};
 }
 
@@ -74,6 +75,8 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     r.efficiency = {e.at("matmul"), e.at("comm"), e.at("dp_overlap"), e.at("moe_imbalance")};
     r.search = j.at("search");
     r.top = j.value("top", r.top);
+    // Records from before --layer-split were planned with the even split.
+    KP_ASSIGN_OR_RETURN(r.layer_split, ParseLayerSplit(j.value("layer_split", std::string("even"))));
     const json& p = j.at("plan");
     r.plan = {p.at("tp"), p.at("pp"), p.at("vp"), p.at("ep"), p.at("etp"), p.at("cp"), p.at("dp"),
               p.at("rollout_tp"), p.at("rollout_ep"), p.at("rollout_dp")};
@@ -112,6 +115,8 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
       {"plan", PlanToJson(e.plan)},
       {"schedule", ScheduleName(req.schedule)},
       {"split", e.split.ToString()},
+      {"layer_split", e.layer_split.ToString()},
+      {"layer_counts", LayerCounts(e.split)},
       {"model", {{"name", req.model.name}, {"total_params", pc.total}, {"active_params", pc.active}}},
       {"cluster", {{"gpu", req.gpu.name}, {"nodes", req.nodes}, {"gpus_per_node", req.gpus_per_node},
                    {"world", req.world()}, {"actor_gpus", req.actor_gpus()}}},

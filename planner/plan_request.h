@@ -10,6 +10,7 @@
 #include "specs/gpu_spec.h"
 #include "specs/model_spec.h"
 #include "specs/schedule_kind.h"
+#include "specs/stage_split.h"
 
 namespace kp {
 
@@ -75,6 +76,7 @@ struct PlanRequest {
   double gpu_memory_utilization = 0.5;  ///< the rollout engine's share (vLLM)
   EfficiencyModel efficiency;
   ParallelPlan plan;           ///< ignored when search is set
+  LayerSplit layer_split;      ///< how the layers go to stages (--layer-split; even: torchtitan's)
   bool search = false;
   int top = 5;                 ///< with search: how many plans to report
 

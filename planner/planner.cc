@@ -1,18 +1,49 @@
 #include "planner/planner.h"
 
+#include <optional>
+
 #include "planner/constraints.h"
 #include "planner/schedule_model.h"
 
 namespace kp {
 
-Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params) {
+Result<StageSplit> PlanSplit(const PlanRequest& req, const ParallelPlan& plan, const LayerSplit& rule) {
+  return SplitLayers(rule, req.model.layers, plan.pp, StagesPerRank(req.schedule, plan.vp));
+}
+
+namespace {
+
+Result<PlanEvaluation> EvaluateWith(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params,
+                                    const LayerSplit& rule) {
   PlanEvaluation e;
   e.plan = plan;
-  KP_ASSIGN_OR_RETURN(e.split, EvenSplit(req.model.layers, plan.pp * StagesPerRank(req.schedule, plan.vp)));
+  e.layer_split = rule;
+  KP_ASSIGN_OR_RETURN(e.split, PlanSplit(req, plan, rule));
   e.memory = EstimateMemory(req, plan, e.split, params);
   e.step = EstimateStepTime(req, plan, e.split, params);
   e.violations = e.memory.violations;
   return e;
+}
+
+bool Better(const PlanEvaluation& a, const PlanEvaluation& b) {
+  if (a.feasible() != b.feasible()) return a.feasible();
+  if (a.step.tokens_per_s_per_gpu != b.step.tokens_per_s_per_gpu)
+    return a.step.tokens_per_s_per_gpu > b.step.tokens_per_s_per_gpu;
+  return a.memory.actor.total() < b.memory.actor.total();
+}
+
+}  // namespace
+
+Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params) {
+  std::optional<PlanEvaluation> best;
+  Status first_error = Status::Ok();
+  for (const LayerSplit& rule : SplitCandidates(req.layer_split)) {
+    Result<PlanEvaluation> e = EvaluateWith(req, plan, params, rule);
+    if (!e.ok() && first_error.ok()) first_error = e.status();
+    if (e.ok() && (!best || Better(*e, *best))) best = std::move(e).value();
+  }
+  if (!best) return first_error;
+  return *std::move(best);
 }
 
 Result<PlanEvaluation> PlanFixed(const PlanRequest& req, const ParamCount& params) {

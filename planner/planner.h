@@ -16,6 +16,7 @@ namespace kp {
 
 struct PlanEvaluation {
   ParallelPlan plan;
+  LayerSplit layer_split;  ///< the rule that gave `split`; never kAuto
   StageSplit split;
   MemoryReport memory;
   StepTime step;
@@ -24,7 +25,12 @@ struct PlanEvaluation {
   bool feasible() const { return violations.empty(); }
 };
 
-/// Evaluates a structurally valid plan (CheckPlan returned nothing).
+/// The split `rule` (not kAuto) gives the plan's pp x stages-per-rank stages.
+Result<StageSplit> PlanSplit(const PlanRequest& req, const ParallelPlan& plan, const LayerSplit& rule);
+
+/// Evaluates a structurally valid plan (CheckPlan returned nothing) under
+/// each split req.layer_split stands for (SplitCandidates) and keeps the
+/// best: feasible first, then the most tokens/s, then the least actor memory.
 Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params);
 
 /// Checks the request and the plan, then evaluates it. A structural

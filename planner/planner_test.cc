@@ -96,5 +96,92 @@ TEST(PlannerTest, RequestsRoundTripThroughTheirRecord) {
   EXPECT_FALSE(RequestFromJson(nlohmann::json{{"nodes", 1}}).ok());
 }
 
+// The 1T GPT of Korthikanti et al. (2022), Table 1: 128 layers, hidden
+// 25600, 160 heads, sequence 2048, vocabulary 51200, on tp 8 x pp 64.
+PlanRequest Gpt1T(LayerSplitKind split) {
+  PlanRequest r;
+  r.model = testing::Gpt(128, 25600, 160, 51200);
+  r.gpu = testing::Gpu("h200");
+  r.nodes = 64;
+  r.gpus_per_node = 8;
+  r.prompt_length = 2048;
+  r.response_length = 0;
+  r.global_batch = 128;
+  r.flash_attention = false;  // the paper's eager attention; selective recomputation drops its s^2 term
+  r.plan.tp = 8;
+  r.plan.pp = 64;
+  r.plan.dp = 1;
+  r.layer_split.kind = split;
+  return r;
+}
+
+// Megatron's split puts 128 / 64 = 2 layers on every rank, so rank 0 is a
+// uniform 2-layer stage plus the embedding: per layer 12 h^2 / t
+// TP-sharded weights and 2 h of norms, the embedding V h / t; 18 bytes of
+// mixed-precision Adam per parameter (dp 1: nothing to shard); 34 s h / t
+// of selective-recompute activations per layer (the paper's Table 2, TP +
+// SP) times 1F1B's 64 in-flight micro-batches on rank 0; 2 GB reserve.
+TEST(PlannerTest, MegatronSplitOfThe1TGptHasTwoLayersOnTheFirstRank) {
+  const double h = 25600, V = 51200, s = 2048, t = 8;
+  const double params = 2 * (12 * h * h / t + 2 * h) + V * h / t;
+  const double activations = 64 * 2 * 34 * s * h / t;
+  PlanRequest r = Gpt1T(LayerSplitKind::kMegatron);
+  auto e = PlanFixed(r, CountParams(r.model));
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(LayerCounts(e->split), std::vector<int>(64, 2));
+  EXPECT_EQ(e->memory.actor.rank, 0);
+  EXPECT_DOUBLE_EQ(e->memory.actor.weights.value(), 2 * params);
+  EXPECT_DOUBLE_EQ(e->memory.actor.activations.value(), activations);
+  EXPECT_DOUBLE_EQ(e->memory.actor.total().value(), 18 * params + activations + 2e9);
+}
+
+// torchtitan's even split of the same model gives rank 1 three layers with
+// 63 micro-batches in flight: 63 x 3 / (64 x 2) = 1.48 times the megatron
+// split's worst activations.
+TEST(PlannerTest, EvenSplitOfThe1TGptOverloadsRankOne) {
+  PlanRequest r = Gpt1T(LayerSplitKind::kEven);
+  const ParamCount pc = CountParams(r.model);
+  auto even = PlanFixed(r, pc);
+  auto megatron = PlanFixed(Gpt1T(LayerSplitKind::kMegatron), pc);
+  ASSERT_TRUE(even.ok() && megatron.ok());
+  EXPECT_EQ(even->split.stages[1].layer_count(), 3);
+  EXPECT_EQ(even->memory.actor.rank, 1);
+  EXPECT_DOUBLE_EQ(even->memory.actor.activations.value() / megatron->memory.actor.activations.value(),
+                   63.0 * 3 / (64 * 2));
+  // auto evaluates both and keeps the faster: the megatron split's worst
+  // stage has two layers, the even split's three.
+  auto best = PlanFixed(Gpt1T(LayerSplitKind::kAuto), pc);
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->layer_split.kind, LayerSplitKind::kMegatron);
+  EXPECT_EQ(best->step.total, megatron->step.total);
+}
+
+TEST(PlannerTest, ASplitThatDoesNotFitTheLayoutNamesLayerSplit) {
+  PlanRequest r = Gpt1T(LayerSplitKind::kMegatron);
+  r.model.layers = 127;
+  r.model.attention.assign(127, AttentionKind::kMha);
+  EXPECT_EQ(PlanFixed(r, CountParams(r.model)).status().message(),
+            "--layer-split: Megatron-LM puts num_layers / pp on every rank, and pp 64 does not divide the 127 layers");
+  r = Gpt1T(LayerSplitKind::kExplicit);
+  r.layer_split.counts.assign(63, 2);
+  auto e = PlanFixed(r, CountParams(r.model));
+  EXPECT_EQ(e.status().ExitCode(), 2);
+  EXPECT_EQ(e.status().message(), "--layer-split: 63 counts, the plan has 64 stages (pp 64 x 1 per rank)");
+}
+
+TEST(PlannerTest, TheLayerSplitRoundTripsThroughTheRecord) {
+  PlanRequest r = Gpt1T(LayerSplitKind::kExplicit);
+  r.layer_split.counts.assign(64, 2);
+  r.layer_split.counts[0] = 1;
+  r.layer_split.counts[63] = 3;
+  auto back = RequestFromJson(RequestToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->layer_split, r.layer_split);
+  // A record from before --layer-split planned with the even split.
+  nlohmann::json old = RequestToJson(r);
+  old.erase("layer_split");
+  EXPECT_EQ(RequestFromJson(old)->layer_split.kind, LayerSplitKind::kEven);
+}
+
 }  // namespace
 }  // namespace kp
