@@ -106,6 +106,12 @@ const char* const kMigrations[] = {
       PRIMARY KEY (run_id, version)
     );
     )sql",
+    // 5 -> 6: the stage split a plan was sized with (`--layer-split`);
+    // plans recorded before it used the even split.
+    R"sql(
+    ALTER TABLE plans ADD COLUMN layer_split TEXT NOT NULL DEFAULT 'even';
+    ALTER TABLE plans ADD COLUMN layer_counts TEXT;
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -152,7 +158,8 @@ class Statement {
 };
 
 constexpr const char* kPlanColumns =
-    "id, created_at, model, gpu, world, preset, feasible, step_time_s, request_json, result_json";
+    "id, created_at, model, gpu, world, preset, feasible, step_time_s, request_json, result_json, layer_split, "
+    "layer_counts";
 
 PlanRecord ReadPlan(const Statement& st) {
   PlanRecord p;
@@ -166,6 +173,8 @@ PlanRecord ReadPlan(const Statement& st) {
   p.step_time_s = st.Real(7);
   p.request_json = st.Text(8);
   p.result_json = st.Text(9);
+  p.layer_split = st.Text(10);
+  p.layer_counts = st.Text(11);
   return p;
 }
 
@@ -264,7 +273,7 @@ Result<std::int64_t> Store::InsertPlan(const PlanRecord& p) {
   Status s = InTransaction([&]() -> Status {
     Statement st(db_,
                  "INSERT INTO plans (created_at, model, gpu, world, preset, feasible, step_time_s, "
-                 "request_json, result_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                 "request_json, result_json, layer_split, layer_counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     KP_RETURN_IF_ERROR(st.status());
     st.Bind(1, clock_.NowIso8601());
     st.Bind(2, p.model);
@@ -275,6 +284,8 @@ Result<std::int64_t> Store::InsertPlan(const PlanRecord& p) {
     st.Bind(7, p.step_time_s);
     st.Bind(8, p.request_json);
     st.Bind(9, p.result_json);
+    st.Bind(10, p.layer_split);
+    st.BindNullable(11, p.layer_counts);
     if (st.Step() != SQLITE_DONE) return st.Error("insert plan");
     id = sqlite3_last_insert_rowid(db_);
     return Status::Ok();

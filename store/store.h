@@ -37,6 +37,8 @@ struct PlanRecord {
   double step_time_s = 0;
   std::string request_json;  ///< the full input, enough to re-run it
   std::string result_json;   ///< the `--json` output
+  std::string layer_split = "even";  ///< the stage split's rule: even, megatron or the counts
+  std::string layer_counts;  ///< decoder layers per stage, "2,2,2"; empty when no plan was evaluated
 };
 
 /// A recorded `kimi-plan simulate` run of any kind.
@@ -131,7 +133,7 @@ struct WeightSyncRecord {
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   /// Opens (creating if needed) and migrates the database at `path`.
   /// ":memory:" gives a private in-memory store for tests.

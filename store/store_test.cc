@@ -42,6 +42,23 @@ TEST(StoreTest, OpensAtTheCurrentSchemaAndRoundTripsAPlan) {
   EXPECT_DOUBLE_EQ(back->step_time_s, 6.5);
   EXPECT_EQ(back->created_at, "2023-11-14T22:13:20Z");
   EXPECT_EQ((*s)->GetPlan(*id + 1).status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(back->layer_split, "even");
+  EXPECT_EQ(back->layer_counts, "");
+}
+
+TEST(StoreTest, APlanKeepsItsLayerSplit) {
+  FakeClock clock;
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  PlanRecord p = Sample();
+  p.layer_split = "megatron";
+  p.layer_counts = "2,2,2,2";
+  auto id = (*s)->InsertPlan(p);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  auto back = (*s)->GetPlan(*id);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->layer_split, "megatron");
+  EXPECT_EQ(back->layer_counts, "2,2,2,2");
 }
 
 TEST(StoreTest, AFailedTransactionWritesNothing) {
@@ -129,7 +146,9 @@ TEST(StoreTest, MigratesAVersion1FileToRuns) {
                "CREATE TABLE plans (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, model TEXT NOT "
                "NULL, gpu TEXT NOT NULL, world INTEGER NOT NULL CHECK (world > 0), preset TEXT, feasible INTEGER NOT "
                "NULL CHECK (feasible IN (0, 1)), step_time_s REAL NOT NULL, request_json TEXT NOT NULL, result_json "
-               "TEXT NOT NULL); PRAGMA user_version = 1;",
+               "TEXT NOT NULL); PRAGMA user_version = 1;"
+               "INSERT INTO plans (created_at, model, gpu, world, feasible, step_time_s, request_json, result_json) "
+               "VALUES ('2023-11-14T22:13:20Z', 'm', 'h200', 8, 1, 1.0, '{}', '{}');",
                nullptr, nullptr, nullptr);
   sqlite3_close(db);
   FakeClock clock;
@@ -138,6 +157,11 @@ TEST(StoreTest, MigratesAVersion1FileToRuns) {
   EXPECT_EQ((*s)->SchemaVersion(), Store::kSchemaVersion);
   EXPECT_TRUE((*s)->CreateRun(SampleRun()).ok());
   EXPECT_TRUE((*s)->ListSimulations()->empty());
+  // A plan from before version 6 was sized with the even split.
+  auto old = (*s)->GetPlan(1);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->layer_split, "even");
+  EXPECT_EQ(old->layer_counts, "");
 }
 
 TEST(StoreTest, RoundTripsARunAndItsSteps) {
