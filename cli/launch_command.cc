@@ -172,6 +172,7 @@ Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(LaunchOptions options, OptionsFromFlags(vm));
+  KP_RETURN_IF_ERROR(CheckEngineTarget(options));
   KP_RETURN_IF_ERROR(CheckStoreExists(vm, env));
   KP_ASSIGN_OR_RETURN(PricedPlan plan, LoadPlan(vm, env));
   KP_ASSIGN_OR_RETURN(VerlKeys keys, LoadVerlKeys(options, env));

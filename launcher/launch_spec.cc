@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "launcher/quoting.h"
+#include "planner/schedule_model.h"
 
 namespace kp {
 
@@ -40,9 +41,8 @@ Status CheckPlanFits(const Launch& l) {
 
 Status CheckEngine(const Launch& l) {
   const LaunchOptions& o = l.options;
+  KP_RETURN_IF_ERROR(CheckEngineTarget(o));
   if (o.engine != LaunchEngine::kVerl) return Status::Ok();
-  if (o.target == LaunchTarget::kLocal)
-    return Status::InvalidArgument("--engine: the local target runs the native runtime only, not verl");
   if (l.request.placement == Placement::kSplit)
     return Status::InvalidArgument("--engine: verl runs the colocated hybrid engine, and this plan has "
                                    "--placement split; use --engine native");
@@ -60,6 +60,31 @@ Status CheckEngine(const Launch& l) {
                                    std::to_string(pool) + " GPUs of " + std::to_string(o.teacher_nodes) +
                                    " teacher node(s)");
   return Status::Ok();
+}
+
+std::string CountsText(const StageSplit& split) {
+  std::string out;
+  for (int c : LayerCounts(split)) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
+// The layers per stage the launch's engine builds must be the ones the
+// planner sized.
+Status CheckSplit(const Launch& l) {
+  const PlanEvaluation& e = l.evaluation;
+  const std::string plans = "the plan's " + e.layer_split.ToString() + " split (" + CountsText(e.split) + ")";
+  if (l.options.engine == LaunchEngine::kVerl) {
+    Result<MegatronStageLayers> m = MegatronLayersOfPlan(l.request, e);
+    if (m.ok()) return Status::Ok();
+    return Status::InvalidArgument("--layer-split: --engine verl cannot run " + plans + ": " +
+                                   m.status().message().substr(std::string("--layer-split: ").size()) +
+                                   "; plan it with --layer-split megatron or counts Megatron builds");
+  }
+  Result<StageSplit> even = EvenSplit(l.request.model.layers, e.split.num_stages());
+  if (even.ok() && LayerCounts(*even) == LayerCounts(e.split)) return Status::Ok();
+  return Status::InvalidArgument("--layer-split: the native runtime (kimi-plan run) builds the even split only and "
+                                 "takes no split, so it cannot run " + plans +
+                                 "; plan it with --layer-split even or launch with --engine verl");
 }
 
 Status CheckSize(const Launch& l) {
@@ -117,6 +142,12 @@ void Flag(std::vector<std::string>& a, const char* name, const std::string& valu
 void Flag(std::vector<std::string>& a, const char* name, long long value) { Flag(a, name, std::to_string(value)); }
 
 }  // namespace
+
+Status CheckEngineTarget(const LaunchOptions& o) {
+  if (o.engine == LaunchEngine::kVerl && o.target == LaunchTarget::kLocal)
+    return Status::InvalidArgument("--engine: the local target runs the native runtime only, not verl");
+  return Status::Ok();
+}
 
 const char* LaunchTargetName(LaunchTarget t) {
   switch (t) {
@@ -201,8 +232,15 @@ int Launch::cpus_per_task() const {
 Status CheckLaunch(const Launch& l) {
   KP_RETURN_IF_ERROR(CheckPlanFits(l));
   KP_RETURN_IF_ERROR(CheckEngine(l));
+  KP_RETURN_IF_ERROR(CheckSplit(l));
   KP_RETURN_IF_ERROR(CheckTarget(l));
   return CheckSize(l);
+}
+
+Result<MegatronStageLayers> MegatronLayersOfPlan(const PlanRequest& r, const PlanEvaluation& e) {
+  // Without a pipeline Megatron builds every layer on the one stage.
+  if (e.plan.pp == 1) return MegatronStageLayers{};
+  return MegatronStageLayersOf(e.split, e.plan.pp, StagesPerRank(r.schedule, e.plan.vp));
 }
 
 Result<std::string> ModalGpuName(const std::string& gpu) {
@@ -279,6 +317,7 @@ std::vector<std::string> DescribeLaunch(const Launch& l) {
                   (r.mode == TrainMode::kLora ? "LoRA rank " + std::to_string(r.lora.rank) : std::string("full fine-tuning")) +
                   ", schedule " + ScheduleName(r.schedule) + ", recompute " + RecomputeName(r.recompute) + ".");
   lines.push_back("Layout: " + LayoutLine(l.plan()) + ".");
+  lines.push_back("Stage split: " + l.evaluation.layer_split.ToString() + ", " + l.evaluation.split.ToString() + ".");
   if (l.teacher_nodes() > 0)
     lines.push_back("Self-teacher: " + std::to_string(l.teacher_nodes()) + " more node(s) for Verl's distillation pool.");
   lines.push_back(l.evaluation.feasible()

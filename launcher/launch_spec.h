@@ -87,10 +87,24 @@ struct Launch {
   std::string teacher_path() const;
 };
 
+/// The engine against the target, before any plan is evaluated (the
+/// engine's default split may not fit the plan): Verl does not run on the
+/// local target. InvalidArgument naming --engine.
+Status CheckEngineTarget(const LaunchOptions& o);
+
 /// Every check a launch must pass before anything is written: a feasible
 /// plan (unless force), a job no larger than max_nodes, what the target
-/// and the engine support. InvalidArgument naming the flag.
+/// and the engine support, and a stage split the engine builds exactly
+/// (Verl: one Megatron can express; native: the even split, as `kimi-plan
+/// run` takes no split). InvalidArgument naming the flag.
 Status CheckLaunch(const Launch& l);
+
+/// The Megatron-LM fields under which Verl's Megatron engine builds exactly
+/// the plan's stage split (virtual stage j of rank r is stage j * pp + r):
+/// none for Megatron's default split or a plan without a pipeline, else
+/// num_layers_in_first/last_pipeline_stage. InvalidArgument naming
+/// --layer-split when Megatron cannot build the split.
+Result<MegatronStageLayers> MegatronLayersOfPlan(const PlanRequest& r, const PlanEvaluation& e);
 
 /// Modal's name for the plan's GPU ("H200"), or InvalidArgument naming --gpu.
 Result<std::string> ModalGpuName(const std::string& gpu);

@@ -94,6 +94,44 @@ TEST(LaunchSpec, RefusesWhatTheEngineCannotRun) {
   EXPECT_EQ(native.job_nodes(), 2);
 }
 
+// A 128-layer GPT on pp 64 (8 nodes, tp 1, dp 1) with the given split.
+Launch DeepGpt(LayerSplitKind split, LaunchEngine engine) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 8);
+  r.model = testing::Gpt(128, 1024, 16, 32000);
+  r.plan = ParallelPlan{1, 64, 1, 1, 1, 1, 1, 1, 1, 1};
+  r.layer_split.kind = split;
+  Launch l = MakeLaunch(r, "gpt", LaunchTarget::kSlurm, engine);
+  l.options.force = true;
+  l.options.teacher_nodes = 0;
+  return l;
+}
+
+std::string Join(const std::vector<int>& counts) {
+  std::string out;
+  for (int c : counts) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
+// Each engine runs exactly the split the planner sized, or the launch is
+// refused: Megatron cannot give rank 1 three layers and rank 2 two, and the
+// native runtime builds the even split only.
+TEST(LaunchSpec, RefusesASplitTheEngineWouldNotBuild) {
+  EXPECT_TRUE(CheckLaunch(DeepGpt(LayerSplitKind::kMegatron, LaunchEngine::kVerl)).ok());
+  EXPECT_TRUE(CheckLaunch(DeepGpt(LayerSplitKind::kEven, LaunchEngine::kNative)).ok());
+  std::vector<int> even(64, 2);  // torchtitan: 130 units over 64 stages
+  even[1] = 3;
+  even[63] = 1;
+  EXPECT_EQ(CheckLaunch(DeepGpt(LayerSplitKind::kEven, LaunchEngine::kVerl)).message(),
+            "--layer-split: --engine verl cannot run the plan's even split (" + Join(even) +
+                "): Megatron-LM gives every rank but the first and the last the same layers, and rank 1 has 3, rank 2 "
+                "2 (only a pipeline_model_parallel_layout could, which kimi-plan does not emit); plan it with "
+                "--layer-split megatron or counts Megatron builds");
+  EXPECT_EQ(CheckLaunch(DeepGpt(LayerSplitKind::kMegatron, LaunchEngine::kNative)).message(),
+            "--layer-split: the native runtime (kimi-plan run) builds the even split only and takes no split, so it "
+            "cannot run the plan's megatron split (" + Join(std::vector<int>(64, 2)) +
+                "); plan it with --layer-split even or launch with --engine verl");
+}
+
 TEST(LaunchSpec, RefusesWhatModalCannotProvide) {
   Launch l = SeedLaunch("b200-full", LaunchTarget::kModal, LaunchEngine::kNative);
   ASSERT_TRUE(CheckLaunch(l).ok());

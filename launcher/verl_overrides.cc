@@ -97,6 +97,16 @@ void AddActor(const Launch& l, OverrideList& o) {
   o.Add("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", r.micro_batch);
 }
 
+// The planner's stage split, as Megatron's TransformerConfig fields. The
+// fields are not declared in Verl's config, hence Hydra's '+'; the ref's
+// override_transformer_config interpolates the actor's, so it builds the
+// same split without keys of its own (docs/launcher.md).
+void AddStageLayers(const MegatronStageLayers& m, OverrideList& o) {
+  const std::string rc = "+actor_rollout_ref.actor.megatron.override_transformer_config.";
+  if (m.first) o.Add(rc + "num_layers_in_first_pipeline_stage", *m.first);
+  if (m.last) o.Add(rc + "num_layers_in_last_pipeline_stage", *m.last);
+}
+
 void AddModel(const Launch& l, OverrideList& o) {
   const PlanRequest& r = l.request;
   o.Add("actor_rollout_ref.model.path", HydraString(l.model_path()));
@@ -210,6 +220,8 @@ Result<std::vector<VerlOverride>> VerlOverrides(const Launch& l, const VerlKeys&
   AddData(l, o);
   AddModel(l, o);
   AddActor(l, o);
+  KP_ASSIGN_OR_RETURN(const MegatronStageLayers stage_layers, MegatronLayersOfPlan(l.request, l.evaluation));
+  AddStageLayers(stage_layers, o);
   AddRollout(l, o);
   AddDistillation(l, o);
   AddTrainer(l, o);

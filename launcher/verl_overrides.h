@@ -44,7 +44,10 @@ struct VerlOverride {
 };
 
 /// The overrides that run the plan under Verl (docs/launcher.md lists them):
-/// the Megatron engine with the actor's TP/PP/VP/EP/ETP/CP, the vLLM
+/// the Megatron engine with the actor's TP/PP/VP/EP/ETP/CP and the layers of
+/// its first and last pipeline stage where the plan's split needs them
+/// (MegatronLayersOfPlan; its InvalidArgument when Megatron cannot build
+/// the split), the vLLM
 /// rollout's TP/EP/DP, LoRA, the workload, the cluster, on-policy
 /// distillation with the k1 policy-gradient loss against the self-teacher
 /// pool, and the Ray cluster the job started. Internal naming the key when

@@ -115,6 +115,56 @@ TEST(VerlOverrides, FollowVpRecomputeAndTheTeacherPool) {
   for (const auto& [k, v] : m) EXPECT_NE(k.rfind("distillation.", 0), 0u) << "no teacher pool, yet " << k;
 }
 
+const std::string kFirst =
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_first_pipeline_stage";
+const std::string kLast =
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_last_pipeline_stage";
+
+// A dense GPT of `layers` on pp ranks of vp virtual stages (interleaved when
+// vp > 1), split as `split` says.
+Launch GptLaunch(int layers, int pp, int vp, const std::string& split) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", pp / 8);
+  r.model = testing::Gpt(layers, 1024, 16, 32000);
+  r.plan = ParallelPlan{1, pp, vp, 1, 1, 1, 1, 1, 1, 1};
+  if (vp > 1) r.schedule = ScheduleKind::kInterleaved1F1B;
+  r.layer_split = *ParseLayerSplit(split);
+  Launch l = testing::MakeLaunch(r, "gpt", LaunchTarget::kSlurm, LaunchEngine::kVerl);
+  l.options.teacher_nodes = 0;
+  return l;
+}
+
+// h200-full's even split of 61 layers over pp 2 is 31 + 30: Megatron builds
+// it with 31 layers on the first stage and the other 30 on the last.
+TEST(VerlOverrides, RealiseTheEvenSplitOfTheSeed) {
+  const auto m = Overrides(SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kVerl));
+  EXPECT_EQ(m.at(kFirst), "31");
+  EXPECT_EQ(m.count(kLast), 0u);
+}
+
+// Megatron's default needs no key; uneven ends need theirs, with virtual
+// stages the rank's total (transformer_config.py: divisible by vp).
+TEST(VerlOverrides, EmitTheEndStagesTheSplitNeeds) {
+  auto uniform = Overrides(GptLaunch(128, 64, 1, "megatron"));
+  EXPECT_EQ(uniform.count(kFirst) + uniform.count(kLast), 0u);
+  auto qwen = Overrides(GptLaunch(94, 8, 1, "11,12,12,12,12,12,12,11"));
+  EXPECT_EQ(qwen.at(kFirst), "11");
+  EXPECT_EQ(qwen.at(kLast), "11");
+  auto vp = Overrides(GptLaunch(32, 8, 2, "3,2,2,2,2,2,2,1,3,2,2,2,2,2,2,1"));
+  EXPECT_EQ(vp.at("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size"), "2");
+  EXPECT_EQ(vp.at(kFirst), "6");
+  EXPECT_EQ(vp.at(kLast), "2");
+  // The ref interpolates the actor's override_transformer_config: no keys of its own.
+  for (const auto& [k, v] : vp) EXPECT_EQ(k.find("ref.megatron.override_transformer_config"), std::string::npos) << k;
+}
+
+TEST(VerlOverrides, RefuseASplitMegatronCannotBuild) {
+  auto v = VerlOverrides(GptLaunch(128, 64, 1, "even"), RepoVerlKeys());
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(v.status().message().rfind("--layer-split: Megatron-LM gives every rank but the first and the last", 0), 0u)
+      << v.status().message();
+}
+
 // Every key any seed launch emits is one of Verl's (the list checks itself,
 // and this states it for each emitted key).
 TEST(VerlOverrides, EveryEmittedKeyIsInTheList) {
@@ -128,6 +178,9 @@ TEST(VerlOverrides, EveryEmittedKeyIsInTheList) {
       for (const VerlOverride& o : *v) EXPECT_TRUE(keys.Contains(o.key)) << preset << ": " << o.key;
     }
   }
+  auto both = VerlOverrides(GptLaunch(94, 8, 1, "11,12,12,12,12,12,12,11"), keys);
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  for (const VerlOverride& o : *both) EXPECT_TRUE(keys.Contains(o.key)) << o.key;
 }
 
 TEST(VerlOverrides, FailNamingAKeyTheListLacks) {

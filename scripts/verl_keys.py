@@ -23,7 +23,16 @@ import yaml
 # Keys Verl reads but does not declare, so Hydra needs them appended with '+'.
 # main_ppo.py passes the whole ray_kwargs.ray_init mapping to ray.init(); the
 # seed's launcher joins the running Ray cluster with address=auto.
-APPENDED = ["+ray_kwargs.ray_init.address"]
+# verl/workers/engine/megatron/transformer_impl.py passes every entry of
+# megatron.override_transformer_config to Megatron's TransformerConfig
+# (set_extra_args, or the Megatron-Bridge provider's fields); the launcher
+# sets the planner's stage split with the two uneven-pipeline fields, as
+# Verl's own examples/grpo_trainer/run_qwen3_235b_a22b_megatron.sh does.
+APPENDED = [
+    "+ray_kwargs.ray_init.address",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_first_pipeline_stage",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_last_pipeline_stage",
+]
 
 
 def flatten(node, prefix, out):
@@ -80,7 +89,9 @@ def main():
         "#   groups  the plain `group: option` entries of verl/trainer/config/ppo_trainer.yaml's\n"
         "#           defaults list, selectable as group=option\n"
         "#   +keys   read by Verl but not declared, so Hydra needs them appended with '+':\n"
-        "#           main_ppo.py passes ray_kwargs.ray_init to ray.init()\n"
+        "#           main_ppo.py passes ray_kwargs.ray_init to ray.init();\n"
+        "#           verl/workers/engine/megatron/transformer_impl.py passes\n"
+        "#           megatron.override_transformer_config to Megatron's TransformerConfig\n"
         "# Regenerate with scripts/verl_keys.py (its docstring has the commands).\n"
         "\n# config groups\n"
     )
