@@ -7,6 +7,7 @@
 #include "cli/options.h"
 #include "cli/plan_options.h"
 #include "common/table.h"
+#include "launcher/launch_spec.h"
 #include "planner/constraints.h"
 #include "planner/plan_json.h"
 #include "planner/search.h"
@@ -25,7 +26,9 @@ po::options_description PlanOptions() {
                                "predicts memory per GPU and step time. Options");
   desc.add_options()("help,h", "this text");
   AddPlanRequestOptions(desc);
+  AddLayerSplitOption(desc);
   desc.add_options()
+      ("engine", po::value<std::string>(), "native | verl: whose stage split is the default (even | megatron)")
       ("search", "enumerate every valid plan and rank the feasible ones")
       ("top", po::value<int>(), "with --search: plans to show (default 5)");
   AddOutputOptions(desc);
@@ -51,7 +54,7 @@ void PrintEvaluation(std::ostream& out, const PlanRequest& r, const ParamCount& 
       << ", " << (r.placement == Placement::kColocated ? "colocated" : "split") << "\n";
   out << "plan      " << PlanLine(e.plan) << "   (" << ScheduleName(r.schedule) << ", recompute "
       << RecomputeName(r.recompute) << ")\n";
-  out << "split     " << e.split.ToString() << "\n\n";
+  out << "split     " << e.layer_split.ToString() << ": " << e.split.ToString() << "\n\n";
   Table t({"role", "weights", "grads", "optimizer", "activations", "other", "total", "capacity", "fits"});
   auto row = [&](const char* name, const RoleMemory& m) {
     t.AddRow({name, FormatGB(m.weights.value()), FormatGB(m.grads.value()), FormatGB(m.optimizer.value()),
@@ -100,16 +103,24 @@ void PrintSearch(std::ostream& out, const SearchResult& s) {
   out << "search    " << s.evaluated << " valid plans evaluated, " << s.feasible << " feasible, in "
       << FormatFixed(s.seconds, 3) << " s\n";
   if (s.best.empty()) return;
-  Table t({"#", "tp", "pp", "vp", "ep", "etp", "cp", "dp", "actor GB", "step s", "tokens/s/GPU", "MFU"});
+  Table t({"#", "tp", "pp", "vp", "ep", "etp", "cp", "dp", "split", "actor GB", "step s", "tokens/s/GPU", "MFU"});
   int i = 0;
   for (const PlanEvaluation& e : s.best) {
     const ParallelPlan& p = e.plan;
     t.AddRow({std::to_string(++i), std::to_string(p.tp), std::to_string(p.pp), std::to_string(p.vp), std::to_string(p.ep),
-              std::to_string(p.etp), std::to_string(p.cp), std::to_string(p.dp),
+              std::to_string(p.etp), std::to_string(p.cp), std::to_string(p.dp), e.layer_split.ToString(),
               FormatFixed(e.memory.actor.total().value() / 1e9, 1), FormatFixed(e.step.total.value(), 2),
               FormatFixed(e.step.tokens_per_s_per_gpu, 0), Pct(e.step.mfu)});
   }
   out << t.Render() << "\n";
+}
+
+// With --engine verl the split must be one Megatron builds: refused here,
+// naming --layer-split, rather than when the job is generated.
+Status CheckEngineSplit(const po::variables_map& vm, const PlanRequest& req, const PlanEvaluation& e) {
+  if (!vm.count("engine") || vm["engine"].as<std::string>() != "verl") return Status::Ok();
+  if (req.schedule != ScheduleKind::k1F1B && req.schedule != ScheduleKind::kInterleaved1F1B) return Status::Ok();
+  return MegatronLayersOfPlan(req, e).status();
 }
 
 }  // namespace
@@ -139,6 +150,7 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
                 {"step_time_s", nullptr}, {"tokens_per_s_per_gpu", nullptr}, {"mfu", nullptr}};
     } else {
       shown = search->best.front();
+      KP_RETURN_IF_ERROR(CheckEngineSplit(vm, req, shown));
       result = EvaluationToJson(req, pc, shown);
     }
     json top = json::array();
@@ -147,6 +159,7 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
     result["search"]["top"] = top;
   } else {
     KP_ASSIGN_OR_RETURN(shown, PlanFixed(req, pc));
+    KP_RETURN_IF_ERROR(CheckEngineSplit(vm, req, shown));
     result = EvaluationToJson(req, pc, shown);
   }
   std::optional<NearestFit> nearest;
@@ -168,9 +181,15 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   // The request as evaluated: after a search, the plan it chose, so that
   // `--plan ID` elsewhere reproduces what this record describes.
   PlanRequest recorded = req;
-  if (!search || !search->best.empty()) recorded.plan = shown.plan;
+  if (!search || !search->best.empty()) {
+    recorded.plan = shown.plan;
+    recorded.layer_split = shown.layer_split;
+  }
   rec.request_json = RequestToJson(recorded).dump();
   rec.result_json = result.dump();
+  rec.layer_split = recorded.layer_split.ToString();
+  if (!search || !search->best.empty())
+    rec.layer_counts = LayerSplit{LayerSplitKind::kExplicit, LayerCounts(shown.split)}.ToString();
   KP_ASSIGN_OR_RETURN(std::int64_t id, store->InsertPlan(rec));
   result["id"] = id;
 

@@ -52,6 +52,19 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("moe-imbalance", po::value<double>(), "busiest expert rank / mean (default 1.2)");
 }
 
+void AddLayerSplitOption(po::options_description& desc) {
+  desc.add_options()("layer-split", po::value<std::string>(),
+                     "even | megatron | auto | layers per stage (2,3,3,2) (default: the engine's, even for native)");
+}
+
+Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm) {
+  const std::string engine = vm.count("engine") ? vm["engine"].as<std::string>() : "native";
+  if (engine != "native" && engine != "verl")
+    return Status::InvalidArgument("--engine: must be native or verl, got \"" + engine + "\"");
+  if (vm.count("layer-split")) return ParseLayerSplit(vm["layer-split"].as<std::string>());
+  return LayerSplit{engine == "verl" ? LayerSplitKind::kMegatron : LayerSplitKind::kEven, {}};
+}
+
 namespace {
 
 template <typename T>
@@ -166,6 +179,7 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   Override(vm, "dp-overlap", &r.efficiency.dp_overlap);
   Override(vm, "moe-imbalance", &r.efficiency.moe_imbalance);
   KP_RETURN_IF_ERROR(ApplyChoices(vm, r));
+  KP_ASSIGN_OR_RETURN(r.layer_split, LayerSplitFromOptions(vm));
   ParallelPlan& p = r.plan;
   Override(vm, "tp", &p.tp); Override(vm, "pp", &p.pp); Override(vm, "vp", &p.vp);
   Override(vm, "ep", &p.ep); Override(vm, "etp", &p.etp); Override(vm, "cp", &p.cp);

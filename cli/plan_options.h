@@ -14,6 +14,15 @@ namespace kp {
 /// workload, the layout (--tp ... --rollout-dp) and the efficiency factors.
 void AddPlanRequestOptions(po::options_description& desc);
 
+/// --layer-split: for the commands whose plan may take another split than
+/// the even one (plan, simulate, launch; not run, whose runtime builds the
+/// even split only).
+void AddLayerSplitOption(po::options_description& desc);
+
+/// --layer-split when given, else the default of --engine where the command
+/// has one (native: even, verl: megatron), else even.
+Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm);
+
 /// The request those options describe, validated; *preset receives the
 /// topology's name when one was used. dp and rollout dp are derived unless given.
 Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& env, std::string* preset);

@@ -16,6 +16,7 @@
 #include "cli/runtime_options.h"
 #include "cli/plan_options.h"
 #include "planner/plan_json.h"
+#include "planner/schedule_model.h"
 #include "runtime/dist_trainer.h"
 #include "runtime/runtime_config.h"
 #include "specs/param_count.h"
@@ -95,6 +96,18 @@ int IntFlag(const po::variables_map& vm, const char* name, int fallback) {
   return vm.count(name) ? vm[name].as<int>() : fallback;
 }
 
+// The runtime builds torchtitan's even split: a plan sized on another
+// split would run as a different layout than the one predicted.
+Status CheckEvenSplit(const PlanRequest& r, std::int64_t id) {
+  const int per_rank = StagesPerRank(r.schedule, r.plan.vp);
+  Result<StageSplit> even = EvenSplit(r.model.layers, r.plan.pp * per_rank);
+  Result<StageSplit> planned = SplitLayers(r.layer_split, r.model.layers, r.plan.pp, per_rank);
+  if (even.ok() && planned.ok() && LayerCounts(*even) == LayerCounts(*planned)) return Status::Ok();
+  return Status::InvalidArgument("--plan: plan " + std::to_string(id) + " was sized with the " +
+                                 r.layer_split.ToString() +
+                                 " stage split; the native runtime builds the even split only");
+}
+
 // The layout from the flags, or from a recorded plan (--plan); dp defaults
 // to the world over pp. Parallelisms the runtime does not execute are refused.
 Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& env, int world) {
@@ -118,6 +131,7 @@ Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& en
       return Status::InvalidArgument("--plan: plan " + std::to_string(id) + " has an unreadable request: " + e.what());
     }
     if (!req.ok()) return Status::InvalidArgument("--plan: " + req.status().message());
+    KP_RETURN_IF_ERROR(CheckEvenSplit(*req, id));
     const ParallelPlan& p = req->plan;
     tp = p.tp, cp = p.cp, etp = p.etp, dp = p.dp, l.pp = p.pp, l.vp = p.vp, l.ep = p.ep;
     l.schedule = ScheduleName(req->schedule);

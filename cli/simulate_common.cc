@@ -8,11 +8,15 @@ namespace kp {
 void AddPlanSourceOptions(po::options_description& desc) {
   desc.add_options()("plan", po::value<std::int64_t>(), "the id of a plan recorded by `kimi-plan plan`");
   AddPlanRequestOptions(desc);
+  AddLayerSplitOption(desc);
 }
 
 Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env) {
   PricedPlan p;
   if (vm.count("plan")) {
+    if (vm.count("layer-split"))
+      return Status::InvalidArgument("--layer-split: a recorded plan keeps the split it was planned with; give "
+                                     "--layer-split to `kimi-plan plan`");
     p.plan_id = vm["plan"].as<std::int64_t>();
     if (p.plan_id <= 0) return Status::InvalidArgument("--plan: must be a positive plan id");
     KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));

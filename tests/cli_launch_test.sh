@@ -32,7 +32,10 @@ for p in h200-full b200-full h200-lora; do
     teacher=0; [ "$engine" = verl ] && teacher=1
     want=$((nodes[$p] + teacher))
     dir="jobs/$p-$engine"
-    "$bin" launch --target slurm --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
+    # Megatron's default split needs pp to divide the layers: h200-full's 61
+    # over pp 2 takes the even split (31 + 30), which Megatron builds too.
+    split=(); [ "$p-$engine" = h200-full-verl ] && split=(--layer-split even)
+    "$bin" launch --target slurm --preset "$p" --engine "$engine" --force --out "$dir" "${split[@]}" > out.txt 2> err.txt
     check "$p $engine slurm: exit 0" test $? -eq 0
     check "$p $engine slurm: says what it wrote" has out.txt "wrote     $dir/kimi-plan.sbatch"
     check "$p $engine slurm: says how to start it" has out.txt "start it  sbatch $dir/kimi-plan.sbatch"
@@ -43,7 +46,7 @@ for p in h200-full b200-full h200-lora; do
       'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
     check "$p $engine slurm: NCCL defaults" has "$dir/kimi-plan.sbatch" "export NCCL_SOCKET_IFNAME=\${NCCL_SOCKET_IFNAME:-'^lo,docker0'}"
 
-    "$bin" launch --target modal --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
+    "$bin" launch --target modal --preset "$p" --engine "$engine" --force --out "$dir" "${split[@]}" > out.txt 2> err.txt
     check "$p $engine modal: exit 0" test $? -eq 0
     check "$p $engine modal: says how to start it" has out.txt "start it  modal run --detach $dir/kimi_plan_modal.py"
     check "$p $engine modal: py_compile" python3 -m py_compile "$dir/kimi_plan_modal.py"
@@ -55,6 +58,27 @@ check "modal is not installed here" python3 -c "import importlib.util, sys; sys.
 check "verl script waits for all 17 Ray nodes" has jobs/h200-full-verl/kimi-plan.sbatch "wait_for_ray_nodes 17"
 check "verl script carries the plan's pp" has jobs/h200-full-verl/kimi-plan.sbatch \
   "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"
+check "verl script carries the even split's first stage" has jobs/h200-full-verl/kimi-plan.sbatch \
+  "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_first_pipeline_stage=31"
+check "verl script: the last stage is Megatron's rest" bash -c \
+  "! grep -q num_layers_in_last_pipeline_stage jobs/h200-full-verl/kimi-plan.sbatch"
+
+# The split recorded with a plan is the one launched: the 1T GPT of
+# Korthikanti et al., 128 layers over tp 8 x pp 64.
+gpt1t=(--hidden 25600 --ffn-hidden 102400 --heads 160 --layers 128 --vocab 51200 --seq-len 2048 --gpu h200
+       --nodes 64 --tp 8 --pp 64)
+plan_of() { "$bin" plan "${gpt1t[@]}" "$@" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['id'])"; }
+megatron_id=$(plan_of --engine verl)
+"$bin" launch --target slurm --plan "$megatron_id" --engine verl --teacher-nodes 0 --force --out jobs/gpt-megatron > out.txt 2> err.txt
+check "megatron plan under verl: exit 0" test $? -eq 0
+check "megatron plan under verl: Megatron's default, no split keys" bash -c \
+  "grep -q pipeline_model_parallel_size=64 jobs/gpt-megatron/kimi-plan.sbatch && ! grep -q num_layers_in_ jobs/gpt-megatron/kimi-plan.sbatch"
+ends_id=$(plan_of --layer-split "1$(printf ',2%.0s' $(seq 62)),3")
+"$bin" launch --target slurm --plan "$ends_id" --engine verl --teacher-nodes 0 --force --out jobs/gpt-ends > out.txt 2> err.txt
+check "uneven ends under verl: exit 0" test $? -eq 0
+check "uneven ends under verl: both end stages" bash -c \
+  "grep -qF 'num_layers_in_first_pipeline_stage=1' jobs/gpt-ends/kimi-plan.sbatch && grep -qF 'num_layers_in_last_pipeline_stage=3' jobs/gpt-ends/kimi-plan.sbatch"
+even_id=$(plan_of)
 
 # A recorded plan, by id, into the default directory, as JSON.
 plan_id=$("$bin" plan --preset h200-lora --json | python3 -c "import json, sys; print(json.load(sys.stdin)['id'])")
@@ -120,6 +144,15 @@ bad "missing database" "--db: missing.db does not exist" --target slurm --plan 1
 check "missing database: not created" test ! -e missing.db
 bad "unknown plan id" "--plan: no plan with id 999" --target slurm --plan 999
 bad "plan and preset" "--plan: give --plan or --preset, not both" --target slurm --plan "$plan_id" --preset h200-full
+bad "verl on an even plan Megatron cannot build" "--layer-split: --engine verl cannot run the plan's even split (2,3,2," \
+  --target slurm --engine verl --teacher-nodes 0 --plan "$even_id" --force
+bad "native on a megatron plan" "--layer-split: the native runtime (kimi-plan run) builds the even split only" \
+  --target slurm --engine native --plan "$megatron_id" --force
+bad "a split for a recorded plan" "--layer-split: a recorded plan keeps the split it was planned with" \
+  --target slurm --plan "$even_id" --layer-split megatron --force
+bad "verl's default split of h200-full" \
+  "--layer-split: Megatron-LM puts num_layers / pp on every rank, and pp 2 does not divide the 61 layers" \
+  --target slurm --engine verl --preset h200-full --force
 bad "larger than --max-nodes" "--max-nodes: the job needs 16 nodes (128 GPUs) but the modal target allows 8" \
   --target modal --preset h200-full --force --max-nodes 8
 bad "larger than Modal's clusters" "--max-nodes: the job needs 64 nodes (512 GPUs) but the modal target allows 32" \

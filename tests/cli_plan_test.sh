@@ -56,4 +56,44 @@ import json; d = json.load(open('search.json')); s = d['search']
 assert s['evaluated'] > 0 and 0 < s['feasible'] <= s['evaluated'] and len(s['top']) == 3 and d['feasible']"
 check "table by default" bash -c "'$bin' plan --preset h200-lora | grep -q '^actor '"
 
+# The stage split: --layer-split and the engine's default, on the 1T GPT of
+# Korthikanti et al. (128 layers) over tp 8 x pp 64.
+gpt_shape=(--hidden 25600 --ffn-hidden 102400 --heads 160 --vocab 51200 --seq-len 2048 --gpu h200 --nodes 64 --tp 8 --pp 64)
+gpt1t=("${gpt_shape[@]}" --layers 128)
+last_split() { sqlite3 kimi-plan.db "select layer_split || ' ' || ifnull(layer_counts, '-') from plans order by id desc limit 1"; }
+"$bin" plan "${gpt1t[@]}" --json > even.json
+check "default split: exit 0" test $? -eq 0
+json_check "default split is torchtitan's even one" even.json \
+  "d['layer_split'] == 'even' and d['layer_counts'][:3] == [2, 3, 2] and d['memory']['actor']['pipeline_rank'] == 1"
+"$bin" plan "${gpt1t[@]}" --layer-split megatron --json > megatron.json
+check "--layer-split megatron: exit 0" test $? -eq 0
+json_check "megatron: two layers on every stage, rank 0 the worst" megatron.json \
+  "d['layer_split'] == 'megatron' and d['layer_counts'] == [2] * 64 and d['memory']['actor']['pipeline_rank'] == 0 and d['split'].startswith('emb,0-1 | 2-3 |')"
+check "the plans table records the split" test "$(last_split)" = "megatron $(python3 -c "print(','.join(['2'] * 64))")"
+"$bin" plan "${gpt1t[@]}" --engine verl --json > verl.json
+json_check "--engine verl: megatron by default" verl.json "d['layer_split'] == 'megatron'"
+ends="1$(printf ',2%.0s' $(seq 62)),3"
+"$bin" plan "${gpt1t[@]}" --layer-split "$ends" --engine verl --json > ends.json
+json_check "explicit counts" ends.json "d['layer_split'] == '$ends' and d['layer_counts'][0] == 1 and d['layer_counts'][63] == 3"
+check "table shows the rule" bash -c "'$bin' plan ${gpt1t[*]} --layer-split megatron | grep -q '^split     megatron: emb,0-1 | 2-3'"
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --search --top 3 --layer-split auto --json > auto.json
+json_check "--search --layer-split auto picks a rule per plan" auto.json \
+  "all(t['layer_split'] in ('even', 'megatron') for t in d['search']['top']) and d['layer_split'] in ('even', 'megatron')"
+check "auto records the rule it chose" bash -c "[ \"\$(sqlite3 kimi-plan.db 'select layer_split from plans order by id desc limit 1')\" != auto ]"
+
+refused "split of too few stages" plans "--layer-split: 2 counts, the plan has 64 stages (pp 64 x 1 per rank)" \
+  plan "${gpt1t[@]}" --layer-split 2,2
+refused "split not covering the layers" plans "--layer-split: the counts sum to 127 layers, the model has 128" \
+  plan "${gpt1t[@]}" --layer-split "1$(printf ',2%.0s' $(seq 62)),2"
+refused "stage with no layers" plans "--layer-split: stage 1 has no layers (every stage needs at least one)" \
+  plan "${gpt1t[@]}" --layer-split "3,0$(printf ',2%.0s' $(seq 62))"
+refused "not a split" plans '--layer-split: "uneven" is not a layer count' plan "${gpt1t[@]}" --layer-split uneven
+refused "megatron needs pp to divide the layers" plans \
+  "--layer-split: Megatron-LM puts num_layers / pp on every rank, and pp 64 does not divide the 127 layers" \
+  plan "${gpt_shape[@]}" --layers 127 --layer-split megatron
+refused "verl cannot build the even split" plans \
+  "--layer-split: Megatron-LM gives every rank but the first and the last the same layers, and rank 1 has 3" \
+  plan "${gpt1t[@]}" --engine verl --layer-split even
+refused "unknown engine" plans '--engine: must be native or verl, got "torchrun"' plan "${gpt1t[@]}" --engine torchrun
+
 finish "cli_plan"
