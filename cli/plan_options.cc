@@ -32,6 +32,8 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("micro-batch", po::value<int>(), "sequences per micro-batch (default 1)")
       ("rollout-n", po::value<int>(), "samples per prompt (default: the preset's, else 1)")
       ("schedule", po::value<std::string>(), "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zbv | dualpipev")
+      ("optimizer-sync", po::value<std::string>(),
+       "sync | post-validation (default: post-validation for zb-h1, zb-h2 and zbv, as the ZB paper runs them; else sync)")
       ("recompute", po::value<std::string>(), "none | selective | full (default selective)")
       ("sequence-parallel", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
@@ -99,6 +101,9 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   if (vm.count("lora-native-base")) r.lora.native_base = true;
   if (vm.count("schedule")) {
     KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(vm["schedule"].as<std::string>()));
+  }
+  if (vm.count("optimizer-sync")) {
+    KP_ASSIGN_OR_RETURN(r.optimizer_sync, ParseOptimizerSync(vm["optimizer-sync"].as<std::string>()));
   }
   if (vm.count("recompute")) {
     const std::string v = vm["recompute"].as<std::string>();

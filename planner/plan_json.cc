@@ -25,6 +25,7 @@ json RequestToJson(const PlanRequest& r) {
       {"prompt_length", r.prompt_length}, {"response_length", r.response_length},
       {"global_batch", r.global_batch}, {"micro_batch", r.micro_batch}, {"rollout_n", r.rollout_n},
       {"schedule", ScheduleName(r.schedule)}, {"recompute", RecomputeName(r.recompute)},
+      {"optimizer_sync", r.optimizer_sync ? json(OptimizerSyncName(*r.optimizer_sync)) : json(nullptr)},
       {"sequence_parallel", r.sequence_parallel}, {"distributed_optimizer", r.distributed_optimizer},
       {"dtype", r.bf16 ? "bf16" : "fp16"}, {"flash_attention", r.flash_attention},
       {"placement", r.placement == Placement::kColocated ? "colocated" : "split"},
@@ -62,6 +63,10 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     r.micro_batch = j.at("micro_batch");
     r.rollout_n = j.at("rollout_n");
     KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(j.at("schedule")));
+    // Absent in records written before the field existed: the default.
+    if (j.contains("optimizer_sync") && !j["optimizer_sync"].is_null()) {
+      KP_ASSIGN_OR_RETURN(r.optimizer_sync, ParseOptimizerSync(j["optimizer_sync"], "optimizer_sync"));
+    }
     const std::string rc = j.at("recompute");
     r.recompute = rc == "none" ? Recompute::kNone : rc == "full" ? Recompute::kFull : Recompute::kSelective;
     r.sequence_parallel = j.at("sequence_parallel");
@@ -114,6 +119,7 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
       {"violations", e.violations},
       {"plan", PlanToJson(e.plan)},
       {"schedule", ScheduleName(req.schedule)},
+      {"optimizer_sync", OptimizerSyncName(req.step_sync())},
       {"split", e.split.ToString()},
       {"layer_split", e.layer_split.ToString()},
       {"layer_counts", LayerCounts(e.split)},

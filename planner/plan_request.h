@@ -66,6 +66,8 @@ struct PlanRequest {
   int micro_batch = 1;         ///< sequences per micro-batch per DP rank
   int rollout_n = 1;           ///< samples per prompt
   ScheduleKind schedule = ScheduleKind::k1F1B;
+  /// How steps meet at the optimizer step; unset: DefaultOptimizerSync(schedule).
+  std::optional<OptimizerSync> optimizer_sync;
   Recompute recompute = Recompute::kSelective;
   bool sequence_parallel = true;
   bool distributed_optimizer = true;
@@ -84,6 +86,7 @@ struct PlanRequest {
   int seq_length() const { return prompt_length + response_length; }
   /// Sequences trained per step: prompts times samples.
   long long sequences() const { return static_cast<long long>(global_batch) * rollout_n; }
+  OptimizerSync step_sync() const { return optimizer_sync.value_or(DefaultOptimizerSync(schedule)); }
   int actor_gpus() const { return placement == Placement::kSplit ? world() - rollout_gpus : world(); }
   int rollout_pool_gpus() const { return placement == Placement::kSplit ? rollout_gpus : world(); }
 };

@@ -1,4 +1,5 @@
 #include "planner/planner.h"
+#include "planner/schedule_model.h"
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,28 @@ TEST(PlannerTest, TheLayerSplitRoundTripsThroughTheRecord) {
   nlohmann::json old = RequestToJson(r);
   old.erase("layer_split");
   EXPECT_EQ(RequestFromJson(old)->layer_split.kind, LayerSplitKind::kEven);
+
+// zb-h2 is priced as its authors run it, with the optimizer step's
+// synchronisation bypassed (post-validation), unless the request says sync;
+// the choice survives the plan's record.
+TEST(PlannerTest, ZbH2StepFollowsTheOptimizerSync) {
+  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h100", 1);
+  r.plan = ParallelPlan{2, 2, 1, 2, 1, 1, 2, 1, 1, 1};
+  r.schedule = ScheduleKind::kZbH2;
+  const ParamCount pc = CountParams(r.model);
+  auto post = PlanFixed(r, pc);
+  ASSERT_TRUE(post.ok()) << post.status().message();
+  const StepTime& s = post->step;
+  EXPECT_EQ(r.step_sync(), OptimizerSync::kPostValidation);
+  EXPECT_EQ(s.bubble, BubbleTime(ScheduleKind::kZbH2, 2, 1, s.f, s.b, s.w, OptimizerSync::kPostValidation));
+  r.optimizer_sync = OptimizerSync::kSynchronised;
+  auto sync = PlanFixed(r, pc);
+  ASSERT_TRUE(sync.ok());
+  EXPECT_EQ(sync->step.bubble, BubbleTime(ScheduleKind::kZbH2, 2, 1, s.f, s.b, s.w));
+  EXPECT_NEAR((sync->step.total - s.total).value(), (sync->step.bubble - s.bubble).value(), 1e-12);
+  auto back = RequestFromJson(RequestToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->optimizer_sync, OptimizerSync::kSynchronised);
 }
 
 }  // namespace

@@ -23,19 +23,21 @@ int PeakInflightChunks(ScheduleKind kind, int p, int v, int m, int r) {
   return m;
 }
 
-Seconds BubbleTime(ScheduleKind kind, int p, int v, Seconds f, Seconds b, Seconds w) {
+Seconds BubbleTime(ScheduleKind kind, int p, int v, Seconds f, Seconds b, Seconds w, OptimizerSync sync) {
   const double steps = p - 1;
+  const bool post = sync == OptimizerSync::kPostValidation;
   double t = 0;
   switch (kind) {
     case ScheduleKind::kGpipe:
     case ScheduleKind::k1F1B: t = steps * (f + b + w).value(); break;
     case ScheduleKind::kInterleaved1F1B: t = steps * (f + b + w).value() / v; break;
     case ScheduleKind::kZbH1: t = steps * (f + b - w).value(); break;
-    // The last rank's fill bounds the schedules that hide W in the bubbles.
-    case ScheduleKind::kZbH2: t = steps * std::max(f.value(), (f + b - w - w).value()); break;
+    // A synchronised step pays the last rank's fill, which bounds the
+    // schedules that hide W in the bubbles; post-validation does not.
+    case ScheduleKind::kZbH2: t = steps * std::max(post ? 0.0 : f.value(), (f + b - w - w).value()); break;
     case ScheduleKind::kZbv: {
       const double x = std::max(f.value(), b.value());
-      t = steps * std::max(x - w.value(), x / 2);
+      t = steps * std::max(x - w.value(), post ? 0.0 : x / 2);
       break;
     }
     case ScheduleKind::kDualPipeV: {

@@ -60,6 +60,44 @@ TEST(ScheduleModelTest, VShapedBubbles) {
                    (8 / 2 - 1) * (chunk_b + chunk_b - 3 * chunk_w));
 }
 
+// With post-validation (the ZB paper's optimizer step) a step costs the
+// longest rank's span: the paper's (p - 1)(F + B - 2W) for zb-h2 and zero
+// for zbv at F = B = W; the last rank's fill is no longer paid. Schedules
+// whose rank 0 spans the whole step cost the same either way.
+TEST(ScheduleModelTest, PostValidationDropsTheFill) {
+  const OptimizerSync pv = OptimizerSync::kPostValidation;
+  const Seconds x(2);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbH2, 4, 1, x, x, x, pv).value(), 0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbv, 4, 1, x, x, x, pv).value(), 0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kDualPipeV, 4, 1, x, x, x, pv).value(), 3 * 1.0);
+  // The case, in microseconds: (p - 1)(F + B - 2W) = 7 x 19308.
+  const Seconds f(29718e-6), b(29444e-6), w(19927e-6);
+  EXPECT_NEAR(BubbleTime(ScheduleKind::kZbH2, 8, 1, f, b, w, pv).value(), 7 * 19308e-6, 1e-12);
+  EXPECT_NEAR(BubbleTime(ScheduleKind::kZbH2, 8, 1, f, b, w).value(), 7 * 29718e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbv, 4, 1, Seconds(2), Seconds(4), Seconds(1), pv).value(), 3 * 3.0);
+  EXPECT_DOUBLE_EQ(BubbleTime(ScheduleKind::kZbv, 4, 1, Seconds(2), Seconds(4), Seconds(3), pv).value(), 3 * 1.0);
+  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+                         ScheduleKind::kZbH1, ScheduleKind::kDualPipeV})
+    EXPECT_DOUBLE_EQ(BubbleTime(k, 4, 2, Seconds(1), Seconds(2), Seconds(0.5), pv).value(),
+                     BubbleTime(k, 4, 2, Seconds(1), Seconds(2), Seconds(0.5)).value())
+        << ScheduleName(k);
+}
+
+TEST(ScheduleKindTest, OptimizerSyncNamesAndDefaults) {
+  for (OptimizerSync s : {OptimizerSync::kSynchronised, OptimizerSync::kPostValidation}) {
+    auto parsed = ParseOptimizerSync(OptimizerSyncName(s));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, s);
+  }
+  EXPECT_EQ(ParseOptimizerSync("async").status().message(),
+            "--optimizer-sync: must be sync or post-validation, got \"async\"");
+  for (const std::string& n : ScheduleNames()) {
+    const ScheduleKind k = *ParseSchedule(n);
+    const bool zb = k == ScheduleKind::kZbH1 || k == ScheduleKind::kZbH2 || k == ScheduleKind::kZbv;
+    EXPECT_EQ(DefaultOptimizerSync(k), zb ? OptimizerSync::kPostValidation : OptimizerSync::kSynchronised) << n;
+  }
+}
+
 TEST(ScheduleModelTest, DualPipeVHoldsPPPlusOneChunks) {
   // DualPipe's table: activation PP + 1 chunks, PP = 2p stages for DualPipeV.
   EXPECT_EQ(PeakInflightChunks(ScheduleKind::kDualPipeV, 4, 1, 16, 0), 9);

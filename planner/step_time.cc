@@ -151,7 +151,7 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.tp_comm = tp * M;
   t.ep_comm = ep * M;
   t.cp_comm = cp * M;
-  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w);
+  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
 
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const double hop_bytes = tokens * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);

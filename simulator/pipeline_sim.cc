@@ -54,16 +54,23 @@ class PipelineRun {
     return -1;
   }
 
-  PipelineSimResult Summary(const StageCosts& costs, int microbatches) && {
+  PipelineSimResult Summary(const StageCosts& costs, int microbatches, OptimizerSync sync) && {
     PipelineSimResult out;
-    for (const RankState& s : ranks_) out.makespan = std::max(out.makespan, s.last_end);
+    out.optimizer_sync = sync;
+    Nanoseconds longest_span{0};
+    for (const RankState& s : ranks_) {
+      out.makespan = std::max(out.makespan, s.last_end);
+      const Nanoseconds span = s.any ? s.last_end - s.first_start : Nanoseconds(0);
+      out.span_per_rank.push_back(span);
+      longest_span = std::max(longest_span, span);
+    }
+    out.step = sync == OptimizerSync::kPostValidation ? longest_span : out.makespan;
     const Nanoseconds work = (costs.f + costs.b + costs.w) * microbatches;
-    out.bubble_fraction = out.makespan.value() > 0 ? (out.makespan - work) / out.makespan : 0.0;
+    out.bubble_fraction = out.step.value() > 0 ? (out.step - work) / out.step : 0.0;
     for (size_t r = 0; r < ranks_.size(); ++r) {
       const Nanoseconds busy = streams_[r].busy();
       out.idle_per_rank.push_back(out.makespan - busy);
-      out.span_idle_per_rank.push_back(ranks_[r].any ? ranks_[r].last_end - ranks_[r].first_start - busy
-                                                     : Nanoseconds(0));
+      out.span_idle_per_rank.push_back(out.span_per_rank[r] - busy);
       out.peak_inflight.push_back(ranks_[r].peak_inflight);
     }
     out.events = queue_.processed();
@@ -196,7 +203,40 @@ Result<PipelineSimResult> SimulatePipeline(const PipelineSchedule& schedule, con
     return Status::Internal("pipeline simulation stalled on rank " + std::to_string(sim.StuckRank()) +
                             " although the schedule has no cycle");
   }
-  return std::move(sim).Summary(costs, schedule.microbatches);
+  return std::move(sim).Summary(costs, schedule.microbatches, options.optimizer_sync);
+}
+
+Result<std::vector<Nanoseconds>> SimulateBackToBackSteps(const PipelineSchedule& schedule, const StageCosts& costs,
+                                                         int steps, const PipelineSimOptions& options) {
+  if (steps < 1) return Status::InvalidArgument("--steps: must be >= 1, got " + std::to_string(steps));
+  KP_RETURN_IF_ERROR(ValidateSchedule(schedule));
+  const int m = schedule.microbatches;
+  PipelineSchedule repeated = schedule;
+  repeated.microbatches = m * steps;
+  for (size_t r = 0; r < schedule.ranks.size(); ++r) {
+    repeated.ranks[r].clear();
+    for (int k = 0; k < steps; ++k)
+      for (const std::optional<PipelineAction>& a : schedule.ranks[r]) {
+        if (!a) continue;
+        PipelineAction shifted = *a;
+        shifted.microbatch += k * m;
+        repeated.ranks[r].push_back(shifted);
+      }
+  }
+  PipelineSimOptions o = options;
+  o.record_timeline = true;
+  o.optimizer_sync = OptimizerSync::kSynchronised;
+  if (options.transfer)
+    o.transfer = [t = options.transfer, m](int from, int to, int mb, bool backward) {
+      return t(from, to, mb % m, backward);
+    };
+  KP_ASSIGN_OR_RETURN(const PipelineSimResult r, SimulatePipeline(repeated, costs, o));
+  std::vector<Nanoseconds> ends(steps, Nanoseconds(0));
+  for (const TimelineEntry& e : r.timeline) {
+    Nanoseconds& end = ends[e.action.microbatch / m];
+    end = std::max(end, e.end);
+  }
+  return ends;
 }
 
 }  // namespace kp

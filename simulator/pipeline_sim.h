@@ -18,6 +18,7 @@
 #include "common/units.h"
 #include "simulator/pipeline_schedule.h"
 #include "simulator/schedule_graph.h"
+#include "specs/schedule_kind.h"
 
 namespace kp {
 
@@ -38,6 +39,10 @@ struct PipelineSimOptions {
   TransferCost transfer;
   /// Whether to fill PipelineSimResult::timeline.
   bool record_timeline = true;
+  /// How the step meets the next one at the optimizer step, which decides
+  /// what PipelineSimResult::step counts (DefaultOptimizerSync gives the one
+  /// a schedule's authors use).
+  OptimizerSync optimizer_sync = OptimizerSync::kSynchronised;
 };
 
 struct TimelineEntry {
@@ -48,11 +53,20 @@ struct TimelineEntry {
 };
 
 struct PipelineSimResult {
-  /// When the last action of any rank ends.
+  /// When the last action of any rank ends (every rank starts at 0).
   Nanoseconds makespan{0};
-  /// (makespan - M (f + b + w)) / makespan: each rank's share of idle time,
-  /// as every rank computes M (f + b + w) in all.
+  /// The accounting `step` and `bubble_fraction` use (the options').
+  OptimizerSync optimizer_sync = OptimizerSync::kSynchronised;
+  /// What one step costs in steady state: the makespan when synchronised;
+  /// with post-validation the longest span_per_rank, which is the period of
+  /// steps run back to back without the barrier (SimulateBackToBackSteps;
+  /// pipeline_sim_test.cc checks the two agree for every generated schedule).
+  Nanoseconds step{0};
+  /// (step - M (f + b + w)) / step: each rank's share of idle time in a
+  /// step, as every rank computes M (f + b + w) in all.
   double bubble_fraction = 0;
+  /// Per rank, its last action's end minus its first action's start.
+  std::vector<Nanoseconds> span_per_rank;
   /// makespan - the rank's compute time.
   std::vector<Nanoseconds> idle_per_rank;
   /// Idle time between the rank's first action and its last one: the bubble
@@ -79,6 +93,20 @@ ActionCost CostsPerAction(const StageCosts& costs, int stages_per_rank);
 /// CheckDeadlockFree names it).
 Result<PipelineSimResult> SimulatePipeline(const PipelineSchedule& schedule, const StageCosts& costs,
                                            const PipelineSimOptions& options = {});
+
+/// Runs `steps` (>= 1) steps of `schedule` back to back with the
+/// optimizer-step synchronisation bypassed (OptimizerSync::kPostValidation):
+/// each rank's list repeated `steps` times, step k's micro-batches numbered
+/// k M .. (k + 1) M - 1, so a rank starts step k + 1 as soon as it has
+/// finished its own step k and the only waits across steps are those the
+/// data imposes (the optimizer step itself costs nothing here). Returns, per
+/// step, when its last action on any rank ends; the differences of
+/// consecutive ends are the steady-state period. The transfer hook, if any,
+/// sees micro-batches numbered within their step. options.optimizer_sync and
+/// record_timeline are ignored. Errors: as SimulatePipeline, and
+/// "--steps: must be >= 1".
+Result<std::vector<Nanoseconds>> SimulateBackToBackSteps(const PipelineSchedule& schedule, const StageCosts& costs,
+                                                         int steps, const PipelineSimOptions& options = {});
 
 }  // namespace kp
 

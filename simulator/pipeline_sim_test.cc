@@ -46,6 +46,17 @@ double PlannerBubble(ScheduleKind kind, int pp, int vp, const StageCosts& c) {
          1e9;
 }
 
+double PlannerBubble(ScheduleKind kind, int pp, int vp, const StageCosts& c, OptimizerSync sync) {
+  return BubbleTime(kind, pp, StagesPerRank(kind, vp), ToSeconds(c.f), ToSeconds(c.b), ToSeconds(c.w), sync).value() *
+         1e9;
+}
+
+PipelineSimOptions PostValidation() {
+  PipelineSimOptions o;
+  o.optimizer_sync = OptimizerSync::kPostValidation;
+  return o;
+}
+
 // ---------------------------------------------------------------- by hand
 
 // pp 2, M 2, 1F1B, F 1, B 2, W 0, C 1:
@@ -295,6 +306,132 @@ TEST(PipelineSimTest, OneFOneBSteadyStateIsLatencyBound) {
   EXPECT_EQ(m5 - m4, 5);
 }
 
+// ------------------------------------------------------ what a step costs
+
+// Post-validation (the ZB paper, sec. 4): no barrier at the optimizer step,
+// so each rank starts step k + 1 when it has finished its own step k. The
+// claim that a step then costs the longest rank's span is checked, not
+// assumed: four steps run back to back, and from the second on each ends
+// exactly one longest span after the one before (the first ends at the
+// one-step makespan). It holds because every action depends on rank 0's
+// first forward, so rank 0's span is its longest path, and the generated
+// schedules' rank 0 has the longest span.
+TEST(PipelineSimTest, PostValidationStepIsTheBackToBackPeriod) {
+  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+                         ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZbv, ScheduleKind::kDualPipeV})
+    for (int p : {2, 3, 4})
+      for (StageCosts c : {StageCosts{ns(6), ns(6), ns(6), ns(0)}, StageCosts{ns(4), ns(8), ns(2), ns(1)},
+                           StageCosts{ns(8), ns(6), ns(6), ns(3)}, StageCosts{ns(6), ns(6), ns(2), ns(0)}}) {
+        const int v = ScheduleTakesVp(k) ? 2 : 1, m = 2 * p;
+        auto s = GenerateSchedule(k, p, v, m);
+        ASSERT_TRUE(s.ok());
+        const PipelineSimResult r = Simulate(k, p, v, m, c, PostValidation());
+        EXPECT_EQ(r.step, *std::max_element(r.span_per_rank.begin(), r.span_per_rank.end()));
+        auto ends = SimulateBackToBackSteps(*s, c, 4);
+        ASSERT_TRUE(ends.ok()) << ends.status().message();
+        EXPECT_EQ((*ends)[0], r.makespan) << ScheduleName(k) << " p" << p;
+        for (int i = 1; i < 4; ++i)
+          EXPECT_EQ(((*ends)[i] - (*ends)[i - 1]).value(), r.step.value()) << ScheduleName(k) << " p" << p << " step " << i;
+      }
+  auto s = GenerateSchedule(ScheduleKind::k1F1B, 2, 1, 2);
+  EXPECT_EQ(SimulateBackToBackSteps(*s, {ns(1), ns(1), ns(1), ns(0)}, 0).status().message(), "--steps: must be >= 1, got 0");
+}
+
+// The fidelity issue's case, the ZB paper's profiled costs for a 6.2B model
+// at p 8, m 24 (F 29718, B 29444, W 19927, C 527 us). The ZB-H2 step with
+// post-validation, as the paper runs it: M (F + B + W) + (p - 1)(F + B + 2C
+// - 2W) = 1898136 + 7 x 20362 = 2040670 us, a bubble of 142534 / 2040670 =
+// 0.0698, the paper's formula; rank r's span is r x 20362 shorter. The same
+// lists with a synchronised optimizer step pay the last rank's fill:
+// M (F + B + W) + (p - 1)(F + C) = 2109851 us, 0.1003.
+TEST(PipelineSimTest, ZbH2ReachesThePaperOnItsProfiledCosts) {
+  const std::int64_t F = 29718, B = 29444, W = 19927, C = 527, p = 8, m = 24;
+  const StageCosts c{ns(F * 1000), ns(B * 1000), ns(W * 1000), ns(C * 1000)};
+  const std::int64_t work = m * (F + B + W), paper = (p - 1) * (F + B + 2 * C - 2 * W);
+  ASSERT_EQ(work, 1898136);
+  ASSERT_EQ(paper, 142534);
+  const PipelineSimResult post = Simulate(ScheduleKind::kZbH2, p, 1, m, c, PostValidation());
+  EXPECT_EQ(post.step.value(), (work + paper) * 1000);
+  EXPECT_EQ(post.step.value(), 2040670000);
+  EXPECT_DOUBLE_EQ(post.bubble_fraction, 142534.0 / 2040670.0);
+  EXPECT_NEAR(post.bubble_fraction, 0.0698, 0.00005);
+  for (int r = 0; r < p; ++r) EXPECT_EQ(post.span_per_rank[r].value(), (work + (p - 1 - r) * paper / (p - 1)) * 1000);
+  const PipelineSimResult sync = Simulate(ScheduleKind::kZbH2, p, 1, m, c);
+  EXPECT_EQ(sync.step, sync.makespan);
+  EXPECT_EQ(sync.makespan.value(), (work + (p - 1) * (F + C)) * 1000);
+  EXPECT_EQ(sync.makespan.value(), 2109851000);
+  EXPECT_NEAR(sync.bubble_fraction, 0.1003, 0.00005);
+  EXPECT_EQ(post.makespan, sync.makespan);  // the same run, counted two ways
+  auto s = GenerateSchedule(ScheduleKind::kZbH2, p, 1, m);
+  auto ends = SimulateBackToBackSteps(*s, c, 3);
+  ASSERT_TRUE(ends.ok());
+  EXPECT_EQ(*ends, (std::vector<ns>{ns(2109851000LL), ns(2109851000LL + 2040670000LL),
+                                     ns(2109851000LL + 2 * 2040670000LL)}));
+  // Small W: the two agree (the last rank's fill no longer dominates).
+  const StageCosts small{ns(F * 1000), ns(B * 1000), ns(W * 100), ns(C * 1000)};
+  const PipelineSimResult a = Simulate(ScheduleKind::kZbH2, p, 1, m, small, PostValidation());
+  EXPECT_EQ(a.step, (small.f + small.b + small.w) * m + (small.f + small.b + small.p2p * 2 - small.w * 2) * (p - 1));
+  EXPECT_EQ(Simulate(ScheduleKind::kZbH2, p, 1, m, small).step, a.step);
+}
+
+// Post-validation closed forms (planner/schedule_model.h): the longest span's
+// idle time. ZB-H2 (p - 1)(F + B - 2W), the paper's, for W <= min(F, B);
+// ZB-V (p - 1) max(0, max(F, B) - W) for F <= B and W <= B (zero at
+// F = B = W, the paper's zero bubble); the others as synchronised.
+TEST(PipelineSimTest, PostValidationBubblesMatchThePlanner) {
+  const OptimizerSync pv = OptimizerSync::kPostValidation;
+  for (int p : {2, 3, 4, 8})
+    for (StageCosts c : {StageCosts{ns(6), ns(6), ns(6), ns(0)}, StageCosts{ns(4), ns(6), ns(2), ns(0)},
+                         StageCosts{ns(6), ns(8), ns(4), ns(0)}, StageCosts{ns(4), ns(8), ns(1), ns(0)},
+                         StageCosts{ns(2), ns(8), ns(4), ns(0)}, StageCosts{ns(4), ns(4), ns(0), ns(0)}}) {
+      const int m = 3 * p;
+      for (ScheduleKind k : {ScheduleKind::k1F1B, ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZbv}) {
+        if (k != ScheduleKind::kZbv && c.w > c.f) continue;  // zb-h1, zb-h2: W <= min(F, B)
+        if (k == ScheduleKind::kZbv && c.w.value() % 2 != 0) continue;  // zbv's chunks take half, exactly
+        const PipelineSimResult r = Simulate(k, p, 1, m, c, PostValidation());
+        EXPECT_EQ(r.step.value() - m * (c.f + c.b + c.w).value(), MaxSpanIdle(r)) << ScheduleName(k);
+        EXPECT_DOUBLE_EQ(PlannerBubble(k, p, 1, c, pv), double(MaxSpanIdle(r))) << ScheduleName(k) << " p" << p;
+      }
+      if (c.w.value() % 2 != 0) continue;
+      const std::int64_t zbv = (p - 1) * std::max<std::int64_t>(0, (std::max(c.f, c.b) - c.w).value());
+      EXPECT_EQ(MaxSpanIdle(Simulate(ScheduleKind::kZbv, p, 1, m, c)), zbv);
+    }
+}
+
+// Interleaved 1F1B with transfers: every chunk boundary is a hop, so the
+// fill and drain pay 2(pv - 1) C on top of (p - 1) of a rank's chunk costs,
+// whatever M (a multiple of p); rank 0 ends last, so post-validation changes
+// nothing. Chunk costs are a rank's over v, rounded down to the nanosecond.
+// On the ZB paper's profiled 6.2B costs (p 8, m 24, v 2): 2190757.5 us, a
+// bubble of 0.1336; charging C per rank hop, 2(p - 1) C, as a model of one
+// hop per pipeline rank would, gives 2182325.5 us and 0.1302; without
+// transfers, (p - 1)(F + B + W) / v, 0.1273. The planner charges per chunk
+// hop (its PP term, 2(pv - 1) hops), like the simulator. The ZB paper's
+// 1F1B-I column uses its own costs per chunk, which this test does not have.
+TEST(PipelineSimTest, InterleavedPaysEveryChunkHop) {
+  for (int p : {2, 4, 8})
+    for (int v : {2, 3})
+      for (int m : {p, 3 * p}) {
+        const StageCosts c{ns(60), ns(60), ns(60), ns(5)};
+        const PipelineSimResult r = Simulate(ScheduleKind::kInterleaved1F1B, p, v, m, c, PostValidation());
+        const std::int64_t chunk = (c.f / v + (c.b + c.w) / v).value();
+        EXPECT_EQ(r.makespan.value(), m * v * chunk + (p - 1) * chunk + 2 * (p * v - 1) * c.p2p.value())
+            << "p" << p << " v" << v << " m" << m;
+        EXPECT_EQ(r.step, r.makespan);
+      }
+  const std::int64_t F = 29718, B = 29444, W = 19927, C = 527, p = 8, v = 2, m = 24;
+  const StageCosts c{ns(F * 1000), ns(B * 1000), ns(W * 1000), ns(C * 1000)};
+  const PipelineSimResult r = Simulate(ScheduleKind::kInterleaved1F1B, p, v, m, c);
+  const std::int64_t chunk = F * 1000 / v + (B + W) * 1000 / v;  // 14859000 + 24685500
+  EXPECT_EQ(r.makespan.value(), m * v * chunk + (p - 1) * chunk + 2 * (p * v - 1) * C * 1000);
+  EXPECT_EQ(r.makespan.value(), 2190757500);
+  EXPECT_NEAR(1 - m * (F + B + W) * 1000.0 / r.makespan.value(), 0.1336, 0.00005);
+  const std::int64_t rank_hops = m * v * chunk + (p - 1) * chunk + 2 * (p - 1) * C * 1000;
+  EXPECT_EQ(rank_hops, 2182325500);
+  EXPECT_NEAR(1 - m * (F + B + W) * 1000.0 / rank_hops, 0.1302, 0.00005);
+  EXPECT_NEAR((p - 1) * (F + B + W) / 2.0 / ((p - 1) * (F + B + W) / 2.0 + m * (F + B + W)), 0.1273, 0.00005);
+}
+
 // ------------------------------------------------------ memory
 
 TEST(PipelineSimTest, OneFOneBHoldsPMinusRMicroBatches) {
@@ -340,3 +477,4 @@ TEST(PipelineSimTest, TimelineHoldsEveryComputeActionOnce) {
 
 }  // namespace
 }  // namespace kp
+

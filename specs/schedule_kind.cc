@@ -39,4 +39,20 @@ bool ScheduleSplitsW(ScheduleKind k) {
          k == ScheduleKind::kDualPipeV;
 }
 
+const char* OptimizerSyncName(OptimizerSync s) {
+  return s == OptimizerSync::kPostValidation ? "post-validation" : "sync";
+}
+
+Result<OptimizerSync> ParseOptimizerSync(const std::string& name, const std::string& field) {
+  if (name == "sync") return OptimizerSync::kSynchronised;
+  if (name == "post-validation") return OptimizerSync::kPostValidation;
+  return Status::InvalidArgument(field + ": must be sync or post-validation, got \"" + name + "\"");
+}
+
+OptimizerSync DefaultOptimizerSync(ScheduleKind k) {
+  return k == ScheduleKind::kZbH1 || k == ScheduleKind::kZbH2 || k == ScheduleKind::kZbv
+             ? OptimizerSync::kPostValidation
+             : OptimizerSync::kSynchronised;
+}
+
 }  // namespace kp

@@ -24,6 +24,31 @@ bool ScheduleIsVShaped(ScheduleKind k);
 /// Whether the schedule splits backward into B (inputs) and W (weights).
 bool ScheduleSplitsW(ScheduleKind k);
 
+/// How consecutive training steps meet at the optimizer step
+/// (docs/simulator.md, "What a step costs"):
+///   kSynchronised: the optimizer step waits for every pipeline rank (a
+///     global gradient-norm clip, an inf/nan check), so step k + 1 starts on
+///     every rank once the last rank has finished step k: a step costs its
+///     schedule's makespan.
+///   kPostValidation: the ZB paper's optimizer post-validation (Qi et al.,
+///     ICLR 2024, sec. 4): each rank steps its optimizer as soon as its own
+///     last action is done and goes on with step k + 1; the global check
+///     follows and rolls back the rare step that needed it. In steady state
+///     a step costs the longest rank's span, first action to last
+///     (simulator/pipeline_sim.h proves it by running steps back to back).
+enum class OptimizerSync { kSynchronised, kPostValidation };
+
+/// "sync" or "post-validation".
+const char* OptimizerSyncName(OptimizerSync s);
+/// Parses "sync" or "post-validation"; the error names `field`.
+Result<OptimizerSync> ParseOptimizerSync(const std::string& name, const std::string& field = "--optimizer-sync");
+/// The accounting each schedule's authors run it with: post-validation for
+/// the ZB paper's zb-h1, zb-h2 and zbv (its repository enables
+/// --enable-optimizer-post-validation with every zero-bubble schedule,
+/// examples/pretrain_zero_bubble.sh); synchronised for gpipe, 1f1b,
+/// interleaved-1f1b (Megatron, torch) and dualpipev (DeepSeek's DualPipe).
+OptimizerSync DefaultOptimizerSync(ScheduleKind k);
+
 }  // namespace kp
 
 #endif  // KIMI_PLAN_SPECS_SCHEDULE_KIND_H_

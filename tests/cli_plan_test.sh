@@ -38,6 +38,7 @@ refused "unknown preset" plans '--preset: unknown preset "h300-full"' plan --pre
 refused "zero tp" plans "--tp: must be a positive integer, got 0" plan --preset h200-full --tp 0
 refused "negative nodes" plans "--nodes: must be a positive integer, got -1" plan --preset h200-full --nodes -1
 refused "unknown schedule" plans '--schedule: unknown schedule "2f2b"' plan --preset h200-full --schedule 2f2b
+refused "bad optimizer sync" plans '--optimizer-sync: must be sync or post-validation, got "lazy"' plan --preset h200-full --optimizer-sync lazy
 refused "bad dtype" plans "--dtype: must be bf16 or fp16" plan --preset h200-full --dtype fp8
 refused "unknown flag" plans "unrecognised option '--bogus'" plan --preset h200-full --bogus 1
 refused "ep does not divide experts" plans "--ep: 7 does not divide the 384 experts" plan --preset h200-full --ep 7

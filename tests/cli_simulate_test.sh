@@ -44,6 +44,17 @@ check "pipeline gantt written" bash -c "grep -q '<svg' gantt/pipeline.svg && gre
 json_check "a dumped schedule runs the same" pcsv.json "d['makespan_us'] == 8 * 35 + 3 * 35"
 "$bin" simulate pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 2 --w-us 0 --p2p-us 1 --json > hand.json
 json_check "pipeline hand-worked with transfers" hand.json "d['makespan_us'] == 11 and d['critical_path_us'] == 11"
+# zb-h2 on the ZB paper's profiled 6.2B costs (p 8, m 24): with its authors'
+# post-validation a step is the longest rank span, M (F + B + W) + (p - 1)
+# (F + B + 2C - 2W), the paper's bubble of 0.0698; synchronised, the
+# makespan, which pays the last rank's fill (p - 1)(F + C): 0.1003.
+zb=(simulate pipeline --schedule zb-h2 --pp 8 --microbatches 24 --f-us 29718 --b-us 29444 --w-us 19927 --p2p-us 527 --json)
+"$bin" "${zb[@]}" > zbh2.json
+json_check "zb-h2 post-validation reaches the paper" zbh2.json \
+  "d['optimizer_sync'] == 'post-validation' and d['step_us'] == 2040670 and round(d['bubble_fraction'], 4) == 0.0698 and d['makespan_us'] == 2109851"
+"$bin" "${zb[@]}" --optimizer-sync sync > zbh2_sync.json
+json_check "zb-h2 synchronised pays the fill" zbh2_sync.json \
+  "d['optimizer_sync'] == 'sync' and d['step_us'] == 2109851 and round(d['bubble_fraction'], 4) == 0.1003"
 for c in on off; do
   "$bin" simulate pipeline --model kimi-k3 --gpu h200 --nodes 64 --tp 8 --pp 8 --vp 4 --ep 64 \
     --schedule interleaved-1f1b --global-batch 256 --attnres-cache $c --json > attn_$c.json
@@ -51,7 +62,7 @@ done
 check "the rank cache shortens the plan's step" python3 -c "
 import json; on = json.load(open('attn_on.json')); off = json.load(open('attn_off.json'))
 assert on['makespan_us'] < off['makespan_us'], (on['makespan_us'], off['makespan_us'])"
-check "every simulation recorded" test "$(count_rows simulations)" -eq 14
+check "every simulation recorded" test "$(count_rows simulations)" -eq 16
 check "loop references its plan" test "$(sqlite3 kimi-plan.db "select plan_id from simulations where kind = 'loop' limit 1")" = "$plan_id"
 
 refused "unknown simulation" simulations 'unknown simulation "weather"' simulate weather
@@ -67,6 +78,7 @@ refused "loop negative cost" simulations "--sync-s: must be >= 0" simulate loop 
 refused "pipeline unknown schedule" simulations 'unknown schedule "2f2b"' simulate pipeline --schedule 2f2b --pp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
 refused "pipeline vp on 1f1b" simulations "--vp: 1f1b has one stage per rank" simulate pipeline --schedule 1f1b --pp 2 --vp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
 refused "pipeline microbatches" simulations "--microbatches" simulate pipeline --schedule interleaved-1f1b --pp 4 --vp 2 --microbatches 6 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0
+refused "pipeline optimizer sync" simulations '--optimizer-sync: must be sync or post-validation, got "async"' simulate pipeline --schedule zb-h2 --pp 2 --microbatches 4 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --optimizer-sync async
 refused "pipeline negative cost" simulations "--f-us: must be >= 0" simulate pipeline --schedule 1f1b --pp 2 --microbatches 4 --f-us -1 --b-us 1 --w-us 1 --p2p-us 0
 printf '0F0,0F1,0B0,0B1\n1F0,1B0,5F1,1B1\n' > missing.csv
 refused "pipeline csv names a missing stage" simulations "names stage 5" simulate pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 1 --w-us 1 --p2p-us 0 --schedule-csv missing.csv
