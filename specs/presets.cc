@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "specs/json_fields.h"
+
 #ifndef KIMI_PLAN_PRESET_DIR
 #define KIMI_PLAN_PRESET_DIR "presets"
 #endif
@@ -20,82 +22,6 @@ std::string DefaultPresetDir() {
 }
 
 namespace {
-
-// Reads fields out of one JSON object, remembering which keys were consumed
-// so that a misspelt key is reported rather than silently ignored.
-class Fields {
- public:
-  Fields(const json& j, std::string prefix) : j_(j), prefix_(std::move(prefix)) {}
-
-  Status Int(const char* key, int* out, bool required = true) {
-    used_.insert(key);
-    if (!j_.contains(key)) return Missing(key, required);
-    const json& v = j_.at(key);
-    if (!v.is_number_integer())
-      return Status::InvalidArgument(Name(key) + ": must be an integer");
-    *out = v.get<int>();
-    return Status::Ok();
-  }
-  Status Number(const char* key, double* out, bool required = true) {
-    used_.insert(key);
-    if (!j_.contains(key)) return Missing(key, required);
-    const json& v = j_.at(key);
-    if (!v.is_number()) return Status::InvalidArgument(Name(key) + ": must be a number");
-    *out = v.get<double>();
-    return Status::Ok();
-  }
-  Status String(const char* key, std::string* out, bool required = true) {
-    used_.insert(key);
-    if (!j_.contains(key)) return Missing(key, required);
-    const json& v = j_.at(key);
-    if (!v.is_string()) return Status::InvalidArgument(Name(key) + ": must be a string");
-    *out = v.get<std::string>();
-    return Status::Ok();
-  }
-  Status Bool(const char* key, bool* out) {
-    used_.insert(key);
-    if (!j_.contains(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) return Status::InvalidArgument(Name(key) + ": must be true or false");
-    *out = v.get<bool>();
-    return Status::Ok();
-  }
-  /// A nested object; absent is fine when not required (returns null).
-  Result<const json*> Object(const char* key, bool required = false) {
-    used_.insert(key);
-    if (!j_.contains(key)) {
-      Status s = Missing(key, required);
-      if (!s.ok()) return s;
-      return static_cast<const json*>(nullptr);
-    }
-    if (!j_.at(key).is_object()) return Status::InvalidArgument(Name(key) + ": must be an object");
-    return &j_.at(key);
-  }
-  /// Every key present must have been read.
-  Status NoUnknownKeys() const {
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (!used_.count(it.key()))
-        return Status::InvalidArgument(Name(it.key().c_str()) + ": unknown field");
-    return Status::Ok();
-  }
-  std::string Name(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
-
- private:
-  Status Missing(const char* key, bool required) const {
-    if (!required) return Status::Ok();
-    return Status::InvalidArgument(Name(key) + ": required field is missing");
-  }
-  const json& j_;
-  std::string prefix_;
-  std::set<std::string> used_;
-};
-
-Result<json> ParseObject(const std::string& text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) return Status::InvalidArgument("not valid JSON");
-  if (!j.is_object()) return Status::InvalidArgument("the top level must be a JSON object");
-  return j;
-}
 
 Result<std::vector<AttentionKind>> ParseKinds(const json& j, const std::string& field) {
   if (!j.is_array()) return Status::InvalidArgument(field + ": must be a list of \"mha\", \"mla\" or \"kda\"");
@@ -351,6 +277,23 @@ Result<T> WithFile(Result<T> r, const std::string& where) {
   return r.status().WithContext(where);
 }
 }  // namespace
+
+Result<std::shared_ptr<const CalibrationTable>> PresetCatalog::Calibration(const std::string& gpu) const {
+  const std::string path = dir_ + "/calibration/" + gpu + ".json";
+  if (!fs_.Exists(path)) return std::shared_ptr<const CalibrationTable>();
+  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  Result<CalibrationTable> t = WithFile(ParseCalibration(text), "presets/calibration/" + gpu + ".json");
+  if (!t.ok()) return t.status();
+  return std::make_shared<const CalibrationTable>(std::move(*t));
+}
+
+Result<std::shared_ptr<const CalibrationTable>> PresetCatalog::CalibrationFile(const std::string& path) const {
+  Result<std::string> text = fs_.ReadFile(path);
+  if (!text.ok()) return Status::InvalidArgument("--calibration-file: cannot read " + path);
+  Result<CalibrationTable> t = ParseCalibration(*text);
+  if (!t.ok()) return Status::InvalidArgument("--calibration-file: " + path + ": " + t.status().message());
+  return std::make_shared<const CalibrationTable>(std::move(*t));
+}
 
 Result<ModelSpec> PresetCatalog::Model(const std::string& name) const {
   KP_ASSIGN_OR_RETURN(std::string text, Read("models", name, "--model"));

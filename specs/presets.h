@@ -5,11 +5,13 @@
 #ifndef KIMI_PLAN_SPECS_PRESETS_H_
 #define KIMI_PLAN_SPECS_PRESETS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/file_system.h"
 #include "common/status.h"
+#include "specs/calibration.h"
 #include "specs/gpu_spec.h"
 #include "specs/model_spec.h"
 #include "specs/topology_spec.h"
@@ -39,6 +41,12 @@ class PresetCatalog {
   Result<ModelSpec> ModelFile(const std::string& path) const;
   Result<GpuSpec> GpuFile(const std::string& path) const;
   Result<TopologySpec> TopologyFile(const std::string& path) const;
+
+  /// The calibration table `dir`/calibration/GPU.json of a GPU preset, or
+  /// null when the preset has none (the planner then uses its constants).
+  Result<std::shared_ptr<const CalibrationTable>> Calibration(const std::string& gpu) const;
+  /// A user's table (--calibration-file).
+  Result<std::shared_ptr<const CalibrationTable>> CalibrationFile(const std::string& path) const;
 
   std::vector<std::string> Names(const std::string& kind) const;
 

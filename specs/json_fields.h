@@ -1,0 +1,106 @@
+// Strict reading of the preset-format JSON files (models, GPUs, topologies,
+// calibration tables): every field is read through `Fields`, which remembers
+// what was consumed so that a misspelt key is an error rather than ignored.
+// Errors name the field with its dotted path ("moe.top_k: must be an integer").
+#ifndef KIMI_PLAN_SPECS_JSON_FIELDS_H_
+#define KIMI_PLAN_SPECS_JSON_FIELDS_H_
+
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace kp {
+
+// Reads fields out of one JSON object, remembering which keys were consumed
+// so that a misspelt key is reported rather than silently ignored.
+class Fields {
+ public:
+  Fields(const nlohmann::json& j, std::string prefix) : j_(j), prefix_(std::move(prefix)) {}
+
+  Status Int(const char* key, int* out, bool required = true) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Missing(key, required);
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number_integer())
+      return Status::InvalidArgument(Name(key) + ": must be an integer");
+    *out = v.get<int>();
+    return Status::Ok();
+  }
+  Status Number(const char* key, double* out, bool required = true) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Missing(key, required);
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number()) return Status::InvalidArgument(Name(key) + ": must be a number");
+    *out = v.get<double>();
+    return Status::Ok();
+  }
+  Status String(const char* key, std::string* out, bool required = true) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Missing(key, required);
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_string()) return Status::InvalidArgument(Name(key) + ": must be a string");
+    *out = v.get<std::string>();
+    return Status::Ok();
+  }
+  Status Bool(const char* key, bool* out) {
+    used_.insert(key);
+    if (!j_.contains(key)) return Status::Ok();
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_boolean()) return Status::InvalidArgument(Name(key) + ": must be true or false");
+    *out = v.get<bool>();
+    return Status::Ok();
+  }
+  /// A nested object; absent is fine when not required (returns null).
+  Result<const nlohmann::json*> Object(const char* key, bool required = false) {
+    used_.insert(key);
+    if (!j_.contains(key)) {
+      Status s = Missing(key, required);
+      if (!s.ok()) return s;
+      return static_cast<const nlohmann::json*>(nullptr);
+    }
+    if (!j_.at(key).is_object()) return Status::InvalidArgument(Name(key) + ": must be an object");
+    return &j_.at(key);
+  }
+  /// A nested list; absent is fine when not required (returns null).
+  Result<const nlohmann::json*> Array(const char* key, bool required = false) {
+    used_.insert(key);
+    if (!j_.contains(key)) {
+      Status s = Missing(key, required);
+      if (!s.ok()) return s;
+      return static_cast<const nlohmann::json*>(nullptr);
+    }
+    if (!j_.at(key).is_array()) return Status::InvalidArgument(Name(key) + ": must be a list");
+    return &j_.at(key);
+  }
+  /// Every key present must have been read.
+  Status NoUnknownKeys() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!used_.count(it.key()))
+        return Status::InvalidArgument(Name(it.key().c_str()) + ": unknown field");
+    return Status::Ok();
+  }
+  std::string Name(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+
+ private:
+  Status Missing(const char* key, bool required) const {
+    if (!required) return Status::Ok();
+    return Status::InvalidArgument(Name(key) + ": required field is missing");
+  }
+  const nlohmann::json& j_;
+  std::string prefix_;
+  std::set<std::string> used_;
+};
+
+inline Result<nlohmann::json> ParseObject(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (j.is_discarded()) return Status::InvalidArgument("not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument("the top level must be a JSON object");
+  return j;
+}
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_SPECS_JSON_FIELDS_H_
