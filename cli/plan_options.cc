@@ -48,8 +48,10 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("cp", po::value<int>(), "context parallel")("dp", po::value<int>(), "data parallel (default: derived)")
       ("rollout-tp", po::value<int>(), "rollout tensor parallel")("rollout-ep", po::value<int>(), "rollout expert parallel")
       ("rollout-dp", po::value<int>(), "rollout data parallel (default rollout-ep / rollout-tp)")
-      ("matmul-efficiency", po::value<double>(), "achieved / peak tensor throughput (default 0.55)")
-      ("comm-efficiency", po::value<double>(), "achieved / peak link bandwidth (default 0.8)")
+      ("calibration-file", po::value<std::string>(), "the GPU's calibration table (default: presets/calibration/GPU.json)")
+      ("calibration", po::value<std::string>(), "on | off: price from the GPU's calibration table when it has one (default on)")
+      ("matmul-efficiency", po::value<double>(), "achieved / peak tensor throughput for every product, instead of the calibration table (default 0.55 without one)")
+      ("comm-efficiency", po::value<double>(), "achieved / peak link bandwidth, instead of the table's collectives (default 0.8 without one)")
       ("dp-overlap", po::value<double>(), "share of the DP sync hidden under backward (default 0.5)")
       ("moe-imbalance", po::value<double>(), "busiest expert rank / mean (default 1.2)");
 }
@@ -131,6 +133,24 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// The table that prices the plan: the user's file, the GPU preset's, or none.
+Result<std::shared_ptr<const CalibrationTable>> ResolveCalibration(const po::variables_map& vm,
+                                                                   const PresetCatalog& catalog,
+                                                                   const std::string& gpu) {
+  KP_ASSIGN_OR_RETURN(const bool use, OnOff(vm, "calibration", true));
+  if (!use) {
+    if (vm.count("calibration-file"))
+      return Status::InvalidArgument("--calibration-file: cannot be combined with --calibration off");
+    return std::shared_ptr<const CalibrationTable>();
+  }
+  if (vm.count("calibration-file")) return catalog.CalibrationFile(vm["calibration-file"].as<std::string>());
+  return catalog.Calibration(gpu);
+}
+
+}  // namespace
+
 Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& env, std::string* preset) {
   PlanRequest r;
   TopologySpec topo;
@@ -181,6 +201,9 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   Override(vm, "gpu-memory-utilization", &r.gpu_memory_utilization);
   Override(vm, "matmul-efficiency", &r.efficiency.matmul);
   Override(vm, "comm-efficiency", &r.efficiency.comm);
+  r.efficiency.gemm_from_table = !vm.count("matmul-efficiency");
+  r.efficiency.comm_from_table = !vm.count("comm-efficiency");
+  KP_ASSIGN_OR_RETURN(r.calibration, ResolveCalibration(vm, catalog, r.gpu.name));
   Override(vm, "dp-overlap", &r.efficiency.dp_overlap);
   Override(vm, "moe-imbalance", &r.efficiency.moe_imbalance);
   KP_RETURN_IF_ERROR(ApplyChoices(vm, r));

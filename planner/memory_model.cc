@@ -210,7 +210,10 @@ RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const Sta
       }
     }
     if (st.embedding) rp.dense += pc.embedding / p.tp;
-    if (st.head) rp.dense += pc.head / p.tp + pc.final_norm;
+    // Tied embeddings: Megatron-LM keeps a copy of the word embeddings on the
+    // last stage for the head (and all-reduces its gradient with the first).
+    const double head = pc.head > 0 ? pc.head : (st.embedding ? 0 : pc.embedding);
+    if (st.head) rp.dense += head / p.tp + pc.final_norm;
   }
   return rp;
 }
@@ -222,12 +225,17 @@ double ExpertBytesPerParam(const ModelSpec& m) {
 
 namespace {
 
+// Megatron-LM accumulates and reduces gradients in fp32 under bf16
+// (accumulate_allreduce_grads_in_fp32 is forced on), in the parameters' fp16
+// under fp16; the fp32 copy the fp16 optimizer makes at its step is transient.
+double GradBytesPerParam(const PlanRequest& req) { return req.bf16 ? kFp32 : kBf16; }
+
 void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams& rp, RoleMemory& r) {
   const double dense_shards = req.distributed_optimizer ? double(p.dp) * p.cp : 1.0;
   const double expert_shards = req.distributed_optimizer ? double(p.edp()) : 1.0;
   if (req.mode == TrainMode::kFull) {
     r.weights = Bytes(kBf16 * (rp.dense + rp.expert));
-    r.grads = Bytes(kFp32 * (rp.dense + rp.expert));
+    r.grads = Bytes(GradBytesPerParam(req) * (rp.dense + rp.expert));
     // fp32 master weights and the two Adam moments.
     r.optimizer = Bytes(3 * kFp32 * (rp.dense / dense_shards + rp.expert / expert_shards));
     return;

@@ -31,7 +31,10 @@ json RequestToJson(const PlanRequest& r) {
       {"placement", r.placement == Placement::kColocated ? "colocated" : "split"},
       {"rollout_gpus", r.rollout_gpus}, {"gpu_memory_utilization", r.gpu_memory_utilization},
       {"efficiency", {{"matmul", r.efficiency.matmul}, {"comm", r.efficiency.comm},
-                      {"dp_overlap", r.efficiency.dp_overlap}, {"moe_imbalance", r.efficiency.moe_imbalance}}},
+                      {"dp_overlap", r.efficiency.dp_overlap}, {"moe_imbalance", r.efficiency.moe_imbalance},
+                      {"gemm_from_table", r.efficiency.gemm_from_table},
+                      {"comm_from_table", r.efficiency.comm_from_table}}},
+      {"calibration", r.calibration ? json::parse(CalibrationToJson(*r.calibration)) : json(nullptr)},
       {"search", r.search}, {"plan", PlanToJson(r.plan)}, {"top", r.top},
       {"layer_split", r.layer_split.ToString()},
       {"model_spec", json::parse(ModelSpecToJson(r.model))}, {"gpu_spec", json::parse(GpuSpecToJson(r.gpu))}};
@@ -77,7 +80,13 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     r.rollout_gpus = j.at("rollout_gpus");
     r.gpu_memory_utilization = j.at("gpu_memory_utilization");
     const json& e = j.at("efficiency");
-    r.efficiency = {e.at("matmul"), e.at("comm"), e.at("dp_overlap"), e.at("moe_imbalance")};
+    r.efficiency = {e.at("matmul"), e.at("comm"), e.at("dp_overlap"), e.at("moe_imbalance"),
+                    e.value("gemm_from_table", true), e.value("comm_from_table", true)};
+    // Records before the calibration tables have none: the constants alone.
+    if (j.contains("calibration") && !j.at("calibration").is_null()) {
+      KP_ASSIGN_OR_RETURN(CalibrationTable t, ParseCalibration(j.at("calibration").dump()));
+      r.calibration = std::make_shared<const CalibrationTable>(std::move(t));
+    }
     r.search = j.at("search");
     r.top = j.value("top", r.top);
     // Records from before --layer-split were planned with the even split.

@@ -4,9 +4,11 @@
 #ifndef KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 #define KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "specs/calibration.h"
 #include "specs/gpu_spec.h"
 #include "specs/model_spec.h"
 #include "specs/schedule_kind.h"
@@ -51,6 +53,11 @@ struct EfficiencyModel {
   double comm = 0.80;        ///< achieved / peak link bandwidth for collectives
   double dp_overlap = 0.5;   ///< fraction of the DP gradient sync hidden under backward
   double moe_imbalance = 1.2;  ///< busiest expert rank's tokens / the mean
+  /// Price matrix products (and the memory-bound passes) from the request's
+  /// calibration table; false when `matmul` was given as an override.
+  bool gemm_from_table = true;
+  /// Price collectives from the table's curves; false when `comm` was given.
+  bool comm_from_table = true;
 };
 
 struct PlanRequest {
@@ -77,6 +84,9 @@ struct PlanRequest {
   int rollout_gpus = 0;        ///< split placement: GPUs of the rollout pool
   double gpu_memory_utilization = 0.5;  ///< the rollout engine's share (vLLM)
   EfficiencyModel efficiency;
+  /// The GPU's calibration table (presets/calibration/GPU.json or
+  /// --calibration-file); null: the constant efficiency factors alone.
+  std::shared_ptr<const CalibrationTable> calibration;
   ParallelPlan plan;           ///< ignored when search is set
   LayerSplit layer_split;      ///< how the layers go to stages (--layer-split; even: torchtitan's)
   bool search = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/layer_ops.h"
 #include "planner/memory_model.h"
 #include "planner/schedule_model.h"
 
@@ -15,6 +16,9 @@ constexpr double kBf16 = 2, kFp32 = 4;
 // Bytes an Adam step moves per parameter: reads master, m, v, grad (fp32),
 // writes master, m, v (fp32) and the bf16 weight.
 constexpr double kAdamBytesPerParam = 4 * 4 + 3 * 4 + 2;
+// A table without a measured copy bandwidth: Calculon's efficiency for
+// transfers over 100 MB (calculon-ai/calculon, systems/*.json "mem1").
+constexpr double kUnmeasuredCopyShare = 0.9;
 }  // namespace
 
 double AttentionCoreFlopsPerToken(const ModelSpec& m, int layer, int seq) {
@@ -52,20 +56,28 @@ BytesPerSecond LinkFor(const PlanRequest& req, int group, double comm_eff) {
   return bw * comm_eff;
 }
 
-/// Ring collective moving (n-1)/n of `bytes` per GPU, `passes` times.
-Seconds Ring(double bytes, int n, int passes, BytesPerSecond bw) {
-  if (n <= 1) return Seconds(0);
-  return Seconds(passes * (n - 1.0) / n * bytes / bw.value());
+// A collective's time: the calibration table's curve for the op and the
+// group's span when there is one, else the bus bandwidth model (link x
+// --comm-efficiency, nccl-tests' bus factor).
+Seconds Collective(const PlanRequest& req, CollectiveOp op, int ranks, int span_ranks, double bytes) {
+  if (ranks <= 1 || bytes <= 0) return Seconds(0);
+  const LinkSpan span = span_ranks <= req.gpus_per_node ? LinkSpan::kNvlink : LinkSpan::kFabric;
+  if (req.calibration && req.efficiency.comm_from_table)
+    if (auto t = req.calibration->CollectiveTime(op, span, ranks, Bytes(bytes))) return *t;
+  return Seconds(BusFactor(op, ranks) * bytes / LinkFor(req, span_ranks, req.efficiency.comm).value());
 }
 
 struct ChunkCost {
   Seconds f, b_input, w, tp, ep, cp;
 };
 
-ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc) {
+// Compute with one efficiency constant for every product (--matmul-efficiency,
+// or no calibration table): FLOPs over peak x efficiency.
+void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc,
+                     ChunkCost& c) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
-  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
+  const double tokens = MicroBatchTokens(req, p);
   const FlopsPerSecond peak = (req.bf16 ? req.gpu.bf16 : req.gpu.fp16) * e.matmul;
   double fwd = 0, routed = 0, core = 0;
   for (int l = st.first_layer; l < st.end_layer; ++l) {
@@ -76,7 +88,6 @@ ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const Stage
     core += AttentionCoreFlopsPerToken(m, l, req.seq_length());
   }
   if (st.head) fwd += 2.0 * (pc.head > 0 ? pc.head : pc.embedding);
-  ChunkCost c;
   const double expert_width = m.is_moe() ? double(m.moe.expert_ffn) / p.etp : 1;
   c.f = ComputeTime(Flops(fwd * tokens / p.tp), peak) +
         ComputeTime(Flops(routed * tokens / p.tp), peak * GemmWidthEfficiency(expert_width));
@@ -86,20 +97,71 @@ ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const Stage
   if (req.recompute == Recompute::kFull) c.b_input += c.f;
   if (req.recompute == Recompute::kSelective && !req.flash_attention)
     c.b_input += ComputeTime(Flops(core * tokens / p.tp), peak);
+}
 
+// Compute priced from the calibration table: each product at the time the
+// table gives its shape (forward A[m,k]B[k,n]; data gradient (m, k, n);
+// weight gradient (k, n, m)), the memory-bound passes at the measured copy
+// bandwidth (the backward moves twice the forward's bytes).
+void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc,
+                       const GemmGrid& grid, ChunkCost& c) {
+  const CalibrationTable& table = *req.calibration;
+  const BytesPerSecond copy =
+      (table.memory_copy.value() > 0 ? table.memory_copy : req.gpu.hbm * kUnmeasuredCopyShare) *
+      table.elementwise_share;
+  // A product of activations is one batched kernel: priced as one product
+  // `count` times taller.
+  auto time = [&](const GemmOp& g, double m, double n, double k) {
+    return g.weight ? grid.Time(m, n, k) * g.count : grid.Time(m * g.count, n, k);
+  };
+  auto bytes = [&](double b) { return Seconds(b / copy.value()); };
+  std::vector<LayerOps> layers;
+  for (int l = st.first_layer; l < st.end_layer; ++l)
+    layers.push_back(DecoderLayerOps(req, p, l, req.efficiency.moe_imbalance));
+  if (st.head) layers.push_back(HeadOps(req, p));
+  Seconds fwd_gemm, recomputed;
+  for (const LayerOps& ops : layers) {
+    for (const GemmOp& g : ops.gemms) {
+      fwd_gemm += time(g, g.m, g.n, g.k);
+      c.b_input += time(g, g.m, g.k, g.n);
+      if (g.weight) c.w += time(g, g.k, g.n, g.m);
+      else c.b_input += time(g, g.n, g.k, g.m);
+    }
+    c.f += bytes(ops.elementwise_bytes);
+    c.b_input += bytes(ops.elementwise_backward_bytes);
+    for (const GemmOp& g : ops.recomputed_core_gemms) recomputed += time(g, g.m, g.n, g.k);
+    recomputed += bytes(ops.recomputed_core_bytes);
+  }
+  c.f += fwd_gemm;
+  if (req.mode == TrainMode::kLora) c.w = fwd_gemm * (LoraParams(req.model, req.lora) / pc.total);
+  if (req.recompute == Recompute::kFull) c.b_input += c.f;
+  if (req.recompute == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
+}
+
+ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc) {
+  const ModelSpec& m = req.model;
+  const EfficiencyModel& e = req.efficiency;
+  ChunkCost c;
+  const GemmGrid* grid = req.calibration && e.gemm_from_table ? req.calibration->Gemm(GemmDtype::kBf16) : nullptr;
+  if (grid) CalibratedCompute(req, p, st, pc, *grid, c);
+  else ConstantCompute(req, p, st, pc, c);
+
+  const double tokens = MicroBatchTokens(req, p);
   const double hidden_bytes = tokens * m.hidden * kBf16;
-  const BytesPerSecond tp_bw = LinkFor(req, p.tp, e.comm);
-  const BytesPerSecond ep_bw = LinkFor(req, p.ep * p.etp, e.comm);
-  const BytesPerSecond cp_bw = LinkFor(req, p.tp * p.cp, e.comm);
   for (int l = st.first_layer; l < st.end_layer; ++l) {
-    // Attention and FFN each end in one all-reduce (or reduce-scatter +
-    // all-gather with SP, the same volume) forward and one backward.
-    c.tp += Ring(hidden_bytes, p.tp, 2 * 2 * 2, tp_bw);
+    // Attention and FFN each end in one all-reduce forward and one backward;
+    // with SP each is a reduce-scatter, and an all-gather opens the region.
+    if (req.sequence_parallel)
+      c.tp += (Collective(req, CollectiveOp::kAllGather, p.tp, p.tp, hidden_bytes) +
+               Collective(req, CollectiveOp::kReduceScatter, p.tp, p.tp, hidden_bytes)) * 4.0;
+    else
+      c.tp += Collective(req, CollectiveOp::kAllReduce, p.tp, p.tp, hidden_bytes) * 4.0;
     if (m.is_moe_layer(l) && p.ep > 1) {
       const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
       const double copies = tokens * m.moe.top_k * p.etp / p.tp * e.moe_imbalance;
-      // Dispatch and combine, forward and backward.
-      c.ep += Seconds(4 * copies * in * kBf16 * (p.ep - 1.0) / p.ep / ep_bw.value());
+      // Dispatch and combine, forward and backward: each all-to-all moves
+      // the copies (its buffer is ep x what one peer receives).
+      c.ep += Collective(req, CollectiveOp::kAllToAll, p.ep, p.ep * p.etp, copies * in * kBf16) * 4.0;
     }
     if (p.cp > 1 && m.attention[l] != AttentionKind::kKda) {
       const double kv = tokens * m.heads / p.tp *
@@ -108,7 +170,7 @@ ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const Stage
                              : 2.0 * m.head_dim) * kBf16;
       // Ring attention passes K/V cp-1 times forward and twice that backward;
       // half of it hides under the attention compute.
-      c.cp += Seconds(0.5 * 3 * (p.cp - 1) * kv / cp_bw.value());
+      c.cp += Collective(req, CollectiveOp::kSendRecv, 2, p.tp * p.cp, kv) * (0.5 * 3 * (p.cp - 1));
     }
   }
   return c;
@@ -153,12 +215,10 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.cp_comm = cp * M;
   t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
 
-  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
-  const double hop_bytes = tokens * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
-  const BytesPerSecond pp_bw = LinkFor(req, p.pp * p.tp * p.cp * p.dp, e.comm);
+  const double hop_bytes = MicroBatchTokens(req, p) * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
   const int stages = p.pp * spr;
   // Fill and drain: one forward and one backward hop per stage boundary.
-  t.pp_comm = Seconds(2.0 * (stages - 1) * hop_bytes / pp_bw.value());
+  t.pp_comm = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes) * (2.0 * (stages - 1));
 
   // Gradient sync and the optimizer step on the rank with the most parameters.
   RankParams most;
@@ -170,12 +230,19 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   const double dense = lora ? most.lora_dense : most.dense;
   const double expert = lora ? most.lora_expert : most.expert;
   const int dp_group = p.dp * p.cp;
-  const BytesPerSecond dp_bw = req.gpu.gpu_rdma() * e.comm;
-  // Reduce-scatter of fp32 gradients, all-gather of bf16 parameters (the
-  // same volume as an all-reduce without the distributed optimizer).
-  const Seconds dense_sync = Ring(dense * kFp32, dp_group, 1, dp_bw) + Ring(dense * kBf16, dp_group, 1, dp_bw);
-  const Seconds expert_sync = Ring(expert * kFp32, p.edp(), 1, dp_bw) + Ring(expert * kBf16, p.edp(), 1, dp_bw);
-  t.dp_comm = (dense_sync + expert_sync) * (1 - e.dp_overlap);
+  // DP groups are strided over the pipeline's other ranks: they leave the
+  // node as soon as the stage's tp x cp x dp ranks do not fit in one.
+  const int dp_span = p.tp * p.cp * p.dp;
+  // With the distributed optimizer: a reduce-scatter of the gradients and
+  // an all-gather of the bf16 parameters; without: an all-reduce of the
+  // gradients. Gradients are fp32 under bf16, fp16 under fp16 (Megatron-LM).
+  const double grad_bytes = req.bf16 ? kFp32 : kBf16;
+  auto sync = [&](double params, int group) {
+    if (!req.distributed_optimizer) return Collective(req, CollectiveOp::kAllReduce, group, dp_span, params * grad_bytes);
+    return Collective(req, CollectiveOp::kReduceScatter, group, dp_span, params * grad_bytes) +
+           Collective(req, CollectiveOp::kAllGather, group, dp_span, params * kBf16);
+  };
+  t.dp_comm = (sync(dense, dp_group) + sync(expert, p.edp())) * (1 - e.dp_overlap);
   const double shards_dense = req.distributed_optimizer ? dp_group : 1;
   const double shards_expert = req.distributed_optimizer ? p.edp() : 1;
   t.optimizer = TransferTime(Bytes(kAdamBytesPerParam * (dense / shards_dense + expert / shards_expert)), req.gpu.hbm);
