@@ -24,6 +24,8 @@ const std::vector<Subcommand>& Subcommands() {
       {"simulate", "simulate pipeline schedules, the AttnRes transport, weight sync and the SDPO loop", SimulateCommand},
       {"launch", "write and start the Slurm or Modal job of a plan, or run it here", LaunchCommand},
       {"report", "list, summarise and compare runs against their plans; CSV, JSON and HTML exports", ReportCommand},
+      {"validate", "the planner's step time and memory against published Megatron-LM measurements", ValidateCommand},
+      {"calibrate", "measure this GPU's matrix products and copy bandwidth into a calibration table", CalibrateCommand},
 #ifdef KIMI_PLAN_HAS_TORCH
       {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints", TrainCommand},
       {"run", "train over several processes (c10d Gloo/NCCL): data and expert parallelism", RunCommand},

@@ -16,6 +16,10 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SimulateCommand(const std::vector<std::string>& args, CliEnv& env);
 Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env);
 Status ReportCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan validate`: the planner against published measurements.
+Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan calibrate`: a GPU's calibration table (needs CUDA and LibTorch).
+Status CalibrateCommand(const std::vector<std::string>& args, CliEnv& env);
 #ifdef KIMI_PLAN_HAS_TORCH
 /// Built only when LibTorch was found at configure time.
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);

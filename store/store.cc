@@ -112,6 +112,16 @@ const char* const kMigrations[] = {
     ALTER TABLE plans ADD COLUMN layer_split TEXT NOT NULL DEFAULT 'even';
     ALTER TABLE plans ADD COLUMN layer_counts TEXT;
     )sql",
+    // 6 -> 7: the calibration tables `kimi-plan calibrate` measured.
+    R"sql(
+    CREATE TABLE calibrations (
+      id INTEGER PRIMARY KEY,
+      created_at TEXT NOT NULL,
+      gpu TEXT NOT NULL,
+      path TEXT NOT NULL,
+      table_json TEXT NOT NULL
+    );
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -579,6 +589,34 @@ Result<std::int64_t> Store::InsertSimulation(const SimulationRecord& r) {
   });
   if (!s.ok()) return s;
   return id;
+}
+
+Result<std::int64_t> Store::InsertCalibration(const CalibrationRecord& r) {
+  std::int64_t id = 0;
+  Status s = InTransaction([&]() -> Status {
+    Statement st(db_, "INSERT INTO calibrations (created_at, gpu, path, table_json) VALUES (?, ?, ?, ?)");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, clock_.NowIso8601());
+    st.Bind(2, r.gpu);
+    st.Bind(3, r.path);
+    st.Bind(4, r.table_json);
+    if (st.Step() != SQLITE_DONE) return st.Error("insert calibration");
+    id = sqlite3_last_insert_rowid(db_);
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return id;
+}
+
+Result<std::vector<CalibrationRecord>> Store::ListCalibrations() const {
+  Statement st(db_, "SELECT id, created_at, gpu, path, table_json FROM calibrations ORDER BY id");
+  KP_RETURN_IF_ERROR(st.status());
+  std::vector<CalibrationRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW)
+    out.push_back({st.Int(0), st.Text(1), st.Text(2), st.Text(3), st.Text(4)});
+  if (rc != SQLITE_DONE) return st.Error("list calibrations");
+  return out;
 }
 
 Result<std::vector<SimulationRecord>> Store::ListSimulations() const {

@@ -41,6 +41,15 @@ struct PlanRecord {
   std::string layer_counts;  ///< decoder layers per stage, "2,2,2"; empty when no plan was evaluated
 };
 
+/// A calibration table `kimi-plan calibrate` measured (specs/calibration.h).
+struct CalibrationRecord {
+  std::int64_t id = 0;
+  std::string created_at;
+  std::string gpu;
+  std::string path;        ///< the preset file it was written to
+  std::string table_json;  ///< the table, in the file's format
+};
+
 /// A recorded `kimi-plan simulate` run of any kind.
 struct SimulationRecord {
   std::int64_t id = 0;
@@ -133,7 +142,7 @@ struct WeightSyncRecord {
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   /// Opens (creating if needed) and migrates the database at `path`.
   /// ":memory:" gives a private in-memory store for tests.
@@ -152,6 +161,10 @@ class Store {
   /// Inserts a simulation (id and created_at assigned) and returns its id.
   Result<std::int64_t> InsertSimulation(const SimulationRecord& sim);
   Result<std::vector<SimulationRecord>> ListSimulations() const;
+
+  /// Inserts a calibration table (id and created_at assigned), returns its id.
+  Result<std::int64_t> InsertCalibration(const CalibrationRecord& calibration);
+  Result<std::vector<CalibrationRecord>> ListCalibrations() const;
 
   /// Inserts `run` (id and created_at are assigned) and returns its id.
   Result<std::int64_t> CreateRun(const RunRecord& run);

@@ -330,5 +330,21 @@ TEST(StoreTest, SimulationsReferenceAnExistingPlan) {
   EXPECT_EQ(all->front().plan_id, *plan);
 }
 
+TEST(StoreTest, CalibrationsRoundTrip) {
+  FakeClock clock(1.8e9);
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto id = (*s)->InsertCalibration({0, "", "h200", "presets/calibration/h200.json", "{\"gpu\": \"h200\"}"});
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  auto back = (*s)->ListCalibrations();
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].id, *id);
+  EXPECT_EQ((*back)[0].gpu, "h200");
+  EXPECT_EQ((*back)[0].path, "presets/calibration/h200.json");
+  EXPECT_EQ((*back)[0].table_json, "{\"gpu\": \"h200\"}");
+  EXPECT_EQ((*back)[0].created_at, clock.NowIso8601());
+}
+
 }  // namespace
 }  // namespace kp

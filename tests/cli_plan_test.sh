@@ -97,4 +97,43 @@ refused "verl cannot build the even split" plans \
   plan "${gpt1t[@]}" --engine verl --layer-split even
 refused "unknown engine" plans '--engine: must be native or verl, got "torchrun"' plan "${gpt1t[@]}" --engine torchrun
 
+# Calibration tables (docs/presets.md): the plan is priced from the GPU's
+# table; a broken table is refused naming --calibration-file and the field.
+"$bin" plan --preset h200-lora --json > cal_on.json
+"$bin" plan --preset h200-lora --calibration off --json > cal_off.json
+json_check "calibration: the h200 table changes the step" cal_on.json \
+  "d['step_time_s'] != json.load(open('cal_off.json'))['step_time_s']"
+"$bin" plan --preset h200-lora --matmul-efficiency 0.55 --comm-efficiency 0.8 --json > cal_override.json
+json_check "calibration: the constants override the table" cal_override.json \
+  "abs(d['step_time_s'] - json.load(open('cal_off.json'))['step_time_s']) < 1e-12"
+python3 - "$here/../presets/calibration/h200.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+missing = json.loads(json.dumps(t)); missing["gemm"]["bf16"] = t["gemm"]["bf16"][1:]
+json.dump(missing, open("missing_shape.json", "w"))
+negative = json.loads(json.dumps(t)); negative["gemm"]["bf16"][5][3] = -4.0
+json.dump(negative, open("negative_time.json", "w"))
+PY
+refused "calibration: missing shape" plans "--calibration-file: missing_shape.json: gemm.bf16: shape m=128 n=128 k=128 is missing" \
+  plan --preset h200-lora --calibration-file missing_shape.json
+refused "calibration: negative time" plans "--calibration-file: negative_time.json: gemm.bf16\[5\]: time must be finite and > 0 microseconds" \
+  plan --preset h200-lora --calibration-file negative_time.json
+refused "calibration: unreadable" plans "--calibration-file: cannot read nope.json" \
+  plan --preset h200-lora --calibration-file nope.json
+refused "calibration: bad switch" plans '--calibration: must be on or off, got "maybe"' plan --preset h200-lora --calibration maybe
+
+# validate: the planner against the published runs, mean and max errors.
+"$bin" validate > validate.txt
+check "validate: step-time summary" grep -q "^step time: 67 cases, mean |error|" validate.txt
+check "validate: memory summary" grep -q "^memory:    48 cases, mean |error|" validate.txt
+"$bin" validate --only korthikanti22 --json > validate.json
+json_check "validate --json: Korthikanti's nine cases" validate.json "len(d['cases']) == 9 and d['step_time']['cases'] == 9"
+refused "validate: unknown case prefix" plans '--only: no case id starts with "x"' validate --only x
+
+# calibrate needs a CUDA GPU: refused here before anything is written.
+if ! command -v nvidia-smi > /dev/null; then
+  refused "calibrate: no GPU" plans "calibrate: " calibrate --out table.json
+  check "calibrate: no file written" test ! -e table.json
+fi
+
 finish "cli_plan"

@@ -51,7 +51,7 @@ done
 # ---------------------------------------------------------------- list
 "$bin" report > list.txt
 check "list: every run" bash -c "grep -cE '^ *[0-9]+ +train' list.txt | grep -qx $((trained + 3))"
-check "list: store counts" grep -q "store: 0 loop_steps, 0 pipeline_traffic, 1 plans, $((trained + 3)) runs, 5 simulations, $((300 + 3 * trained)) steps, 0 weight_syncs" list.txt
+check "list: store counts" grep -q "store: 0 calibrations, 0 loop_steps, 0 pipeline_traffic, 1 plans, $((trained + 3)) runs, 5 simulations, $((300 + 3 * trained)) steps, 0 weight_syncs" list.txt
 "$bin" report --json > list.json
 json_check "list json: runs, last loss, plan" list.json \
   "len(d['runs']) == $((trained + 3)) and d['runs'][$A - 1]['last_loss'] == 10.0 / 100 + 2 and d['runs'][$A - 1]['plan_id'] == $plan_id and d['tables']['simulations'] == 5"
