@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include <torch/version.h>
+
 namespace kp::runtime {
 
 namespace {
@@ -136,6 +138,14 @@ torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offse
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale) {
   const std::int64_t t = q.size(2), s = k.size(2);
+#if TORCH_VERSION_MAJOR >= 2
+  // On a GPU the fused kernel (flash or memory-efficient attention), the
+  // kernel the planner prices; it never materialises the t x s scores. Only
+  // for a full square: its causal mask is aligned top-left, which is the
+  // decoder's mask only when t == s.
+  if (q.is_cuda() && t == s)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);
+#endif
   const torch::Tensor scores = Upcast(torch::matmul(q, k.transpose(-1, -2))) * scale;
   const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
   const torch::Tensor p = torch::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);

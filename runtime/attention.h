@@ -73,7 +73,9 @@ torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offse
 
 /// softmax(q k^T * scale + causal mask) v with q [B, H, T, d], k [B, H, S, d],
 /// v [B, H, S, dv], S >= T: the queries are the last T of the S positions
-/// (query i sees keys 0..S-T+i). The softmax in fp32.
+/// (query i sees keys 0..S-T+i). The softmax in fp32; on a CUDA device with
+/// LibTorch 2 and S == T, PyTorch's fused scaled-dot-product attention
+/// (flash or memory-efficient: the softmax inside the kernel, fp32 statistics).
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale);
 
