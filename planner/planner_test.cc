@@ -182,6 +182,7 @@ TEST(PlannerTest, TheLayerSplitRoundTripsThroughTheRecord) {
   nlohmann::json old = RequestToJson(r);
   old.erase("layer_split");
   EXPECT_EQ(RequestFromJson(old)->layer_split.kind, LayerSplitKind::kEven);
+}
 
 // zb-h2 is priced as its authors run it, with the optimizer step's
 // synchronisation bypassed (post-validation), unless the request says sync;
