@@ -29,6 +29,29 @@ std::string StageSplit::ToString() const {
 
 namespace {
 
+// The comma-separated non-negative integers of `text`; nullopt, with the
+// offending item in *bad, when one is not.
+std::optional<std::vector<int>> CommaSeparatedCounts(const std::string& text, std::string* bad) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t pos = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    if (item.empty() || pos != item.size() || v < 0) {
+      *bad = item;
+      return std::nullopt;
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
 StageSplit FromCounts(const std::vector<int>& counts) {
   StageSplit split;
   int layer = 0;
@@ -73,21 +96,11 @@ Result<StageSplit> EvenSplit(int layers, int stages) {
 }
 
 Result<StageSplit> ParseSplit(const std::string& text, int layers, const std::string& field) {
-  std::vector<int> counts;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t pos = 0;
-    int v = -1;
-    try {
-      v = std::stoi(item, &pos);
-    } catch (...) {
-      pos = 0;
-    }
-    if (pos != item.size() || v < 0)
-      return Status::InvalidArgument(field + ": \"" + item + "\" is not a layer count (a non-negative integer)");
-    counts.push_back(v);
-  }
+  std::string bad;
+  const std::optional<std::vector<int>> parsed = CommaSeparatedCounts(text, &bad);
+  if (!parsed)
+    return Status::InvalidArgument(field + ": \"" + bad + "\" is not a layer count (a non-negative integer)");
+  const std::vector<int>& counts = *parsed;
   if (counts.empty()) return Status::InvalidArgument(field + ": give one layer count per stage");
   int sum = 0;
   for (int c : counts) sum += c;
@@ -233,19 +246,12 @@ Result<LayerSplit> ParseLayerSplit(const std::string& text) {
     return rule;
   }
   rule.kind = LayerSplitKind::kExplicit;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t pos = 0;
-    int v = -1;
-    try {
-      v = std::stoi(item, &pos);
-    } catch (...) {
-      pos = 0;
-    }
-    if (pos == 0 || pos != item.size() || v < 0)
-      return Status::InvalidArgument(std::string(kField) + "\"" + item +
-                                     "\" is not a layer count; give even, megatron, auto or layers per stage (2,3,3,2)");
+  std::string bad;
+  const std::optional<std::vector<int>> counts = CommaSeparatedCounts(text, &bad);
+  if (!counts)
+    return Status::InvalidArgument(std::string(kField) + "\"" + bad +
+                                   "\" is not a layer count; give even, megatron, auto or layers per stage (2,3,3,2)");
+  for (int v : *counts) {
     if (v == 0)
       return Status::InvalidArgument(std::string(kField) + "stage " + Str(static_cast<int>(rule.counts.size())) +
                                      " has no layers (every stage needs at least one)");
