@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/simulate_commands.h"
+#include "common/limits.h"
 #include "common/process_launcher.h"
 #include "launcher/launcher.h"
 
@@ -27,14 +28,14 @@ po::options_description LaunchOptionsDesc() {
       ("out", po::value<std::string>(), "directory for the job file (default launch/<preset or plan id>)")
       ("submit", "start the job: sbatch FILE or modal run --detach FILE")
       ("force", "launch even if the planner marks the plan infeasible")
-      ("max-nodes", po::value<int>(), "refuse a job larger than this (default: slurm 64, modal 32, local 1)")
+      ("max-nodes", IntFlag(1, limits::kMaxNodes), "refuse a job larger than this (default: slurm 64, modal 32, local 1)")
       ("time", po::value<std::string>()->default_value("24:00:00"), "wall time, as sbatch --time spells it")
       ("partition", po::value<std::string>(), "slurm partition")
       ("account", po::value<std::string>(), "slurm account")
-      ("cpus-per-task", po::value<int>(), "slurm CPUs per task (default: 64 with verl, unset with native)")
-      ("master-port", po::value<int>()->default_value(29500), "native: the rendezvous port on the first node")
-      ("join-timeout", po::value<int>()->default_value(600), "verl: seconds to wait for every Ray node to join")
-      ("teacher-nodes", po::value<int>()->default_value(1), "verl: nodes of the self-teacher pool (0: no distillation)")
+      ("cpus-per-task", IntFlag(1, 65536), "slurm CPUs per task (default: 64 with verl, unset with native)")
+      ("master-port", IntFlag(1, 65535)->default_value(29500), "native: the rendezvous port on the first node")
+      ("join-timeout", IntFlag(1, 7 * 24 * 3600)->default_value(600), "verl: seconds to wait for every Ray node to join")
+      ("teacher-nodes", IntFlag(0, limits::kMaxNodes)->default_value(1), "verl: nodes of the self-teacher pool (0: no distillation)")
       ("model-path", po::value<std::string>(), "verl: the model to train (default /cache/models/<model>)")
       ("teacher-path", po::value<std::string>(), "verl: the teacher (default: the model itself)")
       ("train-files", po::value<std::string>()->default_value("/cache/data/train.parquet"), "verl: training data")

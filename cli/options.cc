@@ -2,9 +2,62 @@
 
 #include <sstream>
 
+#include "common/limits.h"
+#include "common/range.h"
 #include "specs/presets.h"
 
 namespace kp {
+
+namespace {
+
+// Boost puts the flag's name where the template says %canonical_option%
+// ("--nodes") when the error leaves the parser.
+[[noreturn]] void ThrowFlagError(const Status& s) {
+  throw po::error_with_option_name("%canonical_option%" + s.message());
+}
+
+// A typed value whose parse checks the range: the status's name is left
+// empty and Boost supplies the flag.
+template <typename T>
+class RangedInt : public po::typed_value<T> {
+ public:
+  RangedInt(std::int64_t min, std::int64_t max) : po::typed_value<T>(nullptr), min_(min), max_(max) {}
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override {
+    po::validators::check_first_occurrence(store);
+    Result<std::int64_t> v = ParseIntInRange("", po::validators::get_single_string(tokens), min_, max_);
+    if (!v.ok()) ThrowFlagError(v.status());
+    store = boost::any(static_cast<T>(*v));
+  }
+
+ private:
+  std::int64_t min_, max_;
+};
+
+class RangedNumber : public po::typed_value<double> {
+ public:
+  RangedNumber(double min, double max, bool min_open)
+      : po::typed_value<double>(nullptr), min_(min), max_(max), min_open_(min_open) {}
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override {
+    po::validators::check_first_occurrence(store);
+    Result<double> v = ParseNumberInRange("", po::validators::get_single_string(tokens), min_, max_, min_open_);
+    if (!v.ok()) ThrowFlagError(v.status());
+    store = boost::any(*v);
+  }
+
+ private:
+  double min_, max_;
+  bool min_open_;
+};
+
+}  // namespace
+
+po::typed_value<int>* IntFlag(std::int64_t min, std::int64_t max) { return new RangedInt<int>(min, max); }
+po::typed_value<std::int64_t>* Int64Flag(std::int64_t min, std::int64_t max) {
+  return new RangedInt<std::int64_t>(min, max);
+}
+po::typed_value<double>* NumberFlag(double min, double max, bool min_open) {
+  return new RangedNumber(min, max, min_open);
+}
 
 Result<bool> ParseCommand(const std::vector<std::string>& args, const po::options_description& desc,
                           po::variables_map* vm, std::ostream& out) {
@@ -23,13 +76,13 @@ void AddModelOptions(po::options_description& desc) {
   desc.add_options()
       ("model", po::value<std::string>(), "model preset (kimi-k2.6, kimi-k3, kimi-k3-debug, deepseek-v3)")
       ("model-file", po::value<std::string>(), "a model file in the preset format (docs/presets.md)")
-      ("hidden", po::value<int>(), "dense GPT model by flags: hidden size")
-      ("ffn-hidden", po::value<int>(), "dense GPT model: FFN hidden size (GeLU)")
-      ("heads", po::value<int>(), "dense GPT model: attention heads")
-      ("head-dim", po::value<int>(), "dense GPT model: head dimension (default hidden / heads)")
-      ("kv-heads", po::value<int>(), "dense GPT model: key/value heads (default heads)")
-      ("layers", po::value<int>(), "dense GPT model: layers")
-      ("vocab", po::value<int>(), "dense GPT model: vocabulary size");
+      ("hidden", IntFlag(1, limits::kMaxHidden), "dense GPT model by flags: hidden size")
+      ("ffn-hidden", IntFlag(1, limits::kMaxFfn), "dense GPT model: FFN hidden size (GeLU)")
+      ("heads", IntFlag(1, limits::kMaxHeads), "dense GPT model: attention heads")
+      ("head-dim", IntFlag(1, limits::kMaxHidden), "dense GPT model: head dimension (default hidden / heads)")
+      ("kv-heads", IntFlag(1, limits::kMaxHeads), "dense GPT model: key/value heads (default heads)")
+      ("layers", IntFlag(1, limits::kMaxLayers), "dense GPT model: layers")
+      ("vocab", IntFlag(1, limits::kMaxVocab), "dense GPT model: vocabulary size");
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #ifndef KIMI_PLAN_CLI_OPTIONS_H_
 #define KIMI_PLAN_CLI_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,22 @@ namespace po = boost::program_options;
 /// returns false: the command has nothing more to do.
 Result<bool> ParseCommand(const std::vector<std::string>& args, const po::options_description& desc,
                           po::variables_map* vm, std::ostream& out);
+
+/// An integer flag that accepts only min..max (common/limits.h states the
+/// bounds). The value is parsed as a 64-bit integer and checked while the
+/// command line is read (ParseCommand), so a value that is not an integer or
+/// is out of range is refused with one line naming the flag and the range
+/// before the command does anything; the option's type stays `int` (or
+/// std::int64_t for Int64Flag), so `vm[name].as<int>()` reads it. Every
+/// integer flag of every command is declared with one of these.
+po::typed_value<int>* IntFlag(std::int64_t min, std::int64_t max);
+po::typed_value<std::int64_t>* Int64Flag(std::int64_t min, std::int64_t max);
+
+/// A floating-point flag that accepts only finite values within [min, max]
+/// ((min, max] when `min_open`): "inf", "nan" and values beyond a double are
+/// refused as not finite, with one line naming the flag. Every floating-point
+/// flag of every command is declared with this.
+po::typed_value<double>* NumberFlag(double min, double max, bool min_open = false);
 
 /// --model, --model-file and the dense-GPT flags (--hidden --ffn-hidden
 /// --heads --head-dim --layers --vocab).

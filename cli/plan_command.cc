@@ -30,7 +30,7 @@ po::options_description PlanOptions() {
   desc.add_options()
       ("engine", po::value<std::string>(), "native | verl: whose stage split is the default (even | megatron)")
       ("search", "enumerate every valid plan and rank the feasible ones")
-      ("top", po::value<int>(), "with --search: plans to show (default 5)");
+      ("top", IntFlag(1, 1000), "with --search: plans to show (default 5)");
   AddOutputOptions(desc);
   return desc;
 }

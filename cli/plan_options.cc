@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "common/limits.h"
 #include "planner/constraints.h"
 #include "specs/presets.h"
 
@@ -17,20 +18,20 @@ void AddPlanRequestOptions(po::options_description& desc) {
   AddModelOptions(desc);
   AddGpuOptions(desc);
   desc.add_options()
-      ("nodes", po::value<int>(), "nodes")
-      ("gpus-per-node", po::value<int>(), "GPUs per node (default: the GPU preset's)")
+      ("nodes", IntFlag(1, limits::kMaxNodes), "nodes")
+      ("gpus-per-node", IntFlag(1, limits::kMaxGpusPerNode), "GPUs per node (default: the GPU preset's)")
       ("mode", po::value<std::string>(), "full | lora")
-      ("lora-rank", po::value<int>(), "LoRA rank (default 32)")
-      ("lora-alpha", po::value<double>(), "LoRA alpha (default 2 x rank)")
+      ("lora-rank", IntFlag(1, limits::kMaxHidden), "LoRA rank (default 32)")
+      ("lora-alpha", NumberFlag(0, 1e6, /*min_open=*/true), "LoRA alpha (default 2 x rank)")
       ("lora-experts", po::value<std::string>(), "shared-outer | per-expert")
       ("lora-targets", po::value<std::string>(), "comma list of attention, experts, dense (default attention,experts)")
       ("lora-native-base", "keep the frozen base in the model's storage format (INT4 experts)")
-      ("prompt-length", po::value<int>(), "prompt tokens (default 2048)")
-      ("response-length", po::value<int>(), "response tokens (default 2048)")
-      ("seq-len", po::value<int>(), "sequence length: prompt-length = seq-len, response-length = 0")
-      ("global-batch", po::value<int>(), "prompts per step (default 128)")
-      ("micro-batch", po::value<int>(), "sequences per micro-batch (default 1)")
-      ("rollout-n", po::value<int>(), "samples per prompt (default: the preset's, else 1)")
+      ("prompt-length", IntFlag(1, limits::kMaxSequence), "prompt tokens (default 2048)")
+      ("response-length", IntFlag(0, limits::kMaxSequence), "response tokens (default 2048)")
+      ("seq-len", IntFlag(1, limits::kMaxSequence), "sequence length: prompt-length = seq-len, response-length = 0")
+      ("global-batch", IntFlag(1, limits::kMaxBatch), "prompts per step (default 128)")
+      ("micro-batch", IntFlag(1, limits::kMaxBatch), "sequences per micro-batch (default 1)")
+      ("rollout-n", IntFlag(1, limits::kMaxBatch), "samples per prompt (default: the preset's, else 1)")
       ("schedule", po::value<std::string>(), "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zbv | dualpipev")
       ("optimizer-sync", po::value<std::string>(),
        "sync | post-validation (default: post-validation for zb-h1, zb-h2 and zbv, as the ZB paper runs them; else sync)")
@@ -40,20 +41,20 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("flash-attention", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("dtype", po::value<std::string>(), "bf16 | fp16")
       ("placement", po::value<std::string>(), "colocated | split (default colocated)")
-      ("rollout-gpus", po::value<int>(), "with --placement split: GPUs of the rollout pool")
-      ("gpu-memory-utilization", po::value<double>(), "the rollout engine's share of a colocated GPU (default 0.5)")
-      ("tp", po::value<int>(), "tensor parallel")("pp", po::value<int>(), "pipeline parallel")
-      ("vp", po::value<int>(), "virtual stages per rank (interleaved-1f1b)")
-      ("ep", po::value<int>(), "expert parallel")("etp", po::value<int>(), "expert tensor parallel")
-      ("cp", po::value<int>(), "context parallel")("dp", po::value<int>(), "data parallel (default: derived)")
-      ("rollout-tp", po::value<int>(), "rollout tensor parallel")("rollout-ep", po::value<int>(), "rollout expert parallel")
-      ("rollout-dp", po::value<int>(), "rollout data parallel (default rollout-ep / rollout-tp)")
+      ("rollout-gpus", IntFlag(1, limits::kMaxClusterGpus), "with --placement split: GPUs of the rollout pool")
+      ("gpu-memory-utilization", NumberFlag(0, 1, /*min_open=*/true), "the rollout engine's share of a colocated GPU (default 0.5)")
+      ("tp", IntFlag(1, limits::kMaxClusterGpus), "tensor parallel")("pp", IntFlag(1, limits::kMaxClusterGpus), "pipeline parallel")
+      ("vp", IntFlag(1, limits::kMaxLayers), "virtual stages per rank (interleaved-1f1b)")
+      ("ep", IntFlag(1, limits::kMaxClusterGpus), "expert parallel")("etp", IntFlag(1, limits::kMaxClusterGpus), "expert tensor parallel")
+      ("cp", IntFlag(1, limits::kMaxClusterGpus), "context parallel")("dp", IntFlag(1, limits::kMaxClusterGpus), "data parallel (default: derived)")
+      ("rollout-tp", IntFlag(1, limits::kMaxClusterGpus), "rollout tensor parallel")("rollout-ep", IntFlag(1, limits::kMaxClusterGpus), "rollout expert parallel")
+      ("rollout-dp", IntFlag(1, limits::kMaxClusterGpus), "rollout data parallel (default rollout-ep / rollout-tp)")
       ("calibration-file", po::value<std::string>(), "the GPU's calibration table (default: presets/calibration/GPU.json)")
       ("calibration", po::value<std::string>(), "on | off: price from the GPU's calibration table when it has one (default on)")
-      ("matmul-efficiency", po::value<double>(), "achieved / peak tensor throughput for every product, instead of the calibration table (default 0.55 without one)")
-      ("comm-efficiency", po::value<double>(), "achieved / peak link bandwidth, instead of the table's collectives (default 0.8 without one)")
-      ("dp-overlap", po::value<double>(), "share of the DP sync hidden under backward (default 0.5)")
-      ("moe-imbalance", po::value<double>(), "busiest expert rank / mean (default 1.2)");
+      ("matmul-efficiency", NumberFlag(0, 1, /*min_open=*/true), "achieved / peak tensor throughput for every product, instead of the calibration table (default 0.55 without one)")
+      ("comm-efficiency", NumberFlag(0, 1, /*min_open=*/true), "achieved / peak link bandwidth, instead of the table's collectives (default 0.8 without one)")
+      ("dp-overlap", NumberFlag(0, 1), "share of the DP sync hidden under backward (default 0.5)")
+      ("moe-imbalance", NumberFlag(1, 1000), "busiest expert rank / mean (default 1.2)");
 }
 
 void AddLayerSplitOption(po::options_description& desc) {
@@ -212,14 +213,11 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   Override(vm, "tp", &p.tp); Override(vm, "pp", &p.pp); Override(vm, "vp", &p.vp);
   Override(vm, "ep", &p.ep); Override(vm, "etp", &p.etp); Override(vm, "cp", &p.cp);
   Override(vm, "rollout-tp", &p.rollout_tp); Override(vm, "rollout-ep", &p.rollout_ep);
-  for (const char* flag : {"tp", "pp", "vp", "ep", "etp", "cp", "dp", "rollout-tp", "rollout-ep", "rollout-dp"})
-    if (vm.count(flag) && vm[flag].as<int>() <= 0)
-      return Status::InvalidArgument(std::string("--") + flag + ": must be a positive integer, got " +
-                                     std::to_string(vm[flag].as<int>()));
   KP_RETURN_IF_ERROR(ValidateRequest(r));
   // dp and rollout dp follow from the others unless given.
-  const int denom = p.tp * p.pp * p.cp;
-  p.dp = denom > 0 && r.actor_gpus() % denom == 0 ? r.actor_gpus() / denom : 0;
+  // Each factor is at most 2^20 (IntFlag), so the product fits in 64 bits.
+  const std::int64_t denom = std::int64_t{p.tp} * p.pp * p.cp;
+  p.dp = r.actor_gpus() % denom == 0 ? static_cast<int>(r.actor_gpus() / denom) : 0;
   Override(vm, "dp", &p.dp);
   if (!vm.count("search") && p.dp <= 0)
     return Status::InvalidArgument("--dp: tp x pp x cp = " + std::to_string(denom) + " does not divide the " +

@@ -36,8 +36,8 @@ po::options_description ReportOptions() {
       ("metric", po::value<std::string>()->default_value("loss,grad_norm"), "with --compare: metrics (columns of the steps table)")
       ("csv", po::value<std::string>(), "write the view as CSV to this file")
       ("html", po::value<std::string>(), "write one self-contained HTML page with SVG plots to this file")
-      ("plan", po::value<std::int64_t>(), "--html: the plan whose memory is drawn (default: the first shown run's, else the latest)")
-      ("simulation", po::value<std::int64_t>(), "--html: the pipeline simulation whose Gantt chart is drawn (default: the latest)");
+      ("plan", Int64Flag(1, INT64_MAX), "--html: the plan whose memory is drawn (default: the first shown run's, else the latest)")
+      ("simulation", Int64Flag(1, INT64_MAX), "--html: the pipeline simulation whose Gantt chart is drawn (default: the latest)");
   AddOutputOptions(desc);
   return desc;
 }

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "common/limits.h"
 #include "runtime/runtime_config.h"
 #include "specs/presets.h"
 
@@ -16,17 +17,19 @@ void Set(const po::variables_map& vm, const char* name, std::optional<T>* field)
 
 }  // namespace
 
+// The flags' ranges stop what no model has (common/limits.h); zero and the
+// preset-relative bounds are ScaleModel's to refuse, with its messages.
 void AddScaledModelOptions(po::options_description& desc) {
   desc.add_options()("model", po::value<std::string>()->default_value("kimi-k3-debug"), "model preset")
       ("model-file", po::value<std::string>(), "a model file in the preset format (instead of --model)")
-      ("layers", po::value<int>(), "scale the preset: decoder layers (at most the preset's)")
-      ("hidden", po::value<int>(), "scale the preset: hidden size (FFN, latent and LoRA-rank widths follow)")
-      ("heads", po::value<int>(), "scale the preset: attention heads")
-      ("experts", po::value<int>(), "scale the preset: routed experts (0: dense)")
-      ("top-k", po::value<int>(), "scale the preset: experts per token")
-      ("vocab", po::value<int>(), "scale the preset: vocabulary size")
-      ("attn-res-block", po::value<int>(), "scale the preset: attention-residual block size (0: plain residual)")
-      ("dense-layers", po::value<int>(), "scale the preset: leading dense-FFN layers");
+      ("layers", IntFlag(0, limits::kMaxLayers), "scale the preset: decoder layers (at most the preset's)")
+      ("hidden", IntFlag(0, limits::kMaxHidden), "scale the preset: hidden size (FFN, latent and LoRA-rank widths follow)")
+      ("heads", IntFlag(0, limits::kMaxHeads), "scale the preset: attention heads")
+      ("experts", IntFlag(0, limits::kMaxExperts), "scale the preset: routed experts (0: dense)")
+      ("top-k", IntFlag(0, limits::kMaxExperts), "scale the preset: experts per token")
+      ("vocab", IntFlag(0, limits::kMaxVocab), "scale the preset: vocabulary size")
+      ("attn-res-block", IntFlag(0, limits::kMaxLayers), "scale the preset: attention-residual block size (0: plain residual)")
+      ("dense-layers", IntFlag(0, limits::kMaxLayers), "scale the preset: leading dense-FFN layers");
 }
 
 Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& env) {

@@ -1,6 +1,7 @@
 // `kimi-plan simulate attnres`: PR #4312's block-transport tables for a
 // model (or a layer count and block size) cut into pp x vp stages.
 #include "cli/simulate_commands.h"
+#include "common/limits.h"
 #include "simulator/attnres_transport.h"
 #include "specs/presets.h"
 
@@ -15,10 +16,10 @@ po::options_description AttnResOptions() {
   desc.add_options()("help,h", "this text")
       ("model", po::value<std::string>(), "a model preset with attention residuals (kimi-k3, kimi-k3-debug)")
       ("model-file", po::value<std::string>(), "a model file in the preset format")
-      ("layers", po::value<int>(), "decoder layers (instead of a model)")
-      ("block-size", po::value<int>(), "layers per attention-residual block (instead of a model)")
-      ("pp", po::value<int>(), "pipeline ranks")
-      ("vp", po::value<int>()->default_value(1), "stages per rank (loop style: stage s on rank s % pp)")
+      ("layers", IntFlag(1, limits::kMaxLayers), "decoder layers (instead of a model)")
+      ("block-size", IntFlag(1, limits::kMaxLayers), "layers per attention-residual block (instead of a model)")
+      ("pp", IntFlag(1, limits::kMaxPipelineRanks), "pipeline ranks")
+      ("vp", IntFlag(1, limits::kMaxLayers)->default_value(1), "stages per rank (loop style: stage s on rank s % pp)")
       ("split", po::value<std::string>(), "decoder layers per stage, comma separated (default: torchtitan's even split)");
   AddOutputOptions(desc);
   return desc;

@@ -6,7 +6,7 @@
 namespace kp {
 
 void AddPlanSourceOptions(po::options_description& desc) {
-  desc.add_options()("plan", po::value<std::int64_t>(), "the id of a plan recorded by `kimi-plan plan`");
+  desc.add_options()("plan", Int64Flag(1, INT64_MAX), "the id of a plan recorded by `kimi-plan plan`");
   AddPlanRequestOptions(desc);
   AddLayerSplitOption(desc);
 }

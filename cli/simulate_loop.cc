@@ -1,5 +1,6 @@
 // `kimi-plan simulate loop`: the SDPO loop of a plan, or of explicit costs.
 #include "cli/simulate_commands.h"
+#include "common/limits.h"
 #include "common/table.h"
 #include "planner/plan_json.h"
 #include "simulator/loop_costs.h"
@@ -18,19 +19,19 @@ po::options_description LoopOptionsDesc() {
   desc.add_options()("help,h", "this text");
   AddPlanSourceOptions(desc);
   desc.add_options()
-      ("steps", po::value<int>()->default_value(6), "steps to simulate")
+      ("steps", IntFlag(2, limits::kMaxLoopSteps)->default_value(6), "steps to simulate")
       ("off-policy", "split placement: rollout k uses the weights of step k-2 and overlaps training")
-      ("verifier-s", po::value<double>(), "seconds to verify one sample on one CPU worker (default 0.05)")
-      ("verifier-workers", po::value<int>(), "CPU verifier workers (default 64)")
-      ("feedback-tokens", po::value<int>(), "tokens of feedback the teacher's reprompt adds (default 256)")
-      ("hbm-efficiency", po::value<double>(), "achieved / peak HBM bandwidth while decoding (default 0.7)")
+      ("verifier-s", NumberFlag(0, limits::kMaxSeconds, /*min_open=*/true), "seconds to verify one sample on one CPU worker (default 0.05)")
+      ("verifier-workers", IntFlag(1, 1 << 20), "CPU verifier workers (default 64)")
+      ("feedback-tokens", IntFlag(0, limits::kMaxSequence), "tokens of feedback the teacher's reprompt adds (default 256)")
+      ("hbm-efficiency", NumberFlag(0, 1, /*min_open=*/true), "achieved / peak HBM bandwidth while decoding (default 0.7)")
       ("sync-network", po::value<std::string>()->default_value("rdma"), "rdma | tcp")
-      ("rollout-s", po::value<double>(), "explicit cost: rollout seconds per step")
-      ("feedback-s", po::value<double>(), "explicit cost: feedback seconds per step")
-      ("teacher-s", po::value<double>(), "explicit cost: teacher seconds per step")
-      ("train-s", po::value<double>(), "explicit cost: training seconds per step")
-      ("sync-s", po::value<double>(), "explicit cost: weight-sync seconds per step")
-      ("actor-gpus", po::value<int>(), "explicit costs: GPUs of the actor (or the whole colocated pool)")
+      ("rollout-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: rollout seconds per step")
+      ("feedback-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: feedback seconds per step")
+      ("teacher-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: teacher seconds per step")
+      ("train-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: training seconds per step")
+      ("sync-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: weight-sync seconds per step")
+      ("actor-gpus", IntFlag(1, limits::kMaxClusterGpus), "explicit costs: GPUs of the actor (or the whole colocated pool)")
       ("out", po::value<std::string>(), "write loop.svg and loop.html to this directory");
   AddOutputOptions(desc);
   return desc;

@@ -1,6 +1,7 @@
 // `kimi-plan simulate pipeline`: one step of a pipeline schedule on the
 // discrete-event core, with explicit costs or with a plan's.
 #include "cli/simulate_commands.h"
+#include "common/limits.h"
 #include "common/table.h"
 #include "planner/schedule_model.h"
 #include "simulator/attnres_transport.h"
@@ -22,13 +23,13 @@ po::options_description PipelineOptions() {
       "weight-backward through all the layers one rank holds; C one stage-to-stage transfer. A step costs the\n"
       "makespan (--optimizer-sync sync) or the longest rank's span (post-validation). Options");
   desc.add_options()("help,h", "this text")
-      ("microbatches", po::value<int>(), "micro-batches per step (explicit costs)")
-      ("f-us", po::value<double>(), "forward, microseconds")("b-us", po::value<double>(), "input backward, microseconds")
-      ("w-us", po::value<double>(), "weight backward, microseconds")
-      ("p2p-us", po::value<double>(), "one stage-to-stage transfer, microseconds")
+      ("microbatches", IntFlag(1, limits::kMaxMicrobatches), "micro-batches per step (explicit costs)")
+      ("f-us", NumberFlag(0, limits::kMaxMicroseconds), "forward, microseconds")("b-us", NumberFlag(0, limits::kMaxMicroseconds), "input backward, microseconds")
+      ("w-us", NumberFlag(0, limits::kMaxMicroseconds), "weight backward, microseconds")
+      ("p2p-us", NumberFlag(0, limits::kMaxMicroseconds), "one stage-to-stage transfer, microseconds")
       ("schedule-csv", po::value<std::string>(), "run this per-rank action list (torch's _dump_csv format) instead")
       ("stage-to-rank", po::value<std::string>()->default_value("loop"), "with --schedule-csv: loop | v")
-      ("stages", po::value<int>(), "with --schedule-csv: number of stages (default pp x vp)")
+      ("stages", IntFlag(1, limits::kMaxPipelineRanks * 2), "with --schedule-csv: number of stages (default pp x vp)")
       ("attnres-cache", po::value<std::string>()->default_value("on"),
        "with a plan of a model with attention residuals: on (PR #4312's rank cache) | off (whole stack)")
       ("out", po::value<std::string>(), "write pipeline.svg, pipeline.html and schedule.csv to this directory");
@@ -106,6 +107,8 @@ Result<PipelineInput> FromPlan(const po::variables_map& vm, const CliEnv& env) {
   in.plan_id = plan.plan_id;
   const StepTime& st = plan.evaluation.step;
   in.costs = {ToNanoseconds(st.f), ToNanoseconds(st.b), ToNanoseconds(st.w), Nanoseconds(0)};
+  // The plan derives the micro-batches from --global-batch: bound the work under that name.
+  KP_RETURN_IF_ERROR(CheckPipelineWork(req.schedule, p.pp, p.vp, st.microbatches, "--global-batch"));
   KP_ASSIGN_OR_RETURN(in.schedule, GenerateSchedule(req.schedule, p.pp, p.vp, st.microbatches));
   KP_ASSIGN_OR_RETURN(in.options.optimizer_sync, SyncFromFlags(vm, req.step_sync()));
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;

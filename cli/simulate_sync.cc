@@ -2,6 +2,7 @@
 // its storage format, its time over TCP and RDMA (the seed's comparison),
 // and a pipelined broadcast to R rollout nodes.
 #include "cli/simulate_commands.h"
+#include "common/limits.h"
 #include "simulator/weight_sync.h"
 #include "specs/presets.h"
 
@@ -18,9 +19,9 @@ po::options_description SyncOptions() {
       ("gpu", po::value<std::string>()->default_value("h200"), "GPU preset of both nodes")
       ("gpu-file", po::value<std::string>(), "a GPU file in the preset format")
       ("mode", po::value<std::string>()->default_value("full"), "full | lora-shared-outer | lora-per-expert")
-      ("lora-rank", po::value<int>()->default_value(32), "LoRA rank")
-      ("receivers", po::value<int>()->default_value(1), "rollout nodes of the broadcast")
-      ("bucket-gib", po::value<double>(), "bucket size per node in GiB (default 16 full, 1 LoRA)");
+      ("lora-rank", IntFlag(1, limits::kMaxHidden)->default_value(32), "LoRA rank")
+      ("receivers", IntFlag(1, limits::kMaxSyncReceivers)->default_value(1), "rollout nodes of the broadcast")
+      ("bucket-gib", NumberFlag(1.0 / 1024, 1024 * 1024), "bucket size per node in GiB (default 16 full, 1 LoRA)");
   AddOutputOptions(desc);
   return desc;
 }

@@ -1,5 +1,6 @@
 #include "planner/constraints.h"
 
+#include "common/limits.h"
 #include "planner/schedule_model.h"
 #include "specs/stage_split.h"
 
@@ -24,12 +25,21 @@ std::string SplitViolation(const PlanRequest& r, const ParallelPlan& p) {
 }  // namespace
 
 Status ValidateRequest(const PlanRequest& r) {
+  // A request also comes back from the store (RequestFromJson), not only
+  // from flags that checked their own ranges: the cluster's size first, in
+  // 64 bits, so that nothing below multiplies a wrapped count.
+  if (r.nodes > 0 && r.gpus_per_node > 0 && r.world() > limits::kMaxClusterGpus)
+    return Status::InvalidArgument("--nodes: " + S(r.nodes) + " nodes x " + S(r.gpus_per_node) + " GPUs = " +
+                                   S(r.world()) + " GPUs; the largest cluster is " + S(limits::kMaxClusterGpus));
   const std::pair<const char*, long long> positive[] = {
       {"--nodes", r.nodes}, {"--gpus-per-node", r.gpus_per_node}, {"--prompt-length", r.prompt_length},
       {"--global-batch", r.global_batch},
       {"--micro-batch", r.micro_batch}, {"--rollout-n", r.rollout_n}, {"--top", r.top}};
   for (const auto& [flag, v] : positive)
     if (v <= 0) return Status::InvalidArgument(std::string(flag) + ": must be a positive integer, got " + S(v));
+  if (r.sequences() > limits::kMaxBatch)
+    return Status::InvalidArgument("--global-batch: global batch x rollout n = " + S(r.sequences()) +
+                                   " sequences per step; at most " + S(limits::kMaxBatch));
   if (r.response_length < 0)
     return Status::InvalidArgument("--response-length: must be >= 0, got " + S(r.response_length));
   if (r.mode == TrainMode::kLora) {
@@ -59,8 +69,14 @@ std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) 
   for (const auto& [flag, x] : sizes)
     if (x <= 0) v.push_back(std::string(flag) + ": must be a positive integer, got " + S(x));
   if (!v.empty()) return v;
+  if (double(p.tp) * p.pp * p.cp * p.dp > double(limits::kMaxClusterGpus) ||
+      double(p.ep) * p.etp > double(limits::kMaxClusterGpus) ||
+      double(p.rollout_tp) * p.rollout_dp > double(limits::kMaxClusterGpus)) {
+    v.push_back("--dp: the layout has more GPUs than the largest cluster (" + S(limits::kMaxClusterGpus) + ")");
+    return v;
+  }
 
-  const int gpus = r.actor_gpus();
+  const long long gpus = r.actor_gpus();
   if (p.world() != gpus)
     v.push_back("--dp: tp x pp x cp x dp = " + S(p.tp) + " x " + S(p.pp) + " x " + S(p.cp) + " x " + S(p.dp) +
                 " = " + S(p.world()) + ", but the actor has " + S(gpus) + " GPUs");
@@ -73,8 +89,8 @@ std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) 
   if (m.is_moe()) {
     if (m.moe.num_experts % p.ep != 0)
       v.push_back("--ep: " + S(p.ep) + " does not divide the " + S(m.moe.num_experts) + " experts");
-    if ((p.tp * p.dp * p.cp) % (p.ep * p.etp) != 0)
-      v.push_back("--ep: ep x etp = " + S(p.ep * p.etp) + " must divide tp x dp x cp = " + S(p.tp * p.dp * p.cp) +
+    if ((1LL * p.tp * p.dp * p.cp) % (1LL * p.ep * p.etp) != 0)
+      v.push_back("--ep: ep x etp = " + S(1LL * p.ep * p.etp) + " must divide tp x dp x cp = " + S(1LL * p.tp * p.dp * p.cp) +
                   " (Megatron's expert-parallel folding)");
     if (m.moe.expert_ffn % p.etp != 0)
       v.push_back("--etp: " + S(p.etp) + " does not divide the expert FFN width " + S(m.moe.expert_ffn));
@@ -98,14 +114,14 @@ std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) 
                   " micro-batches per DP rank to be a multiple of pp = " + S(p.pp));
     if (ScheduleIsVShaped(r.schedule) && m_count < 2 * p.pp)
       v.push_back("--global-batch: " + std::string(ScheduleName(r.schedule)) + " needs at least 2 x pp = " +
-                  S(2 * p.pp) + " micro-batches per DP rank, got " + S(m_count));
+                  S(2LL * p.pp) + " micro-batches per DP rank, got " + S(m_count));
   }
   // The rollout engine.
   if (m.heads % p.rollout_tp != 0)
     v.push_back("--rollout-tp: " + S(p.rollout_tp) + " does not divide the " + S(m.heads) + " attention heads");
   if (m.is_moe() && p.rollout_ep > 1 && p.rollout_ep != p.rollout_tp * p.rollout_dp)
     v.push_back("--rollout-ep: with expert parallelism on, rollout ep must equal rollout tp x rollout dp = " +
-                S(p.rollout_tp * p.rollout_dp) + " (Verl/vLLM), got " + S(p.rollout_ep));
+                S(1LL * p.rollout_tp * p.rollout_dp) + " (Verl/vLLM), got " + S(p.rollout_ep));
   if (m.is_moe() && m.moe.num_experts % p.rollout_ep != 0)
     v.push_back("--rollout-ep: " + S(p.rollout_ep) + " does not divide the " + S(m.moe.num_experts) + " experts");
   if (!m.is_moe() && p.rollout_ep > 1) v.push_back("--rollout-ep: the model is dense; rollout ep must be 1");

@@ -4,6 +4,7 @@
 #ifndef KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 #define KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,10 +23,13 @@ struct ParallelPlan {
   int tp = 1, pp = 1, vp = 1, ep = 1, etp = 1, cp = 1, dp = 1;
   int rollout_tp = 1, rollout_ep = 1, rollout_dp = 1;
 
-  int world() const { return tp * pp * cp * dp; }
+  /// In 64 bits. Each size is at most limits::kMaxClusterGpus (2^20) once
+  /// read; CheckPlan refuses a layout whose product (taken in floating point)
+  /// exceeds the cluster before it calls this.
+  std::int64_t world() const { return std::int64_t{tp} * pp * cp * dp; }
   /// Expert data parallel size: replicas of each expert shard.
-  int edp() const { return tp * cp * dp / (ep * etp); }
-  int rollout_gpus_per_engine() const { return rollout_tp * rollout_dp; }
+  int edp() const { return static_cast<int>(std::int64_t{tp} * cp * dp / (std::int64_t{ep} * etp)); }
+  std::int64_t rollout_gpus_per_engine() const { return std::int64_t{rollout_tp} * rollout_dp; }
   bool operator==(const ParallelPlan&) const = default;
 };
 
@@ -92,13 +96,15 @@ struct PlanRequest {
   bool search = false;
   int top = 5;                 ///< with search: how many plans to report
 
-  int world() const { return nodes * gpus_per_node; }
+  /// GPUs in the cluster, in 64 bits so that no flag can wrap it;
+  /// ValidateRequest refuses more than limits::kMaxClusterGpus.
+  std::int64_t world() const { return std::int64_t{nodes} * gpus_per_node; }
   int seq_length() const { return prompt_length + response_length; }
   /// Sequences trained per step: prompts times samples.
   long long sequences() const { return static_cast<long long>(global_batch) * rollout_n; }
   OptimizerSync step_sync() const { return optimizer_sync.value_or(DefaultOptimizerSync(schedule)); }
-  int actor_gpus() const { return placement == Placement::kSplit ? world() - rollout_gpus : world(); }
-  int rollout_pool_gpus() const { return placement == Placement::kSplit ? rollout_gpus : world(); }
+  std::int64_t actor_gpus() const { return placement == Placement::kSplit ? world() - rollout_gpus : world(); }
+  std::int64_t rollout_pool_gpus() const { return placement == Placement::kSplit ? rollout_gpus : world(); }
 };
 
 const char* RecomputeName(Recompute r);

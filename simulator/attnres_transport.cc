@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/limits.h"
 #include "common/table.h"
 
 namespace kp {
@@ -46,6 +47,14 @@ Status ValidateInputs(int layers, int block_size, const StageSplit& split, int p
   if (split.num_stages() % pp != 0)
     return Status::InvalidArgument("--pp: " + std::to_string(pp) + " does not divide the " +
                                    std::to_string(split.num_stages()) + " stages of the split");
+  // The tables hold, per stage, the blocks it sees; bounded before they are built.
+  const double cells = (double(split.num_stages()) + pp) * (double(layers) / block_size + 2);
+  if (cells > double(limits::kMaxAttnResCells))
+    return Status::InvalidArgument("--layers: " + std::to_string(layers) + " layers in blocks of " +
+                                   std::to_string(block_size) + " over " + std::to_string(split.num_stages()) +
+                                   " stages make " + std::to_string(static_cast<long long>(cells)) +
+                                   " table cells, more than the " + std::to_string(limits::kMaxAttnResCells) +
+                                   " one simulation may hold (docs/limits.md)");
   return Status::Ok();
 }
 

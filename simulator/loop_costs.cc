@@ -27,8 +27,8 @@ RolloutEstimate EstimateRollout(const PlanRequest& req, const PlanEvaluation& pl
   const ParallelPlan& p = plan.plan;
   const MemoryReport& mem = plan.memory;
   RolloutEstimate r;
-  const int engine_gpus = p.rollout_gpus_per_engine();
-  r.engines = std::max(1, req.rollout_pool_gpus() / engine_gpus);
+  const int engine_gpus = static_cast<int>(p.rollout_gpus_per_engine());
+  r.engines = static_cast<int>(std::max<std::int64_t>(1, req.rollout_pool_gpus() / engine_gpus));
   r.samples_per_engine = CeilDiv(req.sequences(), r.engines);
   r.concurrency = std::max(1, std::min(r.samples_per_engine, static_cast<int>(std::floor(mem.rollout_concurrency))));
   r.waves = CeilDiv(r.samples_per_engine, r.concurrency);
@@ -54,7 +54,7 @@ RolloutEstimate EstimateRollout(const PlanRequest& req, const PlanEvaluation& pl
 }
 
 Result<Seconds> PlanSyncTime(const PlanRequest& req, const ParallelPlan& plan, Network net) {
-  const int engines = std::max(1, req.rollout_pool_gpus() / plan.rollout_gpus_per_engine());
+  const int engines = static_cast<int>(std::max<std::int64_t>(1, req.rollout_pool_gpus() / plan.rollout_gpus_per_engine()));
   SyncRequest s;
   s.bytes = req.mode == TrainMode::kFull ? FullUpdateBytes(req.model) : LoraUpdateBytes(req.model, req.lora);
   s.receivers = engines;
@@ -62,6 +62,8 @@ Result<Seconds> PlanSyncTime(const PlanRequest& req, const ParallelPlan& plan, N
   // LoRA updates of a few GB fit one default bucket; smaller buckets keep
   // the chain pipelined.
   s.bucket = req.mode == TrainMode::kFull ? kDefaultSyncBucket : GiB(1);
+  // The plan's rollout engines are the receivers: bound the work under the flag that sized them.
+  KP_RETURN_IF_ERROR(CheckSyncWork(engines, s.bytes, s.bucket, "--nodes"));
   KP_ASSIGN_OR_RETURN(ClusterGraph cluster, BuildCluster(req.gpu, engines + 1));
   KP_ASSIGN_OR_RETURN(SyncResult r, SimulateSync(cluster, s));
   return ToSeconds(r.total);

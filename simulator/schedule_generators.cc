@@ -1,9 +1,13 @@
 #include "simulator/schedule_generators.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <utility>
+
+#include "common/limits.h"
+#include "common/range.h"
 
 namespace kp {
 
@@ -225,10 +229,25 @@ Status CheckScheduleShape(ScheduleKind kind, int pp, int vp, int m) {
   if (ScheduleIsVShaped(kind) && m < 2 * pp)
     return Status::InvalidArgument("--microbatches: " + name + " needs at least 2 x pp = " + S(2 * pp) +
                                    " micro-batches, got " + S(m));
+  if (pp > limits::kMaxPipelineRanks)
+    return Status::InvalidArgument("--pp: must be at most " + std::to_string(limits::kMaxPipelineRanks) +
+                                   " pipeline ranks, got " + S(pp));
+  KP_RETURN_IF_ERROR(CheckPipelineWork(kind, pp, vp, m, "--microbatches"));
   if (ScheduleTakesVp(kind) && vp > 1 && m % pp != 0)
     return Status::InvalidArgument("--microbatches: " + name + " with vp > 1 needs a multiple of pp = " + S(pp) +
                                    " micro-batches, got " + S(m));
   return Status::Ok();
+}
+
+Status CheckPipelineWork(ScheduleKind kind, int pp, int vp, std::int64_t microbatches, const std::string& flag) {
+  // Every stage of every rank runs F, B and W for every micro-batch.
+  const double per_rank = ScheduleIsVShaped(kind) ? 2 : ScheduleTakesVp(kind) ? vp : 1;
+  const double actions = 3.0 * pp * per_rank * double(microbatches);
+  if (actions <= double(limits::kMaxPipelineActions)) return Status::Ok();
+  return Status::InvalidArgument(flag + ": pp x stages per rank x micro-batches x 3 = " + std::to_string(pp) + " x " +
+                                 ShowNumber(per_rank) + " x " + std::to_string(microbatches) + " x 3 actions, more than the " +
+                                 std::to_string(limits::kMaxPipelineActions) +
+                                 " one simulated step may hold (docs/limits.md)");
 }
 
 Result<PipelineSchedule> GenerateSchedule(ScheduleKind kind, int pp, int vp, int microbatches) {

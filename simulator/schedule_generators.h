@@ -24,6 +24,9 @@
 #ifndef KIMI_PLAN_SIMULATOR_SCHEDULE_GENERATORS_H_
 #define KIMI_PLAN_SIMULATOR_SCHEDULE_GENERATORS_H_
 
+#include <cstdint>
+#include <string>
+
 #include "common/status.h"
 #include "simulator/pipeline_schedule.h"
 #include "specs/schedule_kind.h"
@@ -35,7 +38,16 @@ namespace kp {
 ///   pp >= 1 (>= 2 for the V-shaped schedules); vp == 1 except for
 ///   interleaved-1f1b (vp >= 1; with vp > 1 M must be a multiple of pp);
 ///   M >= 1; M >= 2 pp for zbv and dualpipev.
+///   pp <= limits::kMaxPipelineRanks, and the step's work within
+///   CheckPipelineWork's bound.
 Status CheckScheduleShape(ScheduleKind kind, int pp, int vp, int microbatches);
+
+/// The work one simulated step of `kind` asks for, checked before it is
+/// made: pp x stages per rank x micro-batches x 3 (F, B, W) actions must be
+/// at most limits::kMaxPipelineActions. The error names `flag`, the flag
+/// that set the micro-batches ("--microbatches", or "--global-batch" when a
+/// plan derives them).
+Status CheckPipelineWork(ScheduleKind kind, int pp, int vp, std::int64_t microbatches, const std::string& flag);
 
 /// The compute-only schedule of `kind` for `pp` ranks, `vp` stages per rank
 /// (interleaved only) and `microbatches` micro-batches. Schedules that split

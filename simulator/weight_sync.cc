@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 
+#include "common/limits.h"
 #include "common/table.h"
 #include "planner/memory_model.h"
 #include "simulator/event_queue.h"
@@ -48,6 +49,19 @@ Result<SyncMode> ParseSyncMode(const std::string& name) {
   return Status::InvalidArgument("--mode: '" + name + "' is not one of full, lora-shared-outer, lora-per-expert");
 }
 
+Status CheckSyncWork(std::int64_t receivers, Bytes bytes, Bytes bucket, const std::string& flag) {
+  // Each bucket's hop shares links with every other transfer in flight, so
+  // the work grows as buckets x receivers^2 (measured: 37 buckets to 256
+  // receivers, 2.4M, take 7 s).
+  const double buckets = std::ceil(bytes / bucket);
+  const double work = buckets * double(receivers) * double(receivers);
+  if (work <= double(limits::kMaxSyncWork)) return Status::Ok();
+  return Status::InvalidArgument(flag + ": " + std::to_string(receivers) + " receivers x " +
+                                 std::to_string(static_cast<long long>(buckets)) + " buckets (x receivers) = " +
+                                 std::to_string(static_cast<long long>(work)) + ", more than the " +
+                                 std::to_string(limits::kMaxSyncWork) + " one simulated sync may do (docs/limits.md)");
+}
+
 namespace {
 
 Status ValidateSync(const ClusterGraph& c, const SyncRequest& r) {
@@ -63,6 +77,7 @@ Status ValidateSync(const ClusterGraph& c, const SyncRequest& r) {
     return Status::InvalidArgument("--bucket: " + FormatGB(r.bytes.value()) + " in buckets of " +
                                    FormatGB(r.bucket.value()) + " is more than 100000 buckets");
   }
+  KP_RETURN_IF_ERROR(CheckSyncWork(r.receivers, r.bytes, r.bucket, "--receivers"));
   if (!(r.h2d.value() >= 0)) return Status::InvalidArgument("--h2d: must be >= 0 bytes per second");
   if (r.fanout <= 0) return Status::InvalidArgument("--fanout: must be a positive integer");
   return Status::Ok();

@@ -99,6 +99,11 @@ struct SyncResult {
 /// Simulates one sync from node 0 to nodes 1..receivers of `cluster`.
 /// Errors name the field: "--receivers: ...", "--bucket: ...", "--h2d: ...",
 /// "--fanout: ...", "bytes: ...".
+/// The work a sync of `bytes` in buckets of `bucket` to `receivers` nodes
+/// asks for, checked before it starts: buckets x receivers^2 must be at most
+/// limits::kMaxSyncWork. The error names `flag`.
+Status CheckSyncWork(std::int64_t receivers, Bytes bytes, Bytes bucket, const std::string& flag);
+
 Result<SyncResult> SimulateSync(const ClusterGraph& cluster, const SyncRequest& request);
 
 /// One row of time versus receiver count.

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
 #include "specs/json_fields.h"
 
 namespace kp {
@@ -213,7 +215,7 @@ Result<CollectiveCurve> ParseCurve(const json& j, const std::string& field) {
   if (span == "nvlink") c.span = LinkSpan::kNvlink;
   else if (span == "fabric") c.span = LinkSpan::kFabric;
   else return Status::InvalidArgument(field + ".span: must be nvlink or fabric, got \"" + span + "\"");
-  KP_RETURN_IF_ERROR(f.Int("ranks", &c.ranks));
+  KP_RETURN_IF_ERROR(f.Int("ranks", &c.ranks, 0, limits::kMaxClusterGpus));
   if (c.ranks < 2) return Status::InvalidArgument(field + ".ranks: must be at least 2");
   KP_RETURN_IF_ERROR(f.String("source", &c.source, false));
   const json* points = nullptr;
@@ -249,7 +251,7 @@ Result<CalibrationTable> ParseCalibration(const std::string& text) {
   KP_RETURN_IF_ERROR(f.String("gpu", &t.gpu));
   KP_RETURN_IF_ERROR(f.String("source", &t.source));
   double copy = 0;
-  KP_RETURN_IF_ERROR(f.Number("memory_copy_gbytes_per_s", &copy, false));
+  KP_RETURN_IF_ERROR(f.Number("memory_copy_gbytes_per_s", &copy, 0, limits::kMaxBandwidth, false));
   if (!std::isfinite(copy) || copy < 0)
     return Status::InvalidArgument("memory_copy_gbytes_per_s: must be finite and >= 0");
   t.memory_copy = GBps(copy);
@@ -257,7 +259,9 @@ Result<CalibrationTable> ParseCalibration(const std::string& text) {
   KP_ASSIGN_OR_RETURN(elementwise, f.Object("elementwise"));
   if (elementwise) {
     Fields e(*elementwise, "elementwise");
-    KP_RETURN_IF_ERROR(e.Number("share", &t.elementwise_share));
+    // Any finite number here; the range is checked below with its own message.
+    KP_RETURN_IF_ERROR(e.Number("share", &t.elementwise_share, std::numeric_limits<double>::lowest(),
+                                std::numeric_limits<double>::max()));
     if (!std::isfinite(t.elementwise_share) || t.elementwise_share <= 0 || t.elementwise_share > 1)
       return Status::InvalidArgument("elementwise.share: must be in (0, 1]");
     KP_RETURN_IF_ERROR(e.String("source", &t.elementwise_source));

@@ -5,11 +5,13 @@
 #ifndef KIMI_PLAN_SPECS_JSON_FIELDS_H_
 #define KIMI_PLAN_SPECS_JSON_FIELDS_H_
 
+#include <cstdint>
 #include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "common/range.h"
 #include "common/status.h"
 
 namespace kp {
@@ -20,21 +22,41 @@ class Fields {
  public:
   Fields(const nlohmann::json& j, std::string prefix) : j_(j), prefix_(std::move(prefix)) {}
 
-  Status Int(const char* key, int* out, bool required = true) {
+  /// An integer field within [min, max]. Integers beyond 64 bits, and
+  /// values out of range, are refused before anything is narrowed, so a
+  /// file cannot wrap a count ("vocab": 4294969344 is not 2048); a number
+  /// with a fraction or exponent ("vocab": 1.5e5) is not an integer.
+  /// common/limits.h states the bounds the parsers pass.
+  Status Int(const char* key, std::int64_t* out, std::int64_t min, std::int64_t max, bool required = true) {
     used_.insert(key);
     if (!j_.contains(key)) return Missing(key, required);
     const nlohmann::json& v = j_.at(key);
     if (!v.is_number_integer())
-      return Status::InvalidArgument(Name(key) + ": must be an integer");
-    *out = v.get<int>();
+      return Status::InvalidArgument(Name(key) + ": must be an integer from " + std::to_string(min) + " to " +
+                                     std::to_string(max));
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max))
+      return Status::InvalidArgument(Name(key) + ": must be at most " + std::to_string(max) + ", got " + v.dump());
+    const std::int64_t x = v.get<std::int64_t>();
+    KP_RETURN_IF_ERROR(CheckIntRange(Name(key), x, min, max));
+    *out = x;
     return Status::Ok();
   }
-  Status Number(const char* key, double* out, bool required = true) {
+  /// The same into an int: [min, max] must lie within int's range.
+  Status Int(const char* key, int* out, std::int64_t min, std::int64_t max, bool required = true) {
+    std::int64_t x = *out;
+    KP_RETURN_IF_ERROR(Int(key, &x, min, max, required));
+    *out = static_cast<int>(x);
+    return Status::Ok();
+  }
+  /// A finite number within [min, max].
+  Status Number(const char* key, double* out, double min, double max, bool required = true) {
     used_.insert(key);
     if (!j_.contains(key)) return Missing(key, required);
     const nlohmann::json& v = j_.at(key);
     if (!v.is_number()) return Status::InvalidArgument(Name(key) + ": must be a number");
-    *out = v.get<double>();
+    const double x = v.get<double>();
+    KP_RETURN_IF_ERROR(CheckNumberRange(Name(key), x, min, max));
+    *out = x;
     return Status::Ok();
   }
   Status String(const char* key, std::string* out, bool required = true) {

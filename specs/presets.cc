@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
 #include "specs/json_fields.h"
 
 #ifndef KIMI_PLAN_PRESET_DIR
@@ -53,19 +54,19 @@ Status ParseAttention(const json& j, ModelSpec* m) {
 Status ParseModelObject(const json& j, ModelSpec* m) {
   Fields f(j, "");
   KP_RETURN_IF_ERROR(f.String("name", &m->name));
-  KP_RETURN_IF_ERROR(f.Int("layers", &m->layers));
-  KP_RETURN_IF_ERROR(f.Int("hidden", &m->hidden));
-  KP_RETURN_IF_ERROR(f.Int("heads", &m->heads));
-  KP_RETURN_IF_ERROR(f.Int("head_dim", &m->head_dim, false));
+  KP_RETURN_IF_ERROR(f.Int("layers", &m->layers, 1, limits::kMaxLayers));
+  KP_RETURN_IF_ERROR(f.Int("hidden", &m->hidden, 1, limits::kMaxHidden));
+  KP_RETURN_IF_ERROR(f.Int("heads", &m->heads, 1, limits::kMaxHeads));
+  KP_RETURN_IF_ERROR(f.Int("head_dim", &m->head_dim, 0, limits::kMaxHidden, false));
   m->kv_heads = m->heads;
-  KP_RETURN_IF_ERROR(f.Int("kv_heads", &m->kv_heads, false));
-  KP_RETURN_IF_ERROR(f.Int("vocab", &m->vocab));
-  KP_RETURN_IF_ERROR(f.Int("dense_layers", &m->dense_layers, false));
-  KP_RETURN_IF_ERROR(f.Int("dense_ffn", &m->dense_ffn, false));
+  KP_RETURN_IF_ERROR(f.Int("kv_heads", &m->kv_heads, 0, limits::kMaxHeads, false));
+  KP_RETURN_IF_ERROR(f.Int("vocab", &m->vocab, 1, limits::kMaxVocab));
+  KP_RETURN_IF_ERROR(f.Int("dense_layers", &m->dense_layers, 0, limits::kMaxLayers, false));
+  KP_RETURN_IF_ERROR(f.Int("dense_ffn", &m->dense_ffn, 0, limits::kMaxFfn, false));
   KP_RETURN_IF_ERROR(f.Bool("tied_embeddings", &m->tied_embeddings));
   KP_RETURN_IF_ERROR(f.Bool("gated_ffn", &m->gated_ffn));
   KP_RETURN_IF_ERROR(f.Bool("dropout", &m->dropout));
-  KP_RETURN_IF_ERROR(f.Int("attn_res_block", &m->attn_res_block, false));
+  KP_RETURN_IF_ERROR(f.Int("attn_res_block", &m->attn_res_block, 0, limits::kMaxLayers, false));
   std::string ignored;
   KP_RETURN_IF_ERROR(f.String("source", &ignored, false));
   KP_RETURN_IF_ERROR(f.String("notes", &ignored, false));
@@ -79,41 +80,41 @@ Status ParseModelObject(const json& j, ModelSpec* m) {
   KP_ASSIGN_OR_RETURN(mla, f.Object("mla"));
   if (mla) {
     Fields g(*mla, "mla");
-    KP_RETURN_IF_ERROR(g.Int("q_lora_rank", &m->mla.q_lora_rank));
-    KP_RETURN_IF_ERROR(g.Int("kv_lora_rank", &m->mla.kv_lora_rank));
-    KP_RETURN_IF_ERROR(g.Int("qk_nope_head_dim", &m->mla.qk_nope_head_dim));
-    KP_RETURN_IF_ERROR(g.Int("qk_rope_head_dim", &m->mla.qk_rope_head_dim));
-    KP_RETURN_IF_ERROR(g.Int("v_head_dim", &m->mla.v_head_dim));
+    KP_RETURN_IF_ERROR(g.Int("q_lora_rank", &m->mla.q_lora_rank, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Int("kv_lora_rank", &m->mla.kv_lora_rank, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Int("qk_nope_head_dim", &m->mla.qk_nope_head_dim, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Int("qk_rope_head_dim", &m->mla.qk_rope_head_dim, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Int("v_head_dim", &m->mla.v_head_dim, 0, limits::kMaxHidden));
     KP_RETURN_IF_ERROR(g.NoUnknownKeys());
   }
   const json* kda = nullptr;
   KP_ASSIGN_OR_RETURN(kda, f.Object("kda"));
   if (kda) {
     Fields g(*kda, "kda");
-    KP_RETURN_IF_ERROR(g.Int("head_dim_k", &m->kda.head_dim_k));
-    KP_RETURN_IF_ERROR(g.Int("head_dim_v", &m->kda.head_dim_v));
-    KP_RETURN_IF_ERROR(g.Int("conv_kernel", &m->kda.conv_kernel, false));
+    KP_RETURN_IF_ERROR(g.Int("head_dim_k", &m->kda.head_dim_k, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Int("head_dim_v", &m->kda.head_dim_v, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Int("conv_kernel", &m->kda.conv_kernel, 0, 1024, false));
     KP_RETURN_IF_ERROR(g.NoUnknownKeys());
   }
   const json* moe = nullptr;
   KP_ASSIGN_OR_RETURN(moe, f.Object("moe"));
   if (moe) {
     Fields g(*moe, "moe");
-    KP_RETURN_IF_ERROR(g.Int("num_experts", &m->moe.num_experts));
-    KP_RETURN_IF_ERROR(g.Int("top_k", &m->moe.top_k));
-    KP_RETURN_IF_ERROR(g.Int("expert_ffn", &m->moe.expert_ffn));
-    KP_RETURN_IF_ERROR(g.Int("shared_experts", &m->moe.shared_experts, false));
+    KP_RETURN_IF_ERROR(g.Int("num_experts", &m->moe.num_experts, 0, limits::kMaxExperts));
+    KP_RETURN_IF_ERROR(g.Int("top_k", &m->moe.top_k, 0, limits::kMaxExperts));
+    KP_RETURN_IF_ERROR(g.Int("expert_ffn", &m->moe.expert_ffn, 0, limits::kMaxFfn));
+    KP_RETURN_IF_ERROR(g.Int("shared_experts", &m->moe.shared_experts, 0, limits::kMaxExperts, false));
     m->moe.shared_ffn = m->moe.expert_ffn;
-    KP_RETURN_IF_ERROR(g.Int("shared_ffn", &m->moe.shared_ffn, false));
-    KP_RETURN_IF_ERROR(g.Int("latent_dim", &m->moe.latent_dim, false));
+    KP_RETURN_IF_ERROR(g.Int("shared_ffn", &m->moe.shared_ffn, 0, limits::kMaxFfn, false));
+    KP_RETURN_IF_ERROR(g.Int("latent_dim", &m->moe.latent_dim, 0, limits::kMaxHidden, false));
     KP_RETURN_IF_ERROR(g.NoUnknownKeys());
   }
   const json* storage = nullptr;
   KP_ASSIGN_OR_RETURN(storage, f.Object("storage"));
   if (storage) {
     Fields g(*storage, "storage");
-    KP_RETURN_IF_ERROR(g.Int("routed_expert_bits", &m->storage.routed_expert_bits, false));
-    KP_RETURN_IF_ERROR(g.Int("quant_group_size", &m->storage.quant_group_size, false));
+    KP_RETURN_IF_ERROR(g.Int("routed_expert_bits", &m->storage.routed_expert_bits, 0, 64, false));
+    KP_RETURN_IF_ERROR(g.Int("quant_group_size", &m->storage.quant_group_size, 0, limits::kMaxHidden, false));
     KP_RETURN_IF_ERROR(g.NoUnknownKeys());
   }
   KP_RETURN_IF_ERROR(f.NoUnknownKeys());
@@ -124,16 +125,16 @@ Status ParseGpuObject(const json& j, GpuSpec* g) {
   Fields f(j, "");
   double memory_gb = 0, bf16 = 0, fp16 = 0, fp8 = 0, hbm = 0, nvlink = 0, nic = 0, front = 0;
   KP_RETURN_IF_ERROR(f.String("name", &g->name));
-  KP_RETURN_IF_ERROR(f.Number("memory_gb", &memory_gb));
-  KP_RETURN_IF_ERROR(f.Number("bf16_tflops", &bf16));
-  KP_RETURN_IF_ERROR(f.Number("fp16_tflops", &fp16));
-  KP_RETURN_IF_ERROR(f.Number("fp8_tflops", &fp8));
-  KP_RETURN_IF_ERROR(f.Number("hbm_gbytes_per_s", &hbm));
-  KP_RETURN_IF_ERROR(f.Number("nvlink_gbytes_per_s", &nvlink));
-  KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &g->gpus_per_node));
-  KP_RETURN_IF_ERROR(f.Int("nics_per_node", &g->nics_per_node));
-  KP_RETURN_IF_ERROR(f.Number("nic_gbits_per_s", &nic));
-  KP_RETURN_IF_ERROR(f.Number("frontend_gbits_per_s", &front));
+  KP_RETURN_IF_ERROR(f.Number("memory_gb", &memory_gb, 0, limits::kMaxGpuMemoryGb));
+  KP_RETURN_IF_ERROR(f.Number("bf16_tflops", &bf16, 0, limits::kMaxTflops));
+  KP_RETURN_IF_ERROR(f.Number("fp16_tflops", &fp16, 0, limits::kMaxTflops));
+  KP_RETURN_IF_ERROR(f.Number("fp8_tflops", &fp8, 0, limits::kMaxTflops));
+  KP_RETURN_IF_ERROR(f.Number("hbm_gbytes_per_s", &hbm, 0, limits::kMaxBandwidth));
+  KP_RETURN_IF_ERROR(f.Number("nvlink_gbytes_per_s", &nvlink, 0, limits::kMaxBandwidth));
+  KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &g->gpus_per_node, 0, limits::kMaxGpusPerNode));
+  KP_RETURN_IF_ERROR(f.Int("nics_per_node", &g->nics_per_node, 0, 1024));
+  KP_RETURN_IF_ERROR(f.Number("nic_gbits_per_s", &nic, 0, limits::kMaxBandwidth));
+  KP_RETURN_IF_ERROR(f.Number("frontend_gbits_per_s", &front, 0, limits::kMaxBandwidth));
   KP_RETURN_IF_ERROR(f.String("source", &g->source));
   KP_RETURN_IF_ERROR(f.NoUnknownKeys());
   g->memory = GB(memory_gb);
@@ -152,10 +153,10 @@ Status ParseTopologyObject(const json& j, TopologySpec* t) {
   KP_RETURN_IF_ERROR(f.String("name", &t->name));
   KP_RETURN_IF_ERROR(f.String("model", &t->model));
   KP_RETURN_IF_ERROR(f.String("gpu", &t->gpu));
-  KP_RETURN_IF_ERROR(f.Int("nodes", &t->nodes));
-  KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &t->gpus_per_node));
+  KP_RETURN_IF_ERROR(f.Int("nodes", &t->nodes, 1, limits::kMaxNodes));
+  KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &t->gpus_per_node, 1, limits::kMaxGpusPerNode));
   KP_RETURN_IF_ERROR(f.String("mode", &t->mode));
-  KP_RETURN_IF_ERROR(f.Int("lora_rank", &t->lora_rank, false));
+  KP_RETURN_IF_ERROR(f.Int("lora_rank", &t->lora_rank, 0, limits::kMaxHidden, false));
   KP_RETURN_IF_ERROR(f.String("use", &t->use, false));
   std::string ignored;
   KP_RETURN_IF_ERROR(f.String("source", &ignored, false));
@@ -163,28 +164,28 @@ Status ParseTopologyObject(const json& j, TopologySpec* t) {
   KP_ASSIGN_OR_RETURN(actor, f.Object("actor", true));
   {
     Fields a(*actor, "actor");
-    KP_RETURN_IF_ERROR(a.Int("tp", &t->actor_tp));
-    KP_RETURN_IF_ERROR(a.Int("pp", &t->actor_pp));
-    KP_RETURN_IF_ERROR(a.Int("ep", &t->actor_ep));
-    KP_RETURN_IF_ERROR(a.Int("etp", &t->actor_etp));
-    KP_RETURN_IF_ERROR(a.Int("cp", &t->actor_cp));
+    KP_RETURN_IF_ERROR(a.Int("tp", &t->actor_tp, 1, limits::kMaxClusterGpus));
+    KP_RETURN_IF_ERROR(a.Int("pp", &t->actor_pp, 1, limits::kMaxClusterGpus));
+    KP_RETURN_IF_ERROR(a.Int("ep", &t->actor_ep, 1, limits::kMaxClusterGpus));
+    KP_RETURN_IF_ERROR(a.Int("etp", &t->actor_etp, 1, limits::kMaxClusterGpus));
+    KP_RETURN_IF_ERROR(a.Int("cp", &t->actor_cp, 1, limits::kMaxClusterGpus));
     KP_RETURN_IF_ERROR(a.NoUnknownKeys());
   }
   const json* rollout = nullptr;
   KP_ASSIGN_OR_RETURN(rollout, f.Object("rollout", true));
   {
     Fields r(*rollout, "rollout");
-    KP_RETURN_IF_ERROR(r.Int("tp", &t->rollout_tp));
-    KP_RETURN_IF_ERROR(r.Int("ep", &t->rollout_ep));
-    KP_RETURN_IF_ERROR(r.Int("n", &t->rollout_n));
+    KP_RETURN_IF_ERROR(r.Int("tp", &t->rollout_tp, 1, limits::kMaxClusterGpus));
+    KP_RETURN_IF_ERROR(r.Int("ep", &t->rollout_ep, 1, limits::kMaxClusterGpus));
+    KP_RETURN_IF_ERROR(r.Int("n", &t->rollout_n, 1, limits::kMaxBatch));
     KP_RETURN_IF_ERROR(r.NoUnknownKeys());
   }
   const json* lengths = nullptr;
   KP_ASSIGN_OR_RETURN(lengths, f.Object("lengths", true));
   {
     Fields l(*lengths, "lengths");
-    KP_RETURN_IF_ERROR(l.Int("prompt", &t->prompt_length));
-    KP_RETURN_IF_ERROR(l.Int("response", &t->response_length));
+    KP_RETURN_IF_ERROR(l.Int("prompt", &t->prompt_length, 1, limits::kMaxSequence));
+    KP_RETURN_IF_ERROR(l.Int("response", &t->response_length, 1, limits::kMaxSequence));
     KP_RETURN_IF_ERROR(l.NoUnknownKeys());
   }
   KP_RETURN_IF_ERROR(f.NoUnknownKeys());
