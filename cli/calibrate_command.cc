@@ -60,9 +60,15 @@ Status CalibrateCommand(const std::vector<std::string>& args, CliEnv& env) {
 #ifdef KIMI_PLAN_HAS_TORCH
   CalibrateOptions o;
   o.gpu = vm["gpu-name"].as<std::string>();
-  if (vm.count("m")) KP_ASSIGN_OR_RETURN(o.ms, Sizes(vm["m"].as<std::string>(), "--m"));
-  if (vm.count("n")) KP_ASSIGN_OR_RETURN(o.ns, Sizes(vm["n"].as<std::string>(), "--n"));
-  if (vm.count("k")) KP_ASSIGN_OR_RETURN(o.ks, Sizes(vm["k"].as<std::string>(), "--k"));
+  if (vm.count("m")) {
+    KP_ASSIGN_OR_RETURN(o.ms, Sizes(vm["m"].as<std::string>(), "--m"));
+  }
+  if (vm.count("n")) {
+    KP_ASSIGN_OR_RETURN(o.ns, Sizes(vm["n"].as<std::string>(), "--n"));
+  }
+  if (vm.count("k")) {
+    KP_ASSIGN_OR_RETURN(o.ks, Sizes(vm["k"].as<std::string>(), "--k"));
+  }
   o.fp8 = !vm.count("no-fp8");
   // Refused before anything is opened or written: no GPU, or a store that
   // cannot be opened.
