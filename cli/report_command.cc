@@ -252,10 +252,9 @@ Status PickSimulations(const ReportRequest& q, const std::vector<SimulationRecor
 }
 
 Result<ReportOutput> BuildReport(const ReportRequest& q, const CliEnv& env) {
-  // Opening creates a missing file; a report of nothing is a mistake, so it
-  // must exist first.
-  if (!env.fs.Exists(q.db)) return Status::NotFound("--db: " + q.db + " does not exist (nothing recorded yet?)");
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(q.db, env.clock));
+  // Read-only: a missing file is refused (a report of nothing is a
+  // mistake), and a read-only file works.
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(q.db, env.clock, StoreMode::kRead));
   KP_ASSIGN_OR_RETURN(std::vector<SimulationRecord> sims, store->ListSimulations());
   ReportOutput out;
   if (!q.compare.empty()) KP_RETURN_IF_ERROR(CompareView(*store, sims, q, &out));
