@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/output_paths.h"
 #include "cli/options.h"
 #include "report/compare.h"
 #include "report/html_report.h"
@@ -275,6 +276,8 @@ Status ReportCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, Parse(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(ReportRequest q, Validate(vm));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "csv", /*create_parent=*/true));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "html", /*create_parent=*/true));
   KP_ASSIGN_OR_RETURN(ReportOutput out, BuildReport(q, env));
   std::string html;
   if (vm.count("html")) {

@@ -64,6 +64,28 @@ check "report: a read-only store works" test $? -eq 0
 check "report: read-only store lists its plan" grep -q "plans *1" ro.txt
 check "report: read-only store unchanged" test "$(digest ro.db)" = "$before"
 
+# ------------------------------------------------------ bad output paths
+# Checked before any work: nothing recorded, nothing written.
+echo x > afile
+cp good.db out.db
+sim=(simulate pipeline --schedule 1f1b --pp 2 --microbatches 2 --f-us 1 --b-us 2 --w-us 0 --p2p-us 1)
+bad_db "report --csv: a directory" --csv out.db "is a directory" report --csv dir.db
+bad_db "report --html: under a file" --html out.db "afile is not a directory" report --html afile/r.html
+bad_db "report --csv: empty" --csv out.db "empty" report --csv ""
+bad_db "simulate pipeline --out: a file" --out out.db "is a file" "${sim[@]}" --out afile
+bad_db "simulate pipeline --out: under a file" --out out.db "afile is not a directory" "${sim[@]}" --out afile/x
+bad_db "simulate loop --out: a file" --out out.db "is a file" simulate loop --preset h200-lora --out afile
+bad_db "launch --out: a file" --out out.db "is a file" launch --target slurm --preset h200-lora --force --out afile
+bad_db "calibrate --out: a directory" --out out.db "is a directory" calibrate --out dir.db
+if "$bin" --help | grep -q '^  train '; then
+  small=(train --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 2 --seq-len 8 --layers 3 --heads 2 --steps 2)
+  bad_db "train --checkpoint-dir: a file" --checkpoint-dir out.db "is a file" "${small[@]}" --checkpoint-dir afile
+  bad_db "train --save-adapters: missing directory" --save-adapters out.db "does not exist" \
+    "${small[@]}" --lora-rank 2 --save-adapters nodir/a.pt
+else
+  echo "skipped: train's output paths (built without LibTorch)"
+fi
+
 # ------------------------------------------------- two writers and a reader
 start=$SECONDS
 writer() { for i in $(seq 30); do "$bin" "${plan[@]}" --db busy.db > /dev/null 2>> "writer$1.err" || echo "plan failed: $?" >> "writer$1.err"; done; }
