@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -341,16 +342,23 @@ Result<std::unique_ptr<Store>> Store::OpenChecked(const std::string& path, const
     Statement st(db, "PRAGMA quick_check(1)");
     const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
     if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "check the file");
-    if (st.Text(0) != "ok")
-      return Status::InvalidArgument(DbError(path, "not a valid SQLite database (quick_check: " + st.Text(0) + ")"));
+    std::string verdict = st.Text(0);
+    if (verdict != "ok") {
+      std::replace(verdict.begin(), verdict.end(), '\n', ' ');  // one line
+      return Status::InvalidArgument(DbError(path, "not a valid SQLite database (quick_check: " + verdict + ")"));
+    }
   }
   KP_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys = ON"));
   if (mode == StoreMode::kRead) return store;
   if (!memory) {
-    Statement st(db, "PRAGMA journal_mode");
-    const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
-    if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "read the journal mode");
-    if (st.Text(0) != "wal") KP_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode = WAL"));
+    std::string journal;
+    {
+      Statement st(db, "PRAGMA journal_mode");  // finalized before the mode can change
+      const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
+      if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "read the journal mode");
+      journal = st.Text(0);
+    }
+    if (journal != "wal") KP_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode = WAL"));
   }
   KP_RETURN_IF_ERROR(store->Migrate());
   return store;

@@ -212,11 +212,12 @@ TEST_F(BadStoreTest, AReadOnlyFileIsRefusedForWritingAndReadForReading) {
   ExpectRefused(path, StoreMode::kWrite, "read-only");
   const std::string before = Read(path);
   FakeClock clock;
-  auto s = Store::Open(path, clock, StoreMode::kRead);
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  EXPECT_EQ((*s)->ListPlans()->size(), 1u);
-  EXPECT_FALSE((*s)->InsertPlan(Sample()).ok());
-  s->reset();
+  {
+    auto s = Store::Open(path, clock, StoreMode::kRead);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ((*s)->ListPlans()->size(), 1u);
+    EXPECT_FALSE((*s)->InsertPlan(Sample()).ok());
+  }
   EXPECT_EQ(Read(path), before);
 }
 
