@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/output_paths.h"
 #include "cli/options.h"
 #include "store/store.h"
 #ifdef KIMI_PLAN_HAS_TORCH
@@ -57,6 +58,7 @@ Status CalibrateCommand(const std::vector<std::string>& args, CliEnv& env) {
   if (!proceed) return Status::Ok();
   if (!vm.count("out")) return Status::InvalidArgument("--out: name the table file to write");
   const std::string out = vm["out"].as<std::string>();
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "out", /*create_parent=*/true));
 #ifdef KIMI_PLAN_HAS_TORCH
   CalibrateOptions o;
   o.gpu = vm["gpu-name"].as<std::string>();

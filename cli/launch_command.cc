@@ -3,6 +3,7 @@
 // check runs before the first file is written.
 
 #include "cli/commands.h"
+#include "cli/output_paths.h"
 #include "cli/options.h"
 #include "cli/simulate_commands.h"
 #include "common/limits.h"
@@ -174,6 +175,7 @@ Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env) {
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(LaunchOptions options, OptionsFromFlags(vm));
   KP_RETURN_IF_ERROR(CheckEngineTarget(options));
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "out"));
   KP_RETURN_IF_ERROR(CheckStoreExists(vm, env));
   KP_ASSIGN_OR_RETURN(PricedPlan plan, LoadPlan(vm, env));
   KP_ASSIGN_OR_RETURN(VerlKeys keys, LoadVerlKeys(options, env));

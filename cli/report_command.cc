@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/output_paths.h"
 #include "cli/options.h"
 #include "report/compare.h"
 #include "report/html_report.h"
@@ -252,10 +253,9 @@ Status PickSimulations(const ReportRequest& q, const std::vector<SimulationRecor
 }
 
 Result<ReportOutput> BuildReport(const ReportRequest& q, const CliEnv& env) {
-  // Opening creates a missing file; a report of nothing is a mistake, so it
-  // must exist first.
-  if (!env.fs.Exists(q.db)) return Status::NotFound("--db: " + q.db + " does not exist (nothing recorded yet?)");
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(q.db, env.clock));
+  // Read-only: a missing file is refused (a report of nothing is a
+  // mistake), and a read-only file works.
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(q.db, env.clock, StoreMode::kRead));
   KP_ASSIGN_OR_RETURN(std::vector<SimulationRecord> sims, store->ListSimulations());
   ReportOutput out;
   if (!q.compare.empty()) KP_RETURN_IF_ERROR(CompareView(*store, sims, q, &out));
@@ -276,6 +276,8 @@ Status ReportCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, Parse(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(ReportRequest q, Validate(vm));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "csv", /*create_parent=*/true));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "html", /*create_parent=*/true));
   KP_ASSIGN_OR_RETURN(ReportOutput out, BuildReport(q, env));
   std::string html;
   if (vm.count("html")) {

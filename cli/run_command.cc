@@ -122,7 +122,7 @@ Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& en
     const std::int64_t id = vm["plan"].as<std::int64_t>();
     const std::string db = vm["db"].as<std::string>();
     if (!env.fs.Exists(db)) return Status::InvalidArgument("--db: " + db + " does not exist (needed by --plan)");
-    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(db, env.clock));
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(db, env.clock, StoreMode::kRead));
     KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(id));
     Result<PlanRequest> req = Status::Internal("unparsed");
     try {

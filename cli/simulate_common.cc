@@ -19,7 +19,8 @@ Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env) {
                                      "--layer-split to `kimi-plan plan`");
     p.plan_id = vm["plan"].as<std::int64_t>();
     if (p.plan_id <= 0) return Status::InvalidArgument("--plan: must be a positive plan id");
-    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
+    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
+                        Store::Open(vm["db"].as<std::string>(), env.clock, StoreMode::kRead));
     KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(p.plan_id));
     if (!rec.feasible && rec.step_time_s == 0)
       return Status::InvalidArgument("--plan: plan " + std::to_string(p.plan_id) + " is a search that found no feasible layout");

@@ -1,5 +1,6 @@
 // `kimi-plan simulate loop`: the SDPO loop of a plan, or of explicit costs.
 #include "cli/simulate_commands.h"
+#include "cli/output_paths.h"
 #include "common/limits.h"
 #include "common/table.h"
 #include "planner/plan_json.h"
@@ -78,6 +79,7 @@ Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "out"));
   LoopOptions o;
   o.steps = vm["steps"].as<int>();
   o.off_policy_overlap = vm.count("off-policy") > 0;

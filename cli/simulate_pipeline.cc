@@ -1,6 +1,7 @@
 // `kimi-plan simulate pipeline`: one step of a pipeline schedule on the
 // discrete-event core, with explicit costs or with a plan's.
 #include "cli/simulate_commands.h"
+#include "cli/output_paths.h"
 #include "common/limits.h"
 #include "common/table.h"
 #include "planner/schedule_model.h"
@@ -184,6 +185,7 @@ Status SimulatePipelineCommand(const std::vector<std::string>& args, CliEnv& env
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "out"));
   KP_ASSIGN_OR_RETURN(PipelineInput in, HasPlanSource(vm) ? FromPlan(vm, env) : FromExplicitCosts(vm, env));
   in.options.record_timeline = vm.count("out") > 0;
   Stopwatch watch;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/output_paths.h"
 #include "cli/options.h"
 #include "cli/runtime_options.h"
 #include "common/stats.h"
@@ -130,6 +131,10 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
+  // Before the run's row or any step: a path that cannot be written fails
+  // now, not after training (torch::save creates no directory).
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "save-adapters", /*create_parent=*/false));
   KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session, runtime::TrainSession::Create(config, env.fs));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));

@@ -1,5 +1,7 @@
 #include "common/file_system.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +54,97 @@ Status RealFileSystem::WriteFile(const std::string& path, const std::string& con
 bool RealFileSystem::Exists(const std::string& path) const {
   std::error_code ec;
   return std::filesystem::exists(path, ec);
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The directory of `path`, "." for a bare name.
+fs::path ParentOf(const fs::path& path) {
+  const fs::path parent = path.parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+// `dir` exists as a writable directory, or its nearest existing ancestor is
+// one (so that create_directories would make it).
+Status CheckCreatableDirectory(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::path p = dir;; p = ParentOf(p)) {
+    const fs::file_status st = fs::status(p, ec);
+    if (st.type() == fs::file_type::not_found) {
+      if (p == ParentOf(p)) break;
+      continue;
+    }
+    if (!fs::is_directory(st)) return Status::InvalidArgument(p.string() + " is not a directory");
+    if (::access(p.c_str(), W_OK) != 0) return Status::InvalidArgument("directory " + p.string() + " is not writable");
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(dir.string() + ": no existing directory above it");
+}
+
+}  // namespace
+
+Status RealFileSystem::CheckWritableFile(const std::string& path, bool create_parent) const {
+  if (path.empty()) return Status::InvalidArgument("the path is empty");
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) return Status::InvalidArgument(path + " is a directory, not a file");
+  if (fs::exists(st)) {
+    if (!fs::is_regular_file(st)) return Status::InvalidArgument(path + " is not a regular file");
+    if (::access(path.c_str(), W_OK) != 0) return Status::InvalidArgument(path + " is a read-only file");
+  }
+  const fs::path parent = ParentOf(path);
+  if (create_parent) return CheckCreatableDirectory(parent).WithContext(path);
+  const fs::file_status pst = fs::status(parent, ec);
+  if (!fs::exists(pst)) return Status::InvalidArgument(path + ": directory " + parent.string() + " does not exist");
+  if (!fs::is_directory(pst)) return Status::InvalidArgument(path + ": " + parent.string() + " is not a directory");
+  if (::access(parent.c_str(), W_OK) != 0)
+    return Status::InvalidArgument(path + ": directory " + parent.string() + " is not writable");
+  return Status::Ok();
+}
+
+Status RealFileSystem::CheckWritableDirectory(const std::string& dir) const {
+  if (dir.empty()) return Status::InvalidArgument("the path is empty");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    return Status::InvalidArgument(dir + " is a file, not a directory");
+  return CheckCreatableDirectory(dir).WithContext(dir);
+}
+
+bool FakeFileSystem::IsDirectory(const std::string& path) const {
+  return path.empty() || path == "." || path == "/" || dirs_.count(path) || (Exists(path) && !files_.count(path));
+}
+
+Status FakeFileSystem::CheckCreatable(const std::string& dir) const {
+  for (std::string p = dir;;) {
+    if (files_.count(p)) return Status::InvalidArgument(p + " is not a directory");
+    if (IsDirectory(p)) {
+      if (read_only_.count(p)) return Status::InvalidArgument("directory " + p + " is not writable");
+      return Status::Ok();
+    }
+    const std::size_t slash = p.rfind('/');
+    p = slash == std::string::npos ? "" : p.substr(0, slash);
+  }
+}
+
+Status FakeFileSystem::CheckWritableFile(const std::string& path, bool create_parent) const {
+  if (path.empty()) return Status::InvalidArgument("the path is empty");
+  if (IsDirectory(path)) return Status::InvalidArgument(path + " is a directory, not a file");
+  if (read_only_.count(path)) return Status::InvalidArgument(path + " is a read-only file");
+  const std::size_t slash = path.rfind('/');
+  const std::string parent = slash == std::string::npos ? "" : path.substr(0, slash);
+  if (!create_parent && !IsDirectory(parent)) {
+    if (files_.count(parent)) return Status::InvalidArgument(path + ": " + parent + " is not a directory");
+    return Status::InvalidArgument(path + ": directory " + parent + " does not exist");
+  }
+  return CheckCreatable(parent).WithContext(path);
+}
+
+Status FakeFileSystem::CheckWritableDirectory(const std::string& dir) const {
+  if (dir.empty()) return Status::InvalidArgument("the path is empty");
+  if (files_.count(dir)) return Status::InvalidArgument(dir + " is a file, not a directory");
+  return CheckCreatable(dir).WithContext(dir);
 }
 
 bool FakeFileSystem::Exists(const std::string& path) const {

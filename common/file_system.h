@@ -4,6 +4,7 @@
 #define KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,16 @@ class FileSystem {
   virtual Status WriteFile(const std::string& path, const std::string& contents) const = 0;
   /// Whether `path` names an existing file or directory.
   virtual bool Exists(const std::string& path) const = 0;
+  /// Checks, writing nothing, that a file can be written at `path`: it is
+  /// not a directory nor a read-only file, and its directory exists and is
+  /// writable (with `create_parent`, as WriteFile does: the nearest existing
+  /// ancestor is a writable directory). InvalidArgument (exit 2) naming the
+  /// path and what is wrong, for the caller to prefix with its flag.
+  virtual Status CheckWritableFile(const std::string& path, bool create_parent) const = 0;
+  /// Checks, writing nothing, that `dir` is a writable directory or can be
+  /// created as one (no ancestor is a file; the nearest existing one is a
+  /// writable directory). InvalidArgument naming the path otherwise.
+  virtual Status CheckWritableDirectory(const std::string& dir) const = 0;
 };
 
 class RealFileSystem : public FileSystem {
@@ -30,6 +41,8 @@ class RealFileSystem : public FileSystem {
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   bool Exists(const std::string& path) const override;
+  Status CheckWritableFile(const std::string& path, bool create_parent) const override;
+  Status CheckWritableDirectory(const std::string& dir) const override;
 };
 
 /// An in-memory filesystem keyed by full path.
@@ -41,10 +54,20 @@ class FakeFileSystem : public FileSystem {
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   /// A file added or written, or a directory holding one.
   bool Exists(const std::string& path) const override;
+  /// An empty directory ("" and "." always exist).
+  void AddDirectory(const std::string& path) { dirs_.insert(path); }
+  /// A file or directory that cannot be written.
+  void SetReadOnly(const std::string& path) { read_only_.insert(path); }
+  Status CheckWritableFile(const std::string& path, bool create_parent) const override;
+  Status CheckWritableDirectory(const std::string& dir) const override;
 
  private:
+  bool IsDirectory(const std::string& path) const;
+  Status CheckCreatable(const std::string& dir) const;
   // Mutable: writing through the const interface is the point of a fake.
   mutable std::map<std::string, std::string> files_;
+  std::set<std::string> dirs_;
+  std::set<std::string> read_only_;
 };
 
 }  // namespace kp

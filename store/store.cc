@@ -1,5 +1,12 @@
 #include "store/store.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include <sqlite3.h>
@@ -218,17 +225,145 @@ StepRecord ReadStep(const Statement& st) {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock& clock) {
+namespace {
+
+std::string DbError(const std::string& path, const std::string& what) { return "--db: " + path + ": " + what; }
+
+std::uint32_t BigEndian(const unsigned char* p, int n) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+// What can be known about the file before SQLite opens it, so that a bad
+// --db is refused with its reason and without a byte written: SQLite itself
+// would create a file in place of a missing one, and only fail (or write a
+// journal) on the first statement for a file that is not a database.
+// Sets `*existing` when the file exists and is not empty.
+Status CheckDbFile(const std::string& path, StoreMode mode, bool* existing) {
+  namespace fs = std::filesystem;
+  *existing = false;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (st.type() == fs::file_type::not_found) {
+    if (mode == StoreMode::kRead) return Status::NotFound("--db: " + path + " does not exist (nothing recorded yet?)");
+    if (!fs::is_directory(parent, ec))
+      return Status::InvalidArgument(DbError(path, "directory " + parent.string() + " does not exist"));
+    if (::access(parent.c_str(), W_OK) != 0)
+      return Status::InvalidArgument(DbError(path, "directory " + parent.string() + " is not writable"));
+    return Status::Ok();
+  }
+  if (ec) return Status::InvalidArgument(DbError(path, ec.message()));
+  if (fs::is_directory(st)) return Status::InvalidArgument(DbError(path, "is a directory, not a database file"));
+  if (!fs::is_regular_file(st)) return Status::InvalidArgument(DbError(path, "is not a regular file"));
+  if (mode == StoreMode::kWrite) {
+    // Mode bits as well as access(): root may write a 0444 file, but the
+    // user who made it read-only meant it.
+    const bool any_write = (st.permissions() & (fs::perms::owner_write | fs::perms::group_write |
+                                                fs::perms::others_write)) != fs::perms::none;
+    if (!any_write || ::access(path.c_str(), W_OK) != 0)
+      return Status::InvalidArgument(DbError(path, "read-only file, and this command writes to the store"));
+    if (::access(parent.c_str(), W_OK) != 0)
+      return Status::InvalidArgument(
+          DbError(path, "directory " + parent.string() + " is not writable (SQLite writes its journal there)"));
+  }
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) return Status::InvalidArgument(DbError(path, ec.message()));
+  if (size == 0) return Status::Ok();  // an empty file is an empty database
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument(DbError(path, "cannot be read"));
+  unsigned char header[100] = {};
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  const std::size_t got = static_cast<std::size_t>(in.gcount());
+  static const char kMagic[] = "SQLite format 3";  // and its NUL: 16 bytes
+  if (got < 16 || std::memcmp(header, kMagic, 16) != 0)
+    return Status::InvalidArgument(DbError(path, "not a SQLite database (no SQLite header)"));
+  if (got < sizeof header)
+    return Status::InvalidArgument(DbError(path, "not a SQLite database (truncated: " + std::to_string(size) +
+                                                     " bytes, shorter than the 100-byte header)"));
+  // The page size (1 means 65536) and, when valid (its change counter
+  // matches), the page count the header declares.
+  std::uintmax_t page_size = BigEndian(header + 16, 2);
+  if (page_size == 1) page_size = 65536;
+  // Not while a WAL file is beside it: a checkpoint writes page 1 (the new
+  // count) before the pages that grow the file, and quick_check reads the
+  // WAL's copy anyway.
+  const std::uint32_t pages = BigEndian(header + 28, 4);
+  const bool wal = fs::file_size(path + "-wal", ec) > 0 && !ec;
+  if (!wal && pages > 0 && BigEndian(header + 24, 4) == BigEndian(header + 92, 4) && size < pages * page_size)
+    return Status::InvalidArgument(DbError(path, "not a SQLite database (truncated: " + std::to_string(size) +
+                                                     " bytes, its header says " +
+                                                     std::to_string(pages * page_size) + ")"));
+  *existing = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock& clock, StoreMode mode) {
+  if (path.empty()) return Status::InvalidArgument("--db: the path is empty; name the database file");
+  if (mode == StoreMode::kWrite || path == ":memory:") return OpenChecked(path, clock, StoreMode::kWrite);
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenChecked(path, clock, StoreMode::kRead));
+  const int version = store->SchemaVersion();
+  if (version == kSchemaVersion) return store;
+  // Older than this build: migrate it through a writing open, which refuses
+  // a read-only file with its reason.
+  store.reset();
+  Result<std::unique_ptr<Store>> written = OpenChecked(path, clock, StoreMode::kWrite);
+  if (!written.ok())
+    return written.status().WithContext("schema version " + std::to_string(version) + " needs migrating to " +
+                                        std::to_string(kSchemaVersion));
+  return written;
+}
+
+Result<std::unique_ptr<Store>> Store::OpenChecked(const std::string& path, const Clock& clock, StoreMode mode) {
+  const bool memory = path == ":memory:";
+  bool existing = false;
+  if (!memory) KP_RETURN_IF_ERROR(CheckDbFile(path, mode, &existing));
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+  const int flags = mode == StoreMode::kRead ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
-    return Status::IoError("--db " + path + ": " + msg);
+    return Status::InvalidArgument(DbError(path, "cannot open (" + msg + ")"));
   }
-  sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<Store> store(new Store(db, clock));
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  std::unique_ptr<Store> store(new Store(db, clock, path));
+  int version = 0;
+  {
+    Statement st(db, "PRAGMA user_version");
+    const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
+    if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "read the schema version");
+    version = static_cast<int>(st.Int(0));
+  }
+  if (version > kSchemaVersion)
+    return Status::InvalidArgument(DbError(path, "schema version " + std::to_string(version) +
+                                                     " is newer than this build's " + std::to_string(kSchemaVersion) +
+                                                     " (use a newer kimi-plan)"));
+  if (existing) {
+    Statement st(db, "PRAGMA quick_check(1)");
+    const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
+    if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "check the file");
+    std::string verdict = st.Text(0);
+    if (verdict != "ok") {
+      std::replace(verdict.begin(), verdict.end(), '\n', ' ');  // one line
+      return Status::InvalidArgument(DbError(path, "not a valid SQLite database (quick_check: " + verdict + ")"));
+    }
+  }
   KP_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys = ON"));
-  if (path != ":memory:") KP_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode = WAL"));
+  if (mode == StoreMode::kRead) return store;
+  if (!memory) {
+    std::string journal;
+    {
+      Statement st(db, "PRAGMA journal_mode");  // finalized before the mode can change
+      const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
+      if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "read the journal mode");
+      journal = st.Text(0);
+    }
+    if (journal != "wal") KP_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode = WAL"));
+  }
   KP_RETURN_IF_ERROR(store->Migrate());
   return store;
 }
@@ -236,13 +371,24 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock&
 Store::~Store() { sqlite3_close(db_); }
 
 Status Store::Exec(const std::string& sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return Status::IoError("sqlite: " + msg);
-  }
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
+    return SqlError(sqlite3_extended_errcode(db_), "");
   return Status::Ok();
+}
+
+Status Store::SqlError(int rc, const std::string& what) const {
+  const std::string msg = sqlite3_errmsg(db_);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Status::InvalidArgument(DbError(path_, "locked by another writer for more than " +
+                                                        std::to_string(kBusyTimeoutMs / 1000) + " s"));
+    case SQLITE_NOTADB: return Status::InvalidArgument(DbError(path_, "not a SQLite database (" + msg + ")"));
+    case SQLITE_CORRUPT: return Status::InvalidArgument(DbError(path_, "not a valid SQLite database (" + msg + ")"));
+    case SQLITE_READONLY: return Status::InvalidArgument(DbError(path_, "cannot be written (" + msg + ")"));
+    case SQLITE_CANTOPEN: return Status::InvalidArgument(DbError(path_, "cannot open (" + msg + ")"));
+    default: return Status::IoError("sqlite" + (what.empty() ? "" : " " + what) + ": " + msg);
+  }
 }
 
 int Store::SchemaVersion() const {
@@ -254,11 +400,10 @@ int Store::SchemaVersion() const {
 Status Store::Migrate() {
   const int from = SchemaVersion();
   if (from < 0) return Status::IoError("sqlite: cannot read the schema version");
-  if (from > kSchemaVersion)
-    return Status::IoError("--db: the file has schema version " + std::to_string(from) +
-                           ", newer than this build's " + std::to_string(kSchemaVersion));
   for (int v = from; v < kSchemaVersion; ++v) {
     KP_RETURN_IF_ERROR(InTransaction([&] {
+      // Another process may have migrated while this one waited for the lock.
+      if (SchemaVersion() > v) return Status::Ok();
       KP_RETURN_IF_ERROR(Exec(kMigrations[v]));
       return Exec("PRAGMA user_version = " + std::to_string(v + 1));
     }));

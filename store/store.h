@@ -139,14 +139,34 @@ struct WeightSyncRecord {
   double seconds = 0;
 };
 
+/// How a command uses the store.
+enum class StoreMode {
+  kWrite,  ///< creates a missing file, migrates, writes
+  kRead,   ///< only reads: opened with SQLITE_OPEN_READONLY, so a read-only file works
+};
+
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
   static constexpr int kSchemaVersion = 7;
+  /// How long a write waits for another process's write lock before it
+  /// fails with "--db: PATH: locked by another writer for more than 5 s".
+  static constexpr int kBusyTimeoutMs = 5000;
 
-  /// Opens (creating if needed) and migrates the database at `path`.
-  /// ":memory:" gives a private in-memory store for tests.
-  static Result<std::unique_ptr<Store>> Open(const std::string& path, const Clock& clock);
+  /// Opens the database at `path` for `mode`. kWrite creates a missing file
+  /// (its directory must exist) and migrates it; kRead opens an existing
+  /// file read-only (a file older than this build is migrated first when it
+  /// is writable). ":memory:" gives a private in-memory store for tests.
+  ///
+  /// Every refusal is InvalidArgument (exit 2), one line
+  /// "--db: PATH: what is wrong", and leaves the file byte-identical (or not
+  /// created): an empty path, a missing directory, a directory, not a regular
+  /// file, not a SQLite database (wrong header, or truncated: shorter than
+  /// its header says, or failing PRAGMA quick_check), a read-only file for
+  /// kWrite, a schema newer than this build, a lock held longer than
+  /// kBusyTimeoutMs. kRead on a missing file is NotFound.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, const Clock& clock,
+                                             StoreMode mode = StoreMode::kWrite);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -199,12 +219,16 @@ class Store {
   Status InTransaction(const std::function<Status()>& body);
 
  private:
-  Store(sqlite3* db, const Clock& clock) : db_(db), clock_(clock) {}
+  Store(sqlite3* db, const Clock& clock, std::string path) : db_(db), clock_(clock), path_(std::move(path)) {}
+  static Result<std::unique_ptr<Store>> OpenChecked(const std::string& path, const Clock& clock, StoreMode mode);
   Status Exec(const std::string& sql);
+  /// The one-line "--db: PATH: ..." status of a failed SQLite call `what`.
+  Status SqlError(int rc, const std::string& what) const;
   Status Migrate();
   Status InsertStepRow(const StepRecord& r);  // inside a transaction
   sqlite3* db_;
   const Clock& clock_;
+  std::string path_;
 };
 
 }  // namespace kp

@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <gtest/gtest.h>
 
 namespace kp {
@@ -98,6 +101,160 @@ TEST(StoreTest, RefusesAFileFromANewerBuild) {
   auto s = Store::Open(path, clock);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("schema version 99"), std::string::npos);
+}
+
+// A bad --db is refused with one line naming the flag and the path, exit 2
+// (InvalidArgument), and the file is left byte-identical or not created.
+class BadStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/bad_store_" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
+    std::filesystem::remove_all(dir_);
+  }
+  static void Write(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // A good store with one plan, closed (WAL checkpointed into the file).
+  std::string GoodStore(const std::string& name) {
+    const std::string path = dir_ + "/" + name;
+    FakeClock clock;
+    auto s = Store::Open(path, clock);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    EXPECT_TRUE((*s)->InsertPlan(Sample()).ok());
+    return path;
+  }
+  // Opening `path` in `mode` is refused with a message holding `what`, and
+  // the file is unchanged and nothing beside it is created.
+  void ExpectRefused(const std::string& path, StoreMode mode, const std::string& what) {
+    const bool existed = std::filesystem::exists(path);
+    const std::string before = existed && !std::filesystem::is_directory(path) ? Read(path) : "";
+    const auto entries = Entries();
+    FakeClock clock;
+    auto s = Store::Open(path, clock, mode);
+    ASSERT_FALSE(s.ok()) << path;
+    EXPECT_EQ(s.status().ExitCode(), 2) << s.status().message();
+    EXPECT_EQ(s.status().message().rfind("--db: " + path, 0), 0u) << s.status().message();
+    EXPECT_NE(s.status().message().find(what), std::string::npos) << s.status().message();
+    EXPECT_EQ(s.status().message().find('\n'), std::string::npos);
+    if (existed && !std::filesystem::is_directory(path)) EXPECT_EQ(Read(path), before);
+    EXPECT_EQ(Entries(), entries) << "a file was created beside " << path;
+  }
+  std::vector<std::string> Entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_)) out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::string dir_;
+};
+
+TEST_F(BadStoreTest, RefusesAnEmptyPath) {
+  FakeClock clock;
+  auto s = Store::Open("", clock);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().ExitCode(), 2);
+  EXPECT_EQ(s.status().message().rfind("--db: ", 0), 0u);
+  EXPECT_FALSE(Store::Open("", clock, StoreMode::kRead).ok());
+}
+
+TEST_F(BadStoreTest, RefusesAMissingDirectory) {
+  ExpectRefused(dir_ + "/missing/x.db", StoreMode::kWrite, "does not exist");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/missing"));
+}
+
+TEST_F(BadStoreTest, RefusesADirectory) {
+  std::filesystem::create_directories(dir_ + "/d.db");
+  ExpectRefused(dir_ + "/d.db", StoreMode::kWrite, "is a directory");
+  ExpectRefused(dir_ + "/d.db", StoreMode::kRead, "is a directory");
+}
+
+TEST_F(BadStoreTest, RefusesRandomBytes) {
+  std::string bytes;
+  for (int i = 0; i < 8192; ++i) bytes.push_back(static_cast<char>((i * 7919 + 13) % 251));
+  Write(dir_ + "/random.db", bytes);
+  ExpectRefused(dir_ + "/random.db", StoreMode::kWrite, "not a SQLite database");
+  ExpectRefused(dir_ + "/random.db", StoreMode::kRead, "not a SQLite database");
+}
+
+TEST_F(BadStoreTest, RefusesATruncatedFile) {
+  const std::string good = GoodStore("good.db");
+  const std::string bytes = Read(good);
+  ASSERT_GT(bytes.size(), 4096u);
+  Write(dir_ + "/short.db", bytes.substr(0, 50));
+  ExpectRefused(dir_ + "/short.db", StoreMode::kWrite, "truncated");
+  Write(dir_ + "/half.db", bytes.substr(0, bytes.size() / 2));
+  ExpectRefused(dir_ + "/half.db", StoreMode::kWrite, "truncated");
+  ExpectRefused(dir_ + "/half.db", StoreMode::kRead, "truncated");
+}
+
+TEST_F(BadStoreTest, RefusesADamagedFile) {
+  const std::string good = GoodStore("good.db");
+  std::string bytes = Read(good);
+  // Page 2 onwards overwritten: the header is fine, the b-trees are not.
+  for (std::size_t i = 4096; i < bytes.size(); ++i) bytes[i] = static_cast<char>(0xA5);
+  Write(dir_ + "/damaged.db", bytes);
+  ExpectRefused(dir_ + "/damaged.db", StoreMode::kWrite, "not a valid SQLite database");
+}
+
+TEST_F(BadStoreTest, AReadOnlyFileIsRefusedForWritingAndReadForReading) {
+  const std::string path = GoodStore("ro.db");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  ExpectRefused(path, StoreMode::kWrite, "read-only");
+  const std::string before = Read(path);
+  FakeClock clock;
+  {
+    auto s = Store::Open(path, clock, StoreMode::kRead);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ((*s)->ListPlans()->size(), 1u);
+    EXPECT_FALSE((*s)->InsertPlan(Sample()).ok());
+  }
+  EXPECT_EQ(Read(path), before);
+}
+
+TEST_F(BadStoreTest, RefusesANewerSchemaWithoutTouchingIt) {
+  const std::string path = dir_ + "/newer.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "CREATE TABLE t (x); PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  ExpectRefused(path, StoreMode::kWrite, "schema version 99 is newer than this build's");
+  ExpectRefused(path, StoreMode::kRead, "schema version 99");
+}
+
+TEST_F(BadStoreTest, ReadingAMissingFileIsNotFoundAndCreatesNothing) {
+  FakeClock clock;
+  auto s = Store::Open(dir_ + "/none.db", clock, StoreMode::kRead);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Status::Code::kNotFound);
+  EXPECT_TRUE(Entries().empty());
+}
+
+TEST_F(BadStoreTest, AWriteLockHeldLongerThanTheTimeoutIsOneLine) {
+  const std::string path = GoodStore("locked.db");
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  FakeClock clock;
+  auto s = Store::Open(path, clock);
+  ASSERT_TRUE(s.ok()) << s.status().message();  // opening and reading do not wait in WAL mode
+  EXPECT_EQ((*s)->ListPlans()->size(), 1u);
+  auto id = (*s)->InsertPlan(Sample());  // waits kBusyTimeoutMs, then gives up
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().message(), "--db: " + path + ": locked by another writer for more than 5 s");
+  EXPECT_EQ(id.status().ExitCode(), 2);
+  sqlite3_exec(holder, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(holder);
+  EXPECT_TRUE((*s)->InsertPlan(Sample()).ok());
 }
 
 TEST(StoreTest, ReopeningKeepsRecordsAndDoesNotMigrateTwice) {

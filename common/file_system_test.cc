@@ -1,0 +1,71 @@
+#include "common/file_system.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+
+namespace kp {
+namespace {
+
+namespace fs = std::filesystem;
+
+class OutputCheckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/output_check_" + std::to_string(::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/sub");
+    std::ofstream(dir_ + "/file") << "x";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+  RealFileSystem real_;
+};
+
+TEST_F(OutputCheckTest, AFileInAnExistingDirectoryIsWritable) {
+  EXPECT_TRUE(real_.CheckWritableFile(dir_ + "/new.csv", false).ok());
+  EXPECT_TRUE(real_.CheckWritableFile(dir_ + "/file", false).ok());
+  EXPECT_TRUE(real_.CheckWritableDirectory(dir_ + "/sub").ok());
+  EXPECT_TRUE(real_.CheckWritableDirectory(dir_ + "/new/deeper").ok());
+  EXPECT_FALSE(fs::exists(dir_ + "/new"));  // checked, not created
+}
+
+TEST_F(OutputCheckTest, RefusesWhatCannotBeWrittenNamingThePath) {
+  auto refused = [](const Status& s, const std::string& what) {
+    EXPECT_EQ(s.ExitCode(), 2) << s.message();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  refused(real_.CheckWritableFile(dir_ + "/sub", false), "is a directory");
+  refused(real_.CheckWritableFile(dir_ + "/missing/x.pt", false), "does not exist");
+  refused(real_.CheckWritableFile(dir_ + "/file/x.pt", false), "is not a directory");
+  refused(real_.CheckWritableFile(dir_ + "/file/x.csv", true), "is not a directory");
+  refused(real_.CheckWritableFile("", false), "empty");
+  refused(real_.CheckWritableDirectory(dir_ + "/file"), "is a file");
+  refused(real_.CheckWritableDirectory(dir_ + "/file/deeper"), "is not a directory");
+  EXPECT_TRUE(real_.CheckWritableFile(dir_ + "/missing/x.csv", true).ok());
+  EXPECT_FALSE(fs::exists(dir_ + "/missing"));
+}
+
+TEST(FakeFileSystemTest, ChecksOutputsLikeTheRealOne) {
+  FakeFileSystem fake;
+  fake.Add("runs/a.csv", "x");
+  fake.AddDirectory("empty");
+  fake.SetReadOnly("locked");
+  fake.AddDirectory("locked");
+  EXPECT_TRUE(fake.CheckWritableFile("runs/b.csv", false).ok());
+  EXPECT_TRUE(fake.CheckWritableFile("empty/b.csv", false).ok());
+  EXPECT_TRUE(fake.CheckWritableFile("new/b.csv", true).ok());
+  EXPECT_FALSE(fake.CheckWritableFile("new/b.csv", false).ok());
+  EXPECT_FALSE(fake.CheckWritableFile("runs", false).ok());
+  EXPECT_FALSE(fake.CheckWritableFile("runs/a.csv/x", true).ok());
+  EXPECT_FALSE(fake.CheckWritableFile("locked/x", false).ok());
+  EXPECT_TRUE(fake.CheckWritableDirectory("runs").ok());
+  EXPECT_TRUE(fake.CheckWritableDirectory("new/dir").ok());
+  EXPECT_FALSE(fake.CheckWritableDirectory("runs/a.csv").ok());
+  EXPECT_FALSE(fake.CheckWritableDirectory("locked/sub").ok());
+}
+
+}  // namespace
+}  // namespace kp
