@@ -79,6 +79,7 @@ void PrintEvaluation(std::ostream& out, const PlanRequest& r, const ParamCount& 
       << FormatFixed(s.cp_comm.value(), 2) << ", pp " << FormatFixed(s.pp_comm.value(), 2) << ", dp "
       << FormatFixed(s.dp_comm.value(), 2) << ", optimizer " << FormatFixed(s.optimizer.value(), 2) << ")\n";
   out << "          " << FormatFixed(s.tokens_per_s_per_gpu, 0) << " tokens/s per GPU, MFU " << Pct(s.mfu) << "\n";
+  out << "priced    " << PricingOf(r) << "\n";
 }
 
 void PrintVerdict(std::ostream& out, const PlanRequest& r, const PlanEvaluation& e, const std::optional<NearestFit>& n) {

@@ -149,7 +149,8 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
                 {"tp_comm_s", s.tp_comm.value()}, {"ep_comm_s", s.ep_comm.value()},
                 {"cp_comm_s", s.cp_comm.value()}, {"pp_comm_s", s.pp_comm.value()},
                 {"dp_comm_s", s.dp_comm.value()}, {"optimizer_s", s.optimizer.value()},
-                {"f_s", s.f.value()}, {"b_s", s.b.value()}, {"w_s", s.w.value()}}},
+                {"f_s", s.f.value()}, {"b_s", s.b.value()}, {"w_s", s.w.value()},
+                {"pricing", PricingOf(req)}}},
   };
 }
 

@@ -1,6 +1,7 @@
 #include "planner/step_time.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
@@ -177,6 +178,25 @@ ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const Stage
 }
 
 }  // namespace
+
+std::string PricingOf(const PlanRequest& req) {
+  const EfficiencyModel& e = req.efficiency;
+  const bool gemm = req.calibration && e.gemm_from_table && req.calibration->Gemm(GemmDtype::kBf16);
+  const bool comm = req.calibration && e.comm_from_table && !req.calibration->collectives.empty();
+  auto fixed = [](double v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+    return std::string(buf);
+  };
+  std::string out;
+  if (gemm || comm) {
+    out = req.calibration->gpu + " calibration table (" + std::string(gemm ? "products, memory passes" : "") +
+          (gemm && comm ? ", " : "") + (comm ? "collectives" : "") + ")";
+  }
+  if (!gemm) out += (out.empty() ? "" : "; ") + std::string("matmul efficiency ") + fixed(e.matmul);
+  if (!comm) out += (out.empty() ? "" : "; ") + std::string("comm efficiency ") + fixed(e.comm);
+  return out;
+}
 
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                           const ParamCount& pc) {

@@ -5,6 +5,8 @@
 #ifndef KIMI_PLAN_PLANNER_STEP_TIME_H_
 #define KIMI_PLAN_PLANNER_STEP_TIME_H_
 
+#include <string>
+
 #include "common/units.h"
 #include "planner/plan_request.h"
 #include "specs/param_count.h"
@@ -42,6 +44,11 @@ struct StepTime {
   /// One micro-batch through the critical rank (for the simulator).
   Seconds f, b, w;
 };
+
+/// What prices the step, for the reader: "h200 calibration table (products,
+/// memory passes, collectives)", with the constants named where they stand
+/// in for a part the table does not cover or an override replaced.
+std::string PricingOf(const PlanRequest& req);
 
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                           const ParamCount& pc);

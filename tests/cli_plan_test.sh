@@ -106,6 +106,10 @@ json_check "calibration: the h200 table changes the step" cal_on.json \
 "$bin" plan --preset h200-lora --matmul-efficiency 0.55 --comm-efficiency 0.8 --json > cal_override.json
 json_check "calibration: the constants override the table" cal_override.json \
   "abs(d['step_time_s'] - json.load(open('cal_off.json'))['step_time_s']) < 1e-12"
+json_check "calibration: the step says what priced it" cal_on.json \
+  "d['step']['pricing'] == 'h200 calibration table (products, memory passes, collectives)'"
+json_check "calibration: the constants named when they price it" cal_override.json \
+  "d['step']['pricing'] == 'matmul efficiency 0.55; comm efficiency 0.80'"
 python3 - "$here/../presets/calibration/h200.json" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))
