@@ -145,7 +145,9 @@ class BadStoreTest : public ::testing::Test {
     EXPECT_EQ(s.status().message().rfind("--db: " + path, 0), 0u) << s.status().message();
     EXPECT_NE(s.status().message().find(what), std::string::npos) << s.status().message();
     EXPECT_EQ(s.status().message().find('\n'), std::string::npos);
-    if (existed && !std::filesystem::is_directory(path)) EXPECT_EQ(Read(path), before);
+    if (existed && !std::filesystem::is_directory(path)) {
+      EXPECT_EQ(Read(path), before);
+    }
     EXPECT_EQ(Entries(), entries) << "a file was created beside " << path;
   }
   std::vector<std::string> Entries() const {
