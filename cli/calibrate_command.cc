@@ -88,7 +88,7 @@ Status CalibrateCommand(const std::vector<std::string>& args, CliEnv& env) {
 #else
   (void)out;
   return Status::InvalidArgument(
-      "calibrate: this build has no LibTorch; calibrate needs LibTorch with CUDA and a GPU (scripts/gpu_build.sh "
+      "this build has no LibTorch; calibrate needs LibTorch with CUDA and a GPU (scripts/gpu_build.sh "
       "builds kimi-plan-calibrate on a GPU machine)");
 #endif
 }

@@ -45,7 +45,7 @@ double TimeCalls(const std::function<void()>& op, const CalibrateOptions& o) {
 Status CheckCalibrationDevice() {
   if (!torch::cuda::is_available())
     return Status::InvalidArgument(
-        "calibrate: needs a CUDA GPU and LibTorch built with CUDA; this machine has none (run it on the GPU whose "
+        "needs a CUDA GPU and LibTorch built with CUDA; this machine has none (run it on the GPU whose "
         "table you want, or use a table from presets/calibration/)");
   return Status::Ok();
 }
