@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/output_paths.h"
 #include "cli/options.h"
+#include "common/range.h"
 #include "store/store.h"
 #ifdef KIMI_PLAN_HAS_TORCH
 #include "runtime/calibrate.h"
@@ -16,20 +17,15 @@ namespace kp {
 #ifdef KIMI_PLAN_HAS_TORCH
 namespace {
 
+// Comma-separated sizes, each read by the shared range check and a multiple
+// of 16 (fp8 products need it).
 Result<std::vector<std::int64_t>> Sizes(const std::string& text, const std::string& flag) {
   std::vector<std::int64_t> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    size_t pos = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &pos);
-    } catch (...) {
-      pos = 0;
-    }
-    if (pos != item.size() || v < 16 || v > (1 << 20) || v % 16 != 0)
-      return Status::InvalidArgument(flag + ": \"" + item + "\" is not a size (a multiple of 16 from 16 to 1048576)");
+    KP_ASSIGN_OR_RETURN(const std::int64_t v, ParseIntInRange(flag, item, 16, 1 << 20));
+    if (v % 16 != 0) return Status::InvalidArgument(flag + ": must be a multiple of 16, got " + item);
     out.push_back(v);
   }
   if (out.empty()) return Status::InvalidArgument(flag + ": give at least one size");
