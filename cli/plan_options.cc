@@ -35,6 +35,8 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("schedule", po::value<std::string>(), "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zbv | dualpipev")
       ("optimizer-sync", po::value<std::string>(),
        "sync | post-validation (default: post-validation for zb-h1, zb-h2 and zbv, as the ZB paper runs them; else sync)")
+      ("p2p", po::value<std::string>(),
+       "async | blocking: how pipeline ranks send (default: blocking for 1f1b and interleaved-1f1b with --engine verl, as Megatron-LM runs them; else async)")
       ("recompute", po::value<std::string>(), "none | selective | full (default selective)")
       ("sequence-parallel", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
@@ -107,6 +109,11 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   }
   if (vm.count("optimizer-sync")) {
     KP_ASSIGN_OR_RETURN(r.optimizer_sync, ParseOptimizerSync(vm["optimizer-sync"].as<std::string>()));
+  }
+  if (vm.count("p2p")) {
+    KP_ASSIGN_OR_RETURN(r.send_mode, ParseSendMode(vm["p2p"].as<std::string>()));
+  } else if (vm.count("engine") && vm["engine"].as<std::string>() == "verl") {
+    r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
   }
   if (vm.count("recompute")) {
     const std::string v = vm["recompute"].as<std::string>();

@@ -64,6 +64,11 @@ Result<OptimizerSync> SyncFromFlags(const po::variables_map& vm, OptimizerSync f
   return ParseOptimizerSync(vm["optimizer-sync"].as<std::string>());
 }
 
+Result<SendMode> SendModeFromFlags(const po::variables_map& vm, SendMode fallback) {
+  if (!vm.count("p2p")) return fallback;
+  return ParseSendMode(vm["p2p"].as<std::string>());
+}
+
 Result<PipelineSchedule> ScheduleFromFlags(const po::variables_map& vm, ScheduleKind kind, int pp, int vp, int m,
                                            const CliEnv& env) {
   if (!vm.count("schedule-csv")) return GenerateSchedule(kind, pp, vp, m);
@@ -84,10 +89,11 @@ Result<PipelineInput> FromExplicitCosts(const po::variables_map& vm, const CliEn
                              {"--p2p-us", in.costs.p2p}})
     if (v.value() < 0) return Status::InvalidArgument(std::string(k) + ": must be >= 0");
   KP_ASSIGN_OR_RETURN(in.options.optimizer_sync, SyncFromFlags(vm, DefaultOptimizerSync(kind)));
+  KP_ASSIGN_OR_RETURN(in.options.send_mode, SendModeFromFlags(vm, SendMode::kAsync));
   KP_ASSIGN_OR_RETURN(in.schedule, ScheduleFromFlags(vm, kind, pp, vp, m, env));
   in.request = {{"schedule", ScheduleName(kind)}, {"pp", pp}, {"vp", vp}, {"microbatches", m},
                 {"optimizer_sync", OptimizerSyncName(in.options.optimizer_sync)},
-                {"f_us", vm["f-us"].as<double>()}, {"b_us", vm["b-us"].as<double>()},
+                {"p2p", SendModeName(in.options.send_mode)}, {"f_us", vm["f-us"].as<double>()}, {"b_us", vm["b-us"].as<double>()},
                 {"w_us", vm["w-us"].as<double>()}, {"p2p_us", vm["p2p-us"].as<double>()},
                 {"schedule_csv", vm.count("schedule-csv") ? json(vm["schedule-csv"].as<std::string>()) : json(nullptr)}};
   return in;
@@ -112,6 +118,7 @@ Result<PipelineInput> FromPlan(const po::variables_map& vm, const CliEnv& env) {
   KP_RETURN_IF_ERROR(CheckPipelineWork(req.schedule, p.pp, p.vp, st.microbatches, "--global-batch"));
   KP_ASSIGN_OR_RETURN(in.schedule, GenerateSchedule(req.schedule, p.pp, p.vp, st.microbatches));
   KP_ASSIGN_OR_RETURN(in.options.optimizer_sync, SyncFromFlags(vm, req.step_sync()));
+  KP_ASSIGN_OR_RETURN(in.options.send_mode, SendModeFromFlags(vm, req.p2p()));
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const Bytes hidden(tokens * req.model.hidden * 2.0 / (req.sequence_parallel ? p.tp : 1));
   // Pipeline neighbours sit tp x cp x dp ranks apart: on other nodes unless
@@ -135,7 +142,7 @@ Result<PipelineInput> FromPlan(const po::variables_map& vm, const CliEnv& env) {
   in.request = {{"plan_id", plan.plan_id ? json(plan.plan_id) : json(nullptr)},
                 {"schedule", ScheduleName(req.schedule)}, {"pp", p.pp}, {"vp", p.vp},
                 {"microbatches", st.microbatches}, {"optimizer_sync", OptimizerSyncName(in.options.optimizer_sync)},
-                {"f_us", st.f.value() * 1e6}, {"b_us", st.b.value() * 1e6},
+                {"p2p", SendModeName(in.options.send_mode)}, {"f_us", st.f.value() * 1e6}, {"b_us", st.b.value() * 1e6},
                 {"w_us", st.w.value() * 1e6}, {"p2p_us", ToSeconds(in.costs.p2p).value() * 1e6},
                 {"attnres_cache", attnres ? json(cache_flag) : json(nullptr)}};
   return in;

@@ -26,6 +26,7 @@ json RequestToJson(const PlanRequest& r) {
       {"global_batch", r.global_batch}, {"micro_batch", r.micro_batch}, {"rollout_n", r.rollout_n},
       {"schedule", ScheduleName(r.schedule)}, {"recompute", RecomputeName(r.recompute)},
       {"optimizer_sync", r.optimizer_sync ? json(OptimizerSyncName(*r.optimizer_sync)) : json(nullptr)},
+      {"p2p", r.send_mode ? json(SendModeName(*r.send_mode)) : json(nullptr)},
       {"sequence_parallel", r.sequence_parallel}, {"distributed_optimizer", r.distributed_optimizer},
       {"dtype", r.bf16 ? "bf16" : "fp16"}, {"flash_attention", r.flash_attention},
       {"placement", r.placement == Placement::kColocated ? "colocated" : "split"},
@@ -69,6 +70,9 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     // Absent in records written before the field existed: the default.
     if (j.contains("optimizer_sync") && !j["optimizer_sync"].is_null()) {
       KP_ASSIGN_OR_RETURN(r.optimizer_sync, ParseOptimizerSync(j["optimizer_sync"], "optimizer_sync"));
+    }
+    if (j.contains("p2p") && !j["p2p"].is_null()) {
+      KP_ASSIGN_OR_RETURN(r.send_mode, ParseSendMode(j["p2p"], "p2p"));
     }
     const std::string rc = j.at("recompute");
     r.recompute = rc == "none" ? Recompute::kNone : rc == "full" ? Recompute::kFull : Recompute::kSelective;
@@ -129,6 +133,7 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
       {"plan", PlanToJson(e.plan)},
       {"schedule", ScheduleName(req.schedule)},
       {"optimizer_sync", OptimizerSyncName(req.step_sync())},
+      {"p2p", SendModeName(req.p2p())},
       {"split", e.split.ToString()},
       {"layer_split", e.layer_split.ToString()},
       {"layer_counts", LayerCounts(e.split)},

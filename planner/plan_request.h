@@ -79,6 +79,8 @@ struct PlanRequest {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   /// How steps meet at the optimizer step; unset: DefaultOptimizerSync(schedule).
   std::optional<OptimizerSync> optimizer_sync;
+  /// How pipeline ranks send to each other; unset: async (kimi-plan's runtime).
+  std::optional<SendMode> send_mode;
   Recompute recompute = Recompute::kSelective;
   bool sequence_parallel = true;
   bool distributed_optimizer = true;
@@ -103,6 +105,7 @@ struct PlanRequest {
   /// Sequences trained per step: prompts times samples.
   long long sequences() const { return static_cast<long long>(global_batch) * rollout_n; }
   OptimizerSync step_sync() const { return optimizer_sync.value_or(DefaultOptimizerSync(schedule)); }
+  SendMode p2p() const { return send_mode.value_or(SendMode::kAsync); }
   std::int64_t actor_gpus() const { return placement == Placement::kSplit ? world() - rollout_gpus : world(); }
   std::int64_t rollout_pool_gpus() const { return placement == Placement::kSplit ? rollout_gpus : world(); }
 };

@@ -1,6 +1,7 @@
 #include "planner/schedule_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kp {
 
@@ -47,6 +48,23 @@ Seconds BubbleTime(ScheduleKind kind, int p, int v, Seconds f, Seconds b, Second
     }
   }
   return Seconds(std::max(0.0, t));
+}
+
+double CriticalHops(ScheduleKind kind, int pp, int vp, int microbatches, SendMode mode) {
+  if (pp < 2) return 0;
+  const double p = pp, m = microbatches;
+  const int spr = StagesPerRank(kind, vp);
+  const double stages = p * spr;
+  const bool blocking = mode == SendMode::kBlocking;
+  switch (kind) {
+    case ScheduleKind::k1F1B:
+      if (!blocking) return 2 * (p - 2) + 2 * (m - std::ceil((m - 1) / p));
+      return pp == 2 ? m + 1 : 2 * (p - 1) + 2 * m - 3;
+    case ScheduleKind::kInterleaved1F1B:
+      return blocking ? 2 * p - 3 + (2.0 * spr - 1) * m : 2 * (stages - 1);
+    default:
+      return 2 * (stages - 1) + (blocking ? 2.0 * spr * m : 0.0);
+  }
 }
 
 }  // namespace kp

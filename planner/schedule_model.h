@@ -42,12 +42,27 @@ int PeakInflightChunks(ScheduleKind kind, int pp, int vp, int microbatches, int 
 /// The simulated schedules match these forms exactly for W <= min(F, B)
 /// (zb-h1, zb-h2), F <= B and W <= B (zbv), F = B and W <= B (dualpipev);
 /// elsewhere they are estimates (simulator/pipeline_sim_test.cc pins the
-/// exact cases). Communication is not included: the planner adds one hop per
-/// stage boundary (chunk boundary when interleaved) in fill and drain, which
-/// is what the simulator charges (2(p-1)C for zb-h2, 2(pv-1)C interleaved).
-/// Never negative.
+/// exact cases). Communication is not included: CriticalHops says what the
+/// stage-to-stage transfers add. Never negative.
 Seconds BubbleTime(ScheduleKind kind, int pp, int vp, Seconds f, Seconds b, Seconds w,
                    OptimizerSync sync = OptimizerSync::kSynchronised);
+
+/// How many transfer times C a step's transfers add to its makespan: the
+/// simulated step with C minus the one without, over C (uniform costs, C
+/// small against a chunk's work). Independent of F, B and W:
+///   1f1b async: 2(p-2) + 2(M - ceil((M-1)/p)): the fill and drain, and in
+///     the steady state a round trip to the next rank for most micro-batches
+///     (a rank's backward waits for its successor's, which waited for this
+///     rank's forward);
+///   1f1b blocking: 2(p-1) + 2M - 3 (p >= 3; M + 1 at p = 2): every
+///     micro-batch's two sends on the middle ranks;
+///   interleaved async: 2(pv - 1), fill and drain only;
+///   interleaved blocking: 2p - 3 + (2v - 1)M, an estimate (within 6% of
+///     the simulated steps for p <= 8, v <= 3, M <= 4p);
+///   others: 2(stages - 1) async; blocking adds 2 M per stage a rank holds.
+/// simulator/pipeline_sim_test.cc holds each form to the simulation. Zero
+/// without a pipeline.
+double CriticalHops(ScheduleKind kind, int pp, int vp, int microbatches, SendMode mode);
 
 }  // namespace kp
 

@@ -236,9 +236,8 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
 
   const double hop_bytes = MicroBatchTokens(req, p) * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
-  const int stages = p.pp * spr;
-  // Fill and drain: one forward and one backward hop per stage boundary.
-  t.pp_comm = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes) * (2.0 * (stages - 1));
+  const Seconds hop = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes);
+  t.pp_comm = hop * CriticalHops(req.schedule, p.pp, p.vp, t.microbatches, req.p2p());
 
   // Gradient sync and the optimizer step on the rank with the most parameters.
   RankParams most;

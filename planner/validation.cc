@@ -61,6 +61,9 @@ Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   r.plan.vp = c.at("vp");
   r.plan.dp = c.at("dp");
   KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(c.at("schedule")));
+  // Every case ran on Megatron-LM (the zero-bubble ones on the ZB authors'
+  // fork, whose own schedules send asynchronously).
+  r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
   KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(c.at("recompute")));
   r.sequence_parallel = c.at("sequence_parallel");
   r.flash_attention = c.at("flash_attention");

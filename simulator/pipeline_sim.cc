@@ -109,13 +109,13 @@ class PipelineRun {
           return;
         }
       }
-      if (IsCompute(index_.nodes[n].action.type)) {
+      if (IsCompute(index_.nodes[n].action.type) || duration_[n] > Nanoseconds(0)) {
         s.started = streams_[r].Submit(duration_[n], [this, r] { Complete(r); });
         if (!s.any) s.first_start = s.started;
         s.any = true;
         return;
       }
-      ++s.next;  // SEND and RECV take no compute time
+      ++s.next;  // an async SEND and a RECV take no time of the rank's
       MarkDone(n);
     }
   }
@@ -127,7 +127,8 @@ class PipelineRun {
     s.last_end = queue_.now();
     if (a.type == ActionType::kForward) s.peak_inflight = std::max(s.peak_inflight, ++s.inflight);
     if (IsBackwardInput(a.type)) --s.inflight;
-    if (record_) timeline_.push_back(TimelineEntry{r, a, s.started, s.last_end});
+    // The timeline lists compute; a blocking send shows as the gap it leaves.
+    if (record_ && IsCompute(a.type)) timeline_.push_back(TimelineEntry{r, a, s.started, s.last_end});
     MarkDone(n);
     Advance(r);
   }
@@ -192,7 +193,11 @@ Result<PipelineSimResult> SimulatePipeline(const PipelineSchedule& schedule, con
     if (IsCompute(node.action.type)) duration[n] = cost(node.action);
     if (node.transfer) {
       const int from = index.nodes[node.dep].action.stage, to = node.action.stage;
-      lag[n] = transfer(from, to, node.action.microbatch, from > to);
+      const Nanoseconds t = transfer(from, to, node.action.microbatch, from > to);
+      // Blocking: the SEND holds its rank for the transfer, and the data is
+      // there when it returns. Async: the RECV waits out the transfer.
+      if (options.send_mode == SendMode::kBlocking) duration[node.dep] = t;
+      else lag[n] = t;
     }
   }
 

@@ -2,8 +2,9 @@
 // on the EventQueue: one compute Stream per rank; a rank issues its actions
 // strictly in list order, one at a time; an action whose data is not there
 // yet (a RECV before its transfer arrived, a compute action before its
-// producer finished) blocks the rank until it is. A SEND costs its rank
-// nothing and starts a transfer that lands after the transfer time.
+// producer finished) blocks the rank until it is. An async SEND costs its
+// rank nothing and starts a transfer that lands after the transfer time; a
+// blocking SEND holds its rank for the transfer time.
 // Compute-only schedules are lowered with AddCommunication first, so what
 // runs is exactly the list a runtime would execute.
 //
@@ -43,6 +44,9 @@ struct PipelineSimOptions {
   /// what PipelineSimResult::step counts (DefaultOptimizerSync gives the one
   /// a schedule's authors use).
   OptimizerSync optimizer_sync = OptimizerSync::kSynchronised;
+  /// Async: a SEND costs its rank nothing. Blocking: the SEND holds its rank
+  /// for the transfer time (SendMode in specs/schedule_kind.h).
+  SendMode send_mode = SendMode::kAsync;
 };
 
 struct TimelineEntry {

@@ -55,4 +55,17 @@ OptimizerSync DefaultOptimizerSync(ScheduleKind k) {
              : OptimizerSync::kSynchronised;
 }
 
+const char* SendModeName(SendMode m) { return m == SendMode::kBlocking ? "blocking" : "async"; }
+
+Result<SendMode> ParseSendMode(const std::string& name, const std::string& field) {
+  if (name == "async") return SendMode::kAsync;
+  if (name == "blocking") return SendMode::kBlocking;
+  return Status::InvalidArgument(field + ": must be async or blocking, got \"" + name + "\"");
+}
+
+SendMode DefaultSendMode(ScheduleKind k, bool megatron) {
+  const bool megatron_schedule = k == ScheduleKind::k1F1B || k == ScheduleKind::kInterleaved1F1B;
+  return megatron && megatron_schedule ? SendMode::kBlocking : SendMode::kAsync;
+}
+
 }  // namespace kp

@@ -49,6 +49,26 @@ Result<OptimizerSync> ParseOptimizerSync(const std::string& name, const std::str
 /// interleaved-1f1b (Megatron, torch) and dualpipev (DeepSeek's DualPipe).
 OptimizerSync DefaultOptimizerSync(ScheduleKind k);
 
+/// How a pipeline rank sends an activation or a gradient to its neighbour:
+///   kAsync: the send is posted and the rank goes on computing; the data
+///     lands one transfer later (kimi-plan's runtime, the ZB paper's
+///     schedules, torch.distributed.pipelining).
+///   kBlocking: the rank waits for its send (with the receive it is paired
+///     with) before its next compute, so each hop costs the sender the
+///     transfer time. Megatron-LM's 1F1B and interleaved 1F1B do this: every
+///     steady-state step is a batched isend/irecv waited on at once
+///     (p2p_communication.send_forward_recv_backward and friends; interleaving
+///     overlaps only with overlap_p2p_comm, off by default).
+enum class SendMode { kAsync, kBlocking };
+
+/// "async" or "blocking".
+const char* SendModeName(SendMode m);
+/// Parses "async" or "blocking"; the error names `field`.
+Result<SendMode> ParseSendMode(const std::string& name, const std::string& field = "--p2p");
+/// What an engine's pipeline does for schedule `k`: blocking for 1f1b and
+/// interleaved-1f1b on Megatron-LM (`megatron`), async otherwise.
+SendMode DefaultSendMode(ScheduleKind k, bool megatron);
+
 }  // namespace kp
 
 #endif  // KIMI_PLAN_SPECS_SCHEDULE_KIND_H_
