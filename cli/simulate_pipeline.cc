@@ -163,7 +163,8 @@ json ResultJson(const PipelineSimResult& r, double wall_s) {
 void PrintPipeline(std::ostream& out, std::int64_t id, const PipelineInput& in, const PipelineSimResult& r) {
   const PipelineSchedule& s = in.schedule;
   out << "kimi-plan simulate pipeline #" << id << ": " << s.name << ", pp " << s.pp << " x " << s.StagesPerRank()
-      << " stages per rank, " << s.microbatches << " micro-batches\n\n";
+      << " stages per rank, " << s.microbatches << " micro-batches, " << SendModeName(in.options.send_mode)
+      << " sends\n\n";
   Table t({"rank", "idle us", "idle inside its span us", "peak in flight"});
   for (int rank = 0; rank < s.pp; ++rank)
     t.AddRow({std::to_string(rank), FormatFixed(r.idle_per_rank[rank].value() / 1e3, 1),

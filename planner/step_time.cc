@@ -117,8 +117,11 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, const Stag
   };
   auto bytes = [&](double b) { return Seconds(b / copy.value()); };
   std::vector<LayerOps> layers;
-  for (int l = st.first_layer; l < st.end_layer; ++l)
+  for (int l = st.first_layer; l < st.end_layer; ++l) {
     layers.push_back(DecoderLayerOps(req, p, l, req.efficiency.moe_imbalance));
+    c.f += table.elementwise_layer_overhead;
+    c.b_input += table.elementwise_layer_overhead;
+  }
   if (st.head) layers.push_back(HeadOps(req, p));
   Seconds fwd_gemm, recomputed;
   for (const LayerOps& ops : layers) {

@@ -48,10 +48,9 @@ TEST(ValidationTest, PublishedMegatronRunsWithinTheBounds) {
   EXPECT_GE(step.cases, 60);
   EXPECT_GE(memory.cases, 40);
   // The fidelity issue's bounds: step time 8% mean, 15% max; memory 5% mean,
-  // 10% max. The step time's max is held at what the model reaches today,
-  // 17% (docs/benchmarks.md, "Validation", says which cases and why).
+  // 10% max.
   EXPECT_LE(step.mean, 0.08);
-  EXPECT_LE(step.max, 0.17);
+  EXPECT_LE(step.max, 0.15);
   EXPECT_LE(memory.mean, 0.05);
   EXPECT_LE(memory.max, 0.10);
 }

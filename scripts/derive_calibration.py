@@ -24,9 +24,11 @@ weight-gradient passes (Qi et al., ICLR 2024, Table 6 / arXiv Table 9: T_W
 of four GPT sizes on A100, pure matrix products) reach 0.806, 0.796, 0.762
 and 0.771 of the 312 TFLOP/s peak, 0.829 of Calculon's curve on average; the
 curve is scaled by GEMM_SCALE. The same paper's T_F and T_B, less their
-products, give the bandwidth the memory-bound passes reach: 917 GB/s pooled
-over the four sizes with planner/layer_ops.cc's byte counts, 0.50 of the
-copy bandwidth (ELEMENTWISE_SHARE). Both carry to the H100 table unmeasured.
+products, give the memory-bound passes' cost (scripts/fit_elementwise.py): a
+line through the four sizes' bytes (planner/layer_ops.cc's counts) with a
+slope of 1130 GB/s, 0.613 of the copy bandwidth (ELEMENTWISE_SHARE), and
+258 us per layer pass (LAYER_OVERHEAD_US). All three carry to the H100 table
+unmeasured.
 
     python3 scripts/derive_calibration.py presets/calibration
 """
@@ -34,10 +36,12 @@ import json
 import sys
 
 GEMM_SCALE = 0.829
-ELEMENTWISE_SHARE = 0.50
+ELEMENTWISE_SHARE = 0.613
+LAYER_OVERHEAD_US = 258
 ELEMENTWISE_SOURCE = ("fitted to the Zero Bubble paper's profiled A100 layers (Qi et al., ICLR 2024, Table 6; "
-                      "arXiv 2401.10241 Table 9): 917 GB/s pooled forward and backward over the 1.5B, 6.2B, "
-                      "14.6B and 28.3B GPTs = 0.50 x 1843 GB/s (scripts/derive_calibration.py)")
+                      "arXiv 2401.10241 Table 9) by scripts/fit_elementwise.py: forward and backward passes of "
+                      "the 1.5B, 6.2B, 14.6B and 28.3B GPTs less their products, a line of slope 1130 GB/s = "
+                      "0.613 x 1843 GB/s plus 258 us per layer pass")
 GRID = [2 ** i for i in range(7, 16)]  # 128 .. 32768
 SIZES = [2 ** i for i in range(10, 33, 2)]  # 1 KiB .. 4 GiB
 
@@ -107,7 +111,8 @@ def derive(name, s):
                    f"{GEMM_SCALE} to the Zero Bubble paper's measured A100 weight-gradient passes (Qi et al., "
                    "ICLR 2024, Table 6), memory and network efficiencies; not measured by kimi-plan"),
         "memory_copy_gbytes_per_s": s["mem_gbps"] * s["mem_eff"],
-        "elementwise": {"share": ELEMENTWISE_SHARE, "source": ELEMENTWISE_SOURCE},
+        "elementwise": {"share": ELEMENTWISE_SHARE, "layer_overhead_us": LAYER_OVERHEAD_US,
+                        "source": ELEMENTWISE_SOURCE},
         "gemm": {"bf16": gemm},
         "collectives": collectives,
     }
@@ -120,10 +125,10 @@ def num(v, digits=6):
 def write(table, f):
     """The layout CalibrationToJson writes: one GEMM row or curve per line."""
     f.write('{\n "schema": "%s",\n "gpu": %s,\n "source": %s,\n "memory_copy_gbytes_per_s": %s,\n'
-            ' "elementwise": {"share": %s, "source": %s},\n "gemm": {'
+            ' "elementwise": {"share": %s, "layer_overhead_us": %s, "source": %s},\n "gemm": {'
             % (table["schema"], json.dumps(table["gpu"]), json.dumps(table["source"]),
                num(table["memory_copy_gbytes_per_s"]), num(table["elementwise"]["share"]),
-               json.dumps(table["elementwise"]["source"])))
+               num(table["elementwise"]["layer_overhead_us"]), json.dumps(table["elementwise"]["source"])))
     for di, (dtype, rows) in enumerate(sorted(table["gemm"].items())):
         f.write(("," if di else "") + '\n  "%s": [' % dtype)
         f.write(",".join("\n   [%d, %d, %d, %s]" % (m, n, k, num(t)) for m, n, k, t in rows))

@@ -264,6 +264,10 @@ Result<CalibrationTable> ParseCalibration(const std::string& text) {
                                 std::numeric_limits<double>::max()));
     if (!std::isfinite(t.elementwise_share) || t.elementwise_share <= 0 || t.elementwise_share > 1)
       return Status::InvalidArgument("elementwise.share: must be in (0, 1]");
+    // A layer pass of more than a second is no GPU's launch overhead.
+    double overhead_us = 0;
+    KP_RETURN_IF_ERROR(e.Number("layer_overhead_us", &overhead_us, 0, 1e6, false));
+    t.elementwise_layer_overhead = Seconds(overhead_us * 1e-6);
     KP_RETURN_IF_ERROR(e.String("source", &t.elementwise_source));
     KP_RETURN_IF_ERROR(e.NoUnknownKeys());
   }
@@ -295,6 +299,7 @@ std::string CalibrationToJson(const CalibrationTable& t) {
     << ",\n \"source\": " << json(t.source).dump()
     << ",\n \"memory_copy_gbytes_per_s\": " << Num(t.memory_copy.value() / 1e9)
     << ",\n \"elementwise\": {\"share\": " << Num(t.elementwise_share)
+    << ", \"layer_overhead_us\": " << Num(t.elementwise_layer_overhead.value() * 1e6)
     << ", \"source\": " << json(t.elementwise_source).dump() << "},\n \"gemm\": {";
   const char* sep = "";
   for (const auto& [d, g] : t.gemm) {

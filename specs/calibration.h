@@ -97,6 +97,10 @@ struct CalibrationTable {
   /// The share of `memory_copy` a training step's memory-bound passes
   /// (norms, activation functions, softmax, dropout) reach, in (0, 1].
   double elementwise_share = 1.0;
+  /// A decoder layer's fixed cost per pass (forward, and again backward)
+  /// beyond its products and its bytes: kernel launches and the small
+  /// kernels the byte count does not list; 0 = none.
+  Seconds elementwise_layer_overhead{0};
   std::string elementwise_source;
   std::map<GemmDtype, GemmGrid> gemm;
   std::vector<CollectiveCurve> collectives;
