@@ -1,6 +1,7 @@
 #include "cli/cli.h"
 
 #include <functional>
+#include <string>
 
 #include "cli/commands.h"
 
@@ -11,6 +12,18 @@
 namespace kp {
 
 namespace {
+
+// The error contract is one line: a value that carried a line break (a
+// preset name, a path) is shown with the break escaped.
+std::string OneLine(const std::string& message) {
+  std::string out;
+  for (char c : message) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else out += c;
+  }
+  return out;
+}
 
 struct Subcommand {
   const char* name;
@@ -57,7 +70,7 @@ int RunCli(const std::vector<std::string>& args, CliEnv& env) {
   for (const Subcommand& s : Subcommands()) {
     if (args[0] != s.name) continue;
     Status st = s.run(std::vector<std::string>(args.begin() + 1, args.end()), env);
-    if (!st.ok()) env.err << "kimi-plan " << s.name << ": " << st.message() << "\n";
+    if (!st.ok()) env.err << "kimi-plan " << s.name << ": " << OneLine(st.message()) << "\n";
     return st.ExitCode();
   }
   env.err << "kimi-plan: '" << args[0] << "' is not a command (see 'kimi-plan --help')\n";

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/process_launcher.h"
+#include "common/process_table.h"
 
 namespace kp {
 
@@ -30,6 +31,10 @@ struct CliEnv {
   /// Reads an environment variable (null when unset): `run` learns its rank
   /// from the torchrun-style environment; tests substitute a map.
   std::function<const char*(const char*)> getenv = [](const char* name) { return std::getenv(name); };
+  /// Names this process in the runs it records (train, run, sdpo) and tells
+  /// `report` whether a run still marked running has lost its process; null:
+  /// runs record no process and every running run reads as running.
+  const ProcessTable* process_table = nullptr;
 };
 
 /// Runs `kimi-plan args...` (args excludes the program name) and returns the

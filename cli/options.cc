@@ -112,14 +112,15 @@ Result<ModelSpec> ModelFromFlags(const po::variables_map& vm) {
 
 }  // namespace
 
-Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback) {
+Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback,
+                               const std::string& fallback_field) {
   PresetCatalog catalog(env.fs, env.preset_dir);
   const int given = int(vm.count("model")) + int(vm.count("model-file")) + int(vm.count("hidden") > 0);
   if (given > 1) return Status::InvalidArgument("--model: give one of --model, --model-file or the dense-GPT flags");
   if (vm.count("model")) return catalog.Model(vm["model"].as<std::string>());
   if (vm.count("model-file")) return catalog.ModelFile(vm["model-file"].as<std::string>());
   if (vm.count("hidden") || vm.count("layers") || vm.count("heads")) return ModelFromFlags(vm);
-  if (!fallback.empty()) return catalog.Model(fallback);
+  if (!fallback.empty()) return catalog.Model(fallback, fallback_field);
   return Status::InvalidArgument("--model: name a model (--model, --model-file or the dense-GPT flags)");
 }
 
@@ -129,12 +130,13 @@ void AddGpuOptions(po::options_description& desc) {
       ("gpu-file", po::value<std::string>(), "a GPU file in the preset format");
 }
 
-Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback) {
+Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback,
+                           const std::string& fallback_field) {
   PresetCatalog catalog(env.fs, env.preset_dir);
   if (vm.count("gpu") && vm.count("gpu-file")) return Status::InvalidArgument("--gpu: give --gpu or --gpu-file, not both");
   if (vm.count("gpu")) return catalog.Gpu(vm["gpu"].as<std::string>());
   if (vm.count("gpu-file")) return catalog.GpuFile(vm["gpu-file"].as<std::string>());
-  if (!fallback.empty()) return catalog.Gpu(fallback);
+  if (!fallback.empty()) return catalog.Gpu(fallback, fallback_field);
   return Status::InvalidArgument("--gpu: name a GPU (--gpu or --gpu-file)");
 }
 

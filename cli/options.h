@@ -44,12 +44,15 @@ po::typed_value<double>* NumberFlag(double min, double max, bool min_open = fals
 /// --heads --head-dim --layers --vocab).
 void AddModelOptions(po::options_description& desc);
 /// The model the options name; `fallback` is the preset to use when none is
-/// named (empty: one must be).
-Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback);
+/// named (empty: one must be), `fallback_field` where it came from (a
+/// topology's "model"), which an error names.
+Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback,
+                               const std::string& fallback_field = "--model");
 
 /// --gpu and --gpu-file.
 void AddGpuOptions(po::options_description& desc);
-Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback);
+Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback,
+                           const std::string& fallback_field = "--gpu");
 
 /// --json and --db.
 void AddOutputOptions(po::options_description& desc);

@@ -136,6 +136,8 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   req.search = vm.count("search") > 0;
   if (vm.count("top")) req.top = vm["top"].as<int>();
   KP_RETURN_IF_ERROR(ValidateRequest(req));
+  // A search can take a while: a store it could not write is refused first.
+  KP_RETURN_IF_ERROR(Store::CheckPath(vm["db"].as<std::string>()));
   const ParamCount pc = CountParams(req.model);
 
   json result;

@@ -163,6 +163,7 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   PlanRequest r;
   TopologySpec topo;
   bool have_topo = false;
+  std::string topo_source;  // what an error in the topology's model or GPU names
   PresetCatalog catalog(env.fs, env.preset_dir);
   if (vm.count("preset") && vm.count("topology-file"))
     return Status::InvalidArgument("--preset: give --preset or --topology-file, not both");
@@ -170,13 +171,15 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
     KP_ASSIGN_OR_RETURN(topo, catalog.Topology(vm["preset"].as<std::string>()));
     have_topo = true;
     *preset = topo.name;
+    topo_source = "--preset " + topo.name + ": ";
   } else if (vm.count("topology-file")) {
     KP_ASSIGN_OR_RETURN(topo, catalog.TopologyFile(vm["topology-file"].as<std::string>()));
     have_topo = true;
     *preset = topo.name;
+    topo_source = "--topology-file " + vm["topology-file"].as<std::string>() + ": ";
   }
-  KP_ASSIGN_OR_RETURN(r.model, ResolveModel(vm, env, have_topo ? topo.model : ""));
-  KP_ASSIGN_OR_RETURN(r.gpu, ResolveGpu(vm, env, have_topo ? topo.gpu : ""));
+  KP_ASSIGN_OR_RETURN(r.model, ResolveModel(vm, env, have_topo ? topo.model : "", topo_source + "model"));
+  KP_ASSIGN_OR_RETURN(r.gpu, ResolveGpu(vm, env, have_topo ? topo.gpu : "", topo_source + "gpu"));
   r.gpus_per_node = r.gpu.gpus_per_node;
   r.nodes = 1;
   if (have_topo) {

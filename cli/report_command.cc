@@ -26,8 +26,8 @@ using nlohmann::json;
 po::options_description ReportOptions() {
   po::options_description desc(
       "kimi-plan report [RUN] [--compare RUN... --reference RUN [--steps 1,10,50,100] [--metric loss,grad_norm]]\n"
-      "                 [--csv FILE] [--json] [--html FILE] [--db PATH]\n\n"
-      "Without RUN lists the runs; with RUN summarises it; --compare prints each run's metrics at the chosen steps\n"
+      "                 [--status STATE] [--csv FILE] [--json] [--html FILE] [--db PATH]\n\n"
+      "Without RUN lists the runs (--status: only those that finished, failed, are running or ended without a word); with RUN summarises it; --compare prints each run's metrics at the chosen steps\n"
       "against the reference (`identical` when bitwise equal, else the % change). Options");
   desc.add_options()("help,h", "this text")
       ("run", po::value<std::string>(), "the run to summarise (also positional)")
@@ -35,6 +35,7 @@ po::options_description ReportOptions() {
       ("reference", po::value<std::string>(), "the run --compare measures against")
       ("steps", po::value<std::string>(), "with --compare: steps, e.g. 1,10,50,100 (default: those the reference has, and its last)")
       ("metric", po::value<std::string>()->default_value("loss,grad_norm"), "with --compare: metrics (columns of the steps table)")
+      ("status", po::value<std::string>(), "list only the runs that stand so: finished | failed | running | ended (killed without a word) | unknown")
       ("csv", po::value<std::string>(), "write the view as CSV to this file")
       ("html", po::value<std::string>(), "write one self-contained HTML page with SVG plots to this file")
       ("plan", Int64Flag(1, INT64_MAX), "--html: the plan whose memory is drawn (default: the first shown run's, else the latest)")
@@ -74,6 +75,7 @@ struct ReportRequest {
   std::vector<int> steps;
   std::vector<std::string> metrics;
   std::optional<std::int64_t> plan, simulation;
+  std::optional<std::string> status;  ///< a RunState to list
 };
 
 Result<std::vector<std::int64_t>> CompareIds(const std::vector<std::string>& values) {
@@ -109,6 +111,14 @@ Result<ReportRequest> Validate(const po::variables_map& vm) {
     }
   }
   KP_ASSIGN_OR_RETURN(q.metrics, ParseMetrics(vm["metric"].as<std::string>()));
+  if (vm.count("status")) {
+    const std::string s = vm["status"].as<std::string>();
+    const std::vector<std::string>& states = RunStates();
+    if (std::find(states.begin(), states.end(), s) == states.end())
+      return Status::InvalidArgument("--status: must be finished, failed, running, ended or unknown, got \"" + s + "\"");
+    if (comparing || vm.count("run")) return Status::InvalidArgument("--status: only when listing runs (no RUN, no --compare)");
+    q.status = s;
+  }
   if (vm.count("plan")) q.plan = vm["plan"].as<std::int64_t>();
   if (vm.count("simulation")) q.simulation = vm["simulation"].as<std::int64_t>();
   return q;
@@ -141,18 +151,21 @@ json PredictionsByRunJson(const std::vector<std::pair<std::int64_t, std::vector<
   return out;
 }
 
-Result<std::vector<RunData>> LoadAllRuns(const Store& store) {
+// Every run, or those whose RunState is `status`.
+Result<std::vector<RunData>> LoadAllRuns(const Store& store, const ProcessTable* processes,
+                                         const std::optional<std::string>& status) {
   KP_ASSIGN_OR_RETURN(std::vector<RunRecord> records, store.ListRuns());
   std::vector<RunData> runs;
   for (const RunRecord& r : records) {
-    KP_ASSIGN_OR_RETURN(RunData d, LoadRun(store, r.id, "RUN"));
-    runs.push_back(std::move(d));
+    KP_ASSIGN_OR_RETURN(RunData d, LoadRun(store, r.id, "RUN", processes));
+    if (!status || RunState(d) == *status) runs.push_back(std::move(d));
   }
   return runs;
 }
 
-Status ListView(const Store& store, const std::vector<SimulationRecord>& sims, ReportOutput* out) {
-  KP_ASSIGN_OR_RETURN(std::vector<RunData> runs, LoadAllRuns(store));
+Status ListView(const Store& store, const ProcessTable* processes, const std::vector<SimulationRecord>& sims,
+                const std::optional<std::string>& status, ReportOutput* out) {
+  KP_ASSIGN_OR_RETURN(std::vector<RunData> runs, LoadAllRuns(store, processes, status));
   KP_ASSIGN_OR_RETURN(std::vector<TableCount> tables, store.CountRows());
   std::vector<RunListEntry> list;
   for (const RunData& r : runs) list.push_back(ListEntry(r));
@@ -169,8 +182,9 @@ Status ListView(const Store& store, const std::vector<SimulationRecord>& sims, R
   return Status::Ok();
 }
 
-Status RunView(const Store& store, const std::vector<SimulationRecord>& sims, std::int64_t id, ReportOutput* out) {
-  KP_ASSIGN_OR_RETURN(RunData run, LoadRun(store, id, "RUN"));
+Status RunView(const Store& store, const ProcessTable* processes, const std::vector<SimulationRecord>& sims,
+               std::int64_t id, ReportOutput* out) {
+  KP_ASSIGN_OR_RETURN(RunData run, LoadRun(store, id, "RUN", processes));
   std::optional<PlanPredictions> plan;
   if (run.plan_id) {
     Result<PlanRecord> rec = store.GetPlan(run.plan_id);
@@ -187,12 +201,12 @@ Status RunView(const Store& store, const std::vector<SimulationRecord>& sims, st
   return Status::Ok();
 }
 
-Status CompareView(const Store& store, const std::vector<SimulationRecord>& sims, const ReportRequest& q,
-                   ReportOutput* out) {
-  KP_ASSIGN_OR_RETURN(RunData reference, LoadRun(store, q.reference, "--reference"));
+Status CompareView(const Store& store, const ProcessTable* processes, const std::vector<SimulationRecord>& sims,
+                   const ReportRequest& q, ReportOutput* out) {
+  KP_ASSIGN_OR_RETURN(RunData reference, LoadRun(store, q.reference, "--reference", processes));
   std::vector<RunData> runs;
   for (std::int64_t id : q.compare) {
-    KP_ASSIGN_OR_RETURN(RunData r, LoadRun(store, id, "--compare"));
+    KP_ASSIGN_OR_RETURN(RunData r, LoadRun(store, id, "--compare", processes));
     runs.push_back(std::move(r));
   }
   KP_ASSIGN_OR_RETURN(Comparison c, Compare(reference, runs, q.metrics, q.steps));
@@ -258,9 +272,10 @@ Result<ReportOutput> BuildReport(const ReportRequest& q, const CliEnv& env) {
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(q.db, env.clock, StoreMode::kRead));
   KP_ASSIGN_OR_RETURN(std::vector<SimulationRecord> sims, store->ListSimulations());
   ReportOutput out;
-  if (!q.compare.empty()) KP_RETURN_IF_ERROR(CompareView(*store, sims, q, &out));
-  else if (q.run) KP_RETURN_IF_ERROR(RunView(*store, sims, *q.run, &out));
-  else KP_RETURN_IF_ERROR(ListView(*store, sims, &out));
+  const ProcessTable* processes = env.process_table;
+  if (!q.compare.empty()) KP_RETURN_IF_ERROR(CompareView(*store, processes, sims, q, &out));
+  else if (q.run) KP_RETURN_IF_ERROR(RunView(*store, processes, sims, *q.run, &out));
+  else KP_RETURN_IF_ERROR(ListView(*store, processes, sims, q.status, &out));
   out.json_view["schema"] = "kimi-plan.report/1";
   out.html.title = "kimi-plan report: " + q.db;
   KP_RETURN_IF_ERROR(PickPlan(*store, q, &out.html));

@@ -13,10 +13,13 @@
 #include "cli/commands.h"
 #include "cli/local_ranks.h"
 #include "cli/options.h"
+#include "common/limits.h"
+#include "cli/run_status.h"
 #include "cli/runtime_options.h"
 #include "cli/plan_options.h"
 #include "planner/plan_json.h"
 #include "planner/schedule_model.h"
+#include "runtime/device_check.h"
 #include "runtime/dist_trainer.h"
 #include "runtime/runtime_config.h"
 #include "specs/param_count.h"
@@ -38,24 +41,24 @@ po::options_description RunOptions() {
                                "local ranks; under srun or Modal each process is one rank told by RANK, WORLD_SIZE,\n"
                                "LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Options");
   desc.add_options()("help,h", "this text")
-      ("nproc", po::value<int>(), "start this many local ranks (launcher mode; RANK must be unset)")
-      ("plan", po::value<std::int64_t>(), "take the layout and schedule of this recorded plan (--model still picks the model)")
-      ("steps", po::value<int>()->default_value(20), "optimizer steps")
-      ("max-params", po::value<double>()->default_value(2e9), "refuse a model with more parameters (every rank builds it whole)")
-      ("batch", po::value<int>()->default_value(8), "sequences per step, split evenly over dp")
-      ("lr", po::value<double>()->default_value(3e-3), "peak learning rate")
-      ("warmup", po::value<int>()->default_value(10), "linear warmup steps")
-      ("grad-clip", po::value<double>()->default_value(1.0), "max global gradient norm")
-      ("experts", po::value<int>(), "scale the model: routed experts")
-      ("top-k", po::value<int>(), "scale the model: experts per token")
-      ("attn-res-block", po::value<int>(), "scale the model: attention-residual block size")
-      ("dense-layers", po::value<int>(), "scale the model: leading dense-FFN layers")
+      ("nproc", IntFlag(1, limits::kMaxLocalRanks), "start this many local ranks (launcher mode; RANK must be unset)")
+      ("plan", Int64Flag(1, INT64_MAX), "take the layout and schedule of this recorded plan (--model still picks the model)")
+      ("steps", IntFlag(1, limits::kMaxTrainSteps)->default_value(20), "optimizer steps")
+      ("max-params", NumberFlag(1, 1e15)->default_value(2e9), "refuse a model with more parameters (every rank builds it whole)")
+      ("batch", IntFlag(1, limits::kMaxBatch)->default_value(8), "sequences per step, split evenly over dp")
+      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(3e-3), "peak learning rate")
+      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(10), "linear warmup steps")
+      ("grad-clip", NumberFlag(0, 1e9)->default_value(1.0), "max global gradient norm")
+      ("experts", IntFlag(1, limits::kMaxExperts), "scale the model: routed experts")
+      ("top-k", IntFlag(1, limits::kMaxExperts), "scale the model: experts per token")
+      ("attn-res-block", IntFlag(0, limits::kMaxLayers), "scale the model: attention-residual block size")
+      ("dense-layers", IntFlag(0, limits::kMaxLayers), "scale the model: leading dense-FFN layers")
       ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the cached AttnRes transport (pipelines)")
       ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, data and RNG seed")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda (each rank takes cuda:LOCAL_RANK)")
       ("backend", po::value<std::string>()->default_value("auto"), "auto | gloo | nccl")
-      ("timeout-s", po::value<int>()->default_value(120), "seconds any rank waits for a peer before failing")
-      ("log-every", po::value<int>()->default_value(10), "a progress line from rank 0 every this many steps");
+      ("timeout-s", IntFlag(1, 86400)->default_value(120), "seconds any rank waits for a peer before failing")
+      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(10), "a progress line from rank 0 every this many steps");
   AddPlanRequestOptions(desc);
   AddOutputOptions(desc);
   return desc;
@@ -171,12 +174,43 @@ Status LogStep(Store& store, std::int64_t run_id, const runtime::DistStepMetrics
   return store.AppendTraffic(rows);
 }
 
-Status RunRank(const po::variables_map& vm, const TrainConfig& config, const runtime::Rendezvous& rv, CliEnv& env) {
-  KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, rv.world_size));
+// The rank's steps after the run's row exists (rank 0) and its summary.
+Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const ParallelLayout& layout,
+                 const runtime::Rendezvous& rv, runtime::DistTrainSession& session, Store* store,
+                 const RunRecord& run, CliEnv& env) {
+  const int log_every = vm["log-every"].as<int>();
+  std::vector<double> losses;
+  while (session.step() < config.steps) {
+    KP_ASSIGN_OR_RETURN(runtime::DistStepMetrics d, session.Step());
+    losses.push_back(d.step.loss);
+    if (!store) continue;
+    KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
+    if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
+      env.err << ProgressLine(d.step, config.steps) << "\n";
+  }
+  if (!store) return Status::Ok();
+  json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
+                 {"backend", session.backend()}, {"layout", LayoutJson(layout)}, {"steps", config.steps},
+                 {"first_loss", losses.front()}, {"last_loss", losses.back()}};
+  if (vm.count("json")) env.out << result.dump(2) << "\n";
+  else
+    env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
+            << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over "
+            << config.steps << " steps\n";
+  return Status::Ok();
+}
+
+runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const TrainConfig& config) {
   runtime::C10dOptions c10d;
   c10d.backend = vm["backend"].as<std::string>();
   c10d.device = config.device;
   c10d.timeout_s = vm["timeout-s"].as<int>();
+  return c10d;
+}
+
+Status RunRank(const po::variables_map& vm, const TrainConfig& config, const runtime::Rendezvous& rv, CliEnv& env) {
+  KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, rv.world_size));
+  const runtime::C10dOptions c10d = C10dFromFlags(vm, config);
   // Rank 0 alone writes the store; it opens it first so a bad --db fails
   // before any peer waits on it.
   std::unique_ptr<Store> store;
@@ -199,31 +233,14 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const run
     // predictions beside this run's measurements.
     cfg["plan_id"] = vm.count("plan") ? json(vm["plan"].as<std::int64_t>()) : json(nullptr);
     run.config_json = cfg.dump();
+    NameRecordingProcess(env, &run);
     KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
     env.err << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
             << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << "), "
             << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description() << "\n";
   }
-  const int log_every = vm["log-every"].as<int>();
-  std::vector<double> losses;
-  while (session->step() < config.steps) {
-    KP_ASSIGN_OR_RETURN(runtime::DistStepMetrics d, session->Step());
-    losses.push_back(d.step.loss);
-    if (!store) continue;
-    KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
-    if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
-      env.err << ProgressLine(d.step, config.steps) << "\n";
-  }
-  if (!store) return Status::Ok();
-  json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
-                 {"backend", session->backend()}, {"layout", LayoutJson(layout)}, {"steps", config.steps},
-                 {"first_loss", losses.front()}, {"last_loss", losses.back()}};
-  if (vm.count("json")) env.out << result.dump(2) << "\n";
-  else
-    env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
-            << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over "
-            << config.steps << " steps\n";
-  return Status::Ok();
+  const Status outcome = RankSteps(vm, config, layout, rv, *session, store.get(), run, env);
+  return store ? EndRunWith(*store, run.id, outcome) : outcome;
 }
 
 }  // namespace
@@ -243,6 +260,8 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
     // Everything a rank would refuse is refused here, before any starts.
     KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, nproc));
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
+    KP_RETURN_IF_ERROR(CheckTrainMemory(config, nproc, env));
+    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config)));
     return LaunchLocalRanks("run", args, nproc, env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));

@@ -1,9 +1,12 @@
 #include "cli/runtime_options.h"
 
+#include <cstdlib>
 #include <optional>
+#include <sstream>
 
 #include "common/limits.h"
 #include "runtime/runtime_config.h"
+#include "specs/param_count.h"
 #include "specs/presets.h"
 
 namespace kp {
@@ -50,6 +53,49 @@ Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& 
   Set(vm, "attn-res-block", &f.attn_res_block);
   Set(vm, "dense-layers", &f.dense_layers);
   return runtime::ScaleModel(preset, f);
+}
+
+namespace {
+
+// MemAvailable in bytes, or nullopt when the file or the line is not there.
+std::optional<double> AvailableMemoryBytes(const FileSystem& fs) {
+  Result<std::string> info = fs.ReadFile("/proc/meminfo");
+  if (!info.ok()) return std::nullopt;
+  std::istringstream in(*info);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return std::strtod(line.c_str() + 13, nullptr) * 1024.0;
+  return std::nullopt;
+}
+
+std::string Gb(double bytes) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(1);
+  o << bytes / 1e9 << " GB";
+  return o.str();
+}
+
+}  // namespace
+
+Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env) {
+  if (config.device != "cpu") return Status::Ok();
+  const ModelSpec& model = config.model;
+  const double param_bytes = config.options.dtype == runtime::DType::kBf16 ? 2 : 4;
+  const bool frozen_base = config.lora.enabled();
+  const std::optional<double> available = AvailableMemoryBytes(env.fs);
+  if (!available) return Status::Ok();
+  const double params = CountParams(model).total;
+  const double per_param = param_bytes * (frozen_base ? 1 : 4);
+  const double need = params * per_param * copies;
+  if (need <= *available) return Status::Ok();
+  std::ostringstream o;
+  o.precision(3);
+  o << "--model: " << model.name << " needs at least " << Gb(need) << " to train here (" << params
+    << " parameters x " << per_param << " bytes" << (frozen_base ? " of weights" : " of weights, gradients and AdamW")
+    << (copies > 1 ? " x " + std::to_string(copies) + " ranks" : std::string()) << "), more than the "
+    << Gb(*available) << " this machine has available; scale it with --layers --hidden or take kimi-k3-debug";
+  return Status::InvalidArgument(o.str());
 }
 
 }  // namespace kp

@@ -4,6 +4,7 @@
 #define KIMI_PLAN_CLI_RUNTIME_OPTIONS_H_
 
 #include "cli/options.h"
+#include "runtime/trainer.h"
 #include "specs/model_spec.h"
 
 namespace kp {
@@ -16,6 +17,17 @@ void AddScaledModelOptions(po::options_description& desc);
 /// --hidden --heads --experts --top-k --vocab --attn-res-block
 /// --dense-layers where given.
 Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& env);
+
+/// Refuses, before anything is allocated, a training whose model cannot fit
+/// this machine's memory on CPU: `copies` processes (ranks on this host)
+/// each holding every parameter in the run's dtype and, without LoRA, its
+/// gradient and AdamW's two moments in the same dtype (LibTorch keeps
+/// optimizer state like its parameter). Activations are left out, so the
+/// estimate is a lower bound and a refused model cannot fit. Compared with
+/// MemAvailable of /proc/meminfo (read through env.fs); skipped on CUDA and
+/// where that file cannot be read. InvalidArgument naming --model with both
+/// numbers.
+Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env);
 
 }  // namespace kp
 

@@ -14,10 +14,13 @@
 #include "cli/commands.h"
 #include "cli/local_ranks.h"
 #include "cli/options.h"
+#include "common/limits.h"
+#include "cli/run_status.h"
 #include "cli/runtime_options.h"
 #include "common/stats.h"
 #include "common/table.h"
 #include "runtime/runtime_config.h"
+#include "runtime/device_check.h"
 #include "runtime/sdpo_loop.h"
 #include "simulator/sdpo_loop.h"
 #include "store/store.h"
@@ -40,46 +43,46 @@ po::options_description SdpoOptions() {
   desc.add_options()("help,h", "this text")
       ("task", po::value<std::string>()->default_value("arithmetic"),
        "arithmetic | addition | subtraction | multiplication | sorting | a JSON Lines task file")
-      ("min-digits", po::value<int>()->default_value(1), "built-in tasks: digits per operand, at least")
-      ("max-digits", po::value<int>()->default_value(3), "built-in tasks: digits per operand, at most")
-      ("steps", po::value<int>()->default_value(50), "loop steps (optimizer steps)")
-      ("prompts", po::value<int>()->default_value(8), "prompts per step")
-      ("samples", po::value<int>()->default_value(8), "responses per prompt (the group)")
-      ("temperature", po::value<double>()->default_value(1.0), "sampling temperature (> 0)")
-      ("top-p", po::value<double>()->default_value(1.0), "nucleus sampling mass, in (0, 1]")
-      ("max-new-tokens", po::value<int>()->default_value(8), "longest response")
+      ("min-digits", IntFlag(1, 18)->default_value(1), "built-in tasks: digits per operand, at least")
+      ("max-digits", IntFlag(1, 18)->default_value(3), "built-in tasks: digits per operand, at most")
+      ("steps", IntFlag(1, limits::kMaxTrainSteps)->default_value(50), "loop steps (optimizer steps)")
+      ("prompts", IntFlag(1, limits::kMaxBatch)->default_value(8), "prompts per step")
+      ("samples", IntFlag(1, limits::kMaxBatch)->default_value(8), "responses per prompt (the group)")
+      ("temperature", NumberFlag(0, 100, /*min_open=*/true)->default_value(1.0), "sampling temperature (> 0)")
+      ("top-p", NumberFlag(0, 1, /*min_open=*/true)->default_value(1.0), "nucleus sampling mass, in (0, 1]")
+      ("max-new-tokens", IntFlag(1, limits::kMaxSequence)->default_value(8), "longest response")
       ("loss", po::value<std::string>()->default_value("sdpo"), "sdpo | grpo | k1-opd")
-      ("distill-top-k", po::value<int>()->default_value(100), "SDPO: the student's top-k support (0: all)")
-      ("alpha", po::value<double>()->default_value(0.5), "SDPO: 0 forward KL, 1 reverse KL, between: skewed JS")
-      ("is-clip", po::value<double>()->default_value(2.0), "SDPO: importance-ratio clip (0: off)")
-      ("clip-ratio", po::value<double>()->default_value(0.2), "GRPO / k1-opd: PPO ratio clip")
+      ("distill-top-k", IntFlag(0, limits::kMaxVocab)->default_value(100), "SDPO: the student's top-k support (0: all)")
+      ("alpha", NumberFlag(0, 1)->default_value(0.5), "SDPO: 0 forward KL, 1 reverse KL, between: skewed JS")
+      ("is-clip", NumberFlag(0, 1e6)->default_value(2.0), "SDPO: importance-ratio clip (0: off)")
+      ("clip-ratio", NumberFlag(0, 1e3)->default_value(0.2), "GRPO / k1-opd: PPO ratio clip")
       ("reprompt", po::value<std::string>()->default_value("reference"), "reference | compact: the teacher's templates")
-      ("teacher-ema", po::value<double>()->default_value(0.05), "self-teacher EMA rate per step")
-      ("sft-steps", po::value<int>()->default_value(0), "supervised warm-start steps before the loop")
-      ("sft-batch", po::value<int>()->default_value(32), "warm-start examples per step")
-      ("sft-lr", po::value<double>()->default_value(1e-3), "warm-start learning rate (constant)")
-      ("sft-context-share", po::value<double>()->default_value(0.5), "warm-start examples in the teacher's context format")
-      ("lr", po::value<double>()->default_value(1e-3), "peak learning rate")
-      ("warmup", po::value<int>()->default_value(0), "linear warmup steps of the loop")
-      ("min-lr-ratio", po::value<double>()->default_value(1.0), "the loop's cosine ends at lr x this at --steps (1: constant)")
-      ("grad-clip", po::value<double>()->default_value(1.0), "max global gradient norm")
-      ("lora-rank", po::value<int>()->default_value(0), "LoRA rank for the loop (0: full weights); the sync then moves adapters")
-      ("lora-alpha", po::value<double>(), "LoRA alpha (default 2 x rank)")
+      ("teacher-ema", NumberFlag(0, 1)->default_value(0.05), "self-teacher EMA rate per step")
+      ("sft-steps", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "supervised warm-start steps before the loop")
+      ("sft-batch", IntFlag(1, limits::kMaxBatch)->default_value(32), "warm-start examples per step")
+      ("sft-lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(1e-3), "warm-start learning rate (constant)")
+      ("sft-context-share", NumberFlag(0, 1)->default_value(0.5), "warm-start examples in the teacher's context format")
+      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(1e-3), "peak learning rate")
+      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "linear warmup steps of the loop")
+      ("min-lr-ratio", NumberFlag(0, 1)->default_value(1.0), "the loop's cosine ends at lr x this at --steps (1: constant)")
+      ("grad-clip", NumberFlag(0, 1e9)->default_value(1.0), "max global gradient norm")
+      ("lora-rank", IntFlag(0, limits::kMaxHidden)->default_value(0), "LoRA rank for the loop (0: full weights); the sync then moves adapters")
+      ("lora-alpha", NumberFlag(0, 1e6, /*min_open=*/true), "LoRA alpha (default 2 x rank)")
       ("placement", po::value<std::string>()->default_value("colocated"), "colocated | split")
-      ("rollout-ranks", po::value<int>()->default_value(1), "split: rollout processes")
-      ("pp", po::value<int>()->default_value(1), "split: the actor's pipeline ranks")
-      ("vp", po::value<int>()->default_value(1), "split: pipeline stages per actor rank (interleaved schedules)")
-      ("microbatches", po::value<int>()->default_value(1), "micro-batches per actor step (divides --prompts x --samples)")
+      ("rollout-ranks", IntFlag(1, limits::kMaxLocalRanks)->default_value(1), "split: rollout processes")
+      ("pp", IntFlag(1, limits::kMaxPipelineRanks)->default_value(1), "split: the actor's pipeline ranks")
+      ("vp", IntFlag(1, limits::kMaxLayers)->default_value(1), "split: pipeline stages per actor rank (interleaved schedules)")
+      ("microbatches", IntFlag(1, limits::kMaxMicrobatches)->default_value(1), "micro-batches per actor step (divides --prompts x --samples)")
       ("schedule", po::value<std::string>()->default_value("1f1b"), "the actor's pipeline schedule (as `simulate pipeline`)")
       ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the actor pipeline's cached AttnRes transport")
-      ("sync-bucket-mb", po::value<double>()->default_value(16), "weight-sync bucket size, MiB")
+      ("sync-bucket-mb", NumberFlag(0, 1048576, /*min_open=*/true)->default_value(16), "weight-sync bucket size, MiB")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
-      ("kda-chunk", po::value<int>()->default_value(16), "KDA scan chunk length")
+      ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(16), "KDA scan chunk length")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda (each rank takes cuda:LOCAL_RANK)")
       ("backend", po::value<std::string>()->default_value("auto"), "split: auto | gloo | nccl")
-      ("timeout-s", po::value<int>()->default_value(120), "split: seconds a rank waits for a peer before failing")
+      ("timeout-s", IntFlag(1, 86400)->default_value(120), "split: seconds a rank waits for a peer before failing")
       ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, task and sampling seed")
-      ("log-every", po::value<int>()->default_value(1), "a progress line every this many steps");
+      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(1), "a progress line every this many steps");
   AddOutputOptions(desc);
   return desc;
 }
@@ -335,13 +338,12 @@ Status RunLoggedLoop(const po::variables_map& vm, const SdpoConfig& c, const run
   run.kind = "sdpo";
   run.model = c.train.model.name;
   run.config_json = runtime::SdpoConfigJson(c);
+  NameRecordingProcess(env, &run);
   KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
   StoreObserver observer(c, *store, run.id, vm["log-every"].as<int>(), env.err);
-  if (rv == nullptr) {
-    KP_RETURN_IF_ERROR(runtime::RunColocatedLoop(c, env.fs, observer));
-  } else {
-    KP_RETURN_IF_ERROR(runtime::RunSplitLoopRank(c, *rv, C10d(vm, c), env.fs, observer));
-  }
+  const Status looped = rv == nullptr ? runtime::RunColocatedLoop(c, env.fs, observer)
+                                      : runtime::RunSplitLoopRank(c, *rv, C10d(vm, c), env.fs, observer);
+  KP_RETURN_IF_ERROR(EndRunWith(*store, run.id, looped));
   return PrintSummary(c, observer, run.id, vm.count("json") > 0, env.out);
 }
 
@@ -353,9 +355,13 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(const SdpoConfig config, BuildSdpoConfig(vm, env));
+  KP_RETURN_IF_ERROR(CheckTrainMemory(config.train, 1, env));
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);
   const char* rank = env.getenv("RANK");
-  if (rank == nullptr || *rank == '\0') return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, env);
+  if (rank == nullptr || *rank == '\0') {
+    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10d(vm, config)));
+    return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, env);
+  }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
   if (rv.rank == 0) return RunLoggedLoop(vm, config, &rv, env);
   // The other ranks report nothing: rank 0 logs every step.

@@ -12,6 +12,8 @@
 #include "cli/commands.h"
 #include "cli/output_paths.h"
 #include "cli/options.h"
+#include "common/limits.h"
+#include "cli/run_status.h"
 #include "cli/runtime_options.h"
 #include "common/stats.h"
 #include "common/table.h"
@@ -33,22 +35,22 @@ po::options_description TrainOptions() {
                                "checkpoints, every step logged to the store. Options");
   AddScaledModelOptions(desc);
   desc.add_options()("help,h", "this text")
-      ("steps", po::value<int>(), "train until this many optimizer steps in total (required)")
-      ("batch", po::value<int>()->default_value(8), "sequences per step")
-      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence")
-      ("lr", po::value<double>()->default_value(3e-3), "peak learning rate")
-      ("warmup", po::value<int>()->default_value(10), "linear warmup steps")
-      ("min-lr-ratio", po::value<double>()->default_value(0.1), "final / peak learning rate of the cosine")
-      ("weight-decay", po::value<double>()->default_value(0.1), "AdamW weight decay on matrices")
-      ("grad-clip", po::value<double>()->default_value(1.0), "max global gradient norm")
-      ("bias-update-rate", po::value<double>(), "router-bias step per optimizer step (default 1e-3; 0 with LoRA)")
-      ("lora-rank", po::value<int>()->default_value(0), "LoRA rank (0: full training)")
-      ("lora-alpha", po::value<double>(), "LoRA alpha (default 2 x rank)")
+      ("steps", IntFlag(1, limits::kMaxTrainSteps), "train until this many optimizer steps in total (required)")
+      ("batch", IntFlag(1, limits::kMaxBatch)->default_value(8), "sequences per step")
+      ("seq-len", IntFlag(1, limits::kMaxSequence)->default_value(64), "tokens per sequence")
+      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(3e-3), "peak learning rate")
+      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(10), "linear warmup steps")
+      ("min-lr-ratio", NumberFlag(0, 1)->default_value(0.1), "final / peak learning rate of the cosine")
+      ("weight-decay", NumberFlag(0, 10)->default_value(0.1), "AdamW weight decay on matrices")
+      ("grad-clip", NumberFlag(0, 1e9)->default_value(1.0), "max global gradient norm")
+      ("bias-update-rate", NumberFlag(0, 1), "router-bias step per optimizer step (default 1e-3; 0 with LoRA)")
+      ("lora-rank", IntFlag(0, limits::kMaxHidden)->default_value(0), "LoRA rank (0: full training)")
+      ("lora-alpha", NumberFlag(0, 1e6, /*min_open=*/true), "LoRA alpha (default 2 x rank)")
       ("lora-experts", po::value<std::string>()->default_value("shared-outer"), "shared-outer | per-expert")
       ("save-adapters", po::value<std::string>(), "with --lora-rank: write the adapters alone to this file at the end")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
       ("activation-checkpointing", po::value<std::string>()->default_value("off"), "on | off: recompute each layer in backward")
-      ("kda-chunk", po::value<int>()->default_value(16), "KDA scan chunk length (0: token-by-token recurrence)")
+      ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(16), "KDA scan chunk length (0: token-by-token recurrence)")
       ("deterministic", po::value<std::string>()->default_value("on"), "on | off: deterministic algorithms")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda | cuda:N")
       ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, data and RNG seed")
@@ -56,8 +58,8 @@ po::options_description TrainOptions() {
       ("token-dtype", po::value<std::string>()->default_value("uint16"), "uint16 | uint32: the token file's width")
       ("resume", po::value<std::string>(), "continue from this checkpoint")
       ("checkpoint-dir", po::value<std::string>(), "write step-N.pt checkpoints here (at the end, and every --checkpoint-every)")
-      ("checkpoint-every", po::value<int>()->default_value(0), "steps between checkpoints (0: only at the end)")
-      ("log-every", po::value<int>()->default_value(10), "a progress line on stderr every this many steps");
+      ("checkpoint-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "steps between checkpoints (0: only at the end)")
+      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(10), "a progress line on stderr every this many steps");
   AddOutputOptions(desc);
   return desc;
 }
@@ -124,40 +126,24 @@ Result<std::string> CheckpointPath(const std::string& dir, int step) {
   return dir + "/step-" + std::to_string(step) + ".pt";
 }
 
-}  // namespace
-
-Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
-  const po::options_description desc = TrainOptions();
-  po::variables_map vm;
-  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
-  if (!proceed) return Status::Ok();
-  // Before the run's row or any step: a path that cannot be written fails
-  // now, not after training (torch::save creates no directory).
-  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
-  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "save-adapters", /*create_parent=*/false));
-  KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session, runtime::TrainSession::Create(config, env.fs));
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
-  RunRecord run;
-  run.kind = "train";
-  run.model = config.model.name;
-  run.config_json = runtime::TrainConfigJson(config);
-  KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
-
+// The run's steps, checkpoints and summary, after its row exists: whatever
+// ends it is recorded as the run's end.
+Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime::TrainSession& session,
+                Store& store, const RunRecord& run, CliEnv& env) {
   const int log_every = vm["log-every"].as<int>(), checkpoint_every = vm["checkpoint-every"].as<int>();
   const std::string checkpoint_dir = vm.count("checkpoint-dir") ? vm["checkpoint-dir"].as<std::string>() : "";
-  env.err << "train run #" << run.id << ": " << config.model.name << ", " << Millions(session->parameter_count())
-          << " parameters (" << Millions(session->trainable_count()) << " trainable), "
+  env.err << "train run #" << run.id << ": " << config.model.name << ", " << Millions(session.parameter_count())
+          << " parameters (" << Millions(session.trainable_count()) << " trainable), "
           << runtime::DTypeName(config.options.dtype) << ", " << config.batch << " x " << config.seq_len
-          << " tokens per step, " << session->data_description() << "\n";
-  if (session->step() > 0) env.err << "resumed at step " << session->step() << " from " << config.resume << "\n";
+          << " tokens per step, " << session.data_description() << "\n";
+  if (session.step() > 0) env.err << "resumed at step " << session.step() << " from " << config.resume << "\n";
 
   std::vector<double> losses, speeds;
   double peak = 0;
-  const int first_step = session->step() + 1;
+  const int first_step = session.step() + 1;
   std::string checkpoint;
-  while (session->step() < config.steps) {
-    KP_ASSIGN_OR_RETURN(runtime::StepMetrics m, session->Step());
+  while (session.step() < config.steps) {
+    KP_ASSIGN_OR_RETURN(runtime::StepMetrics m, session.Step());
     StepRecord rec;
     rec.run_id = run.id;
     rec.step = m.step;
@@ -167,7 +153,7 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
     rec.tokens_per_s = m.tokens_per_s;
     rec.step_time_s = m.step_seconds;
     rec.peak_memory_bytes = m.peak_memory_bytes;
-    KP_RETURN_IF_ERROR(store->AppendStep(rec));
+    KP_RETURN_IF_ERROR(store.AppendStep(rec));
     losses.push_back(m.loss);
     speeds.push_back(m.tokens_per_s);
     peak = std::max(peak, m.peak_memory_bytes);
@@ -175,23 +161,23 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
       env.err << ProgressLine(m, config.steps) << "\n";
     if (!checkpoint_dir.empty() && checkpoint_every > 0 && m.step % checkpoint_every == 0 && m.step != config.steps) {
       KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, m.step));
-      KP_RETURN_IF_ERROR(session->SaveCheckpoint(checkpoint));
+      KP_RETURN_IF_ERROR(session.SaveCheckpoint(checkpoint));
     }
   }
   if (!checkpoint_dir.empty()) {
-    KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, session->step()));
-    KP_RETURN_IF_ERROR(session->SaveCheckpoint(checkpoint));
+    KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, session.step()));
+    KP_RETURN_IF_ERROR(session.SaveCheckpoint(checkpoint));
   }
-  if (vm.count("save-adapters")) KP_RETURN_IF_ERROR(session->SaveAdapters(vm["save-adapters"].as<std::string>()));
+  if (vm.count("save-adapters")) KP_RETURN_IF_ERROR(session.SaveAdapters(vm["save-adapters"].as<std::string>()));
 
   const std::size_t n = losses.size(), tenth = std::max<std::size_t>(1, n / 10);
   json result = {{"run_id", run.id},
                  {"model", config.model.name},
-                 {"parameters", session->parameter_count()},
-                 {"trainable_parameters", session->trainable_count()},
+                 {"parameters", session.parameter_count()},
+                 {"trainable_parameters", session.trainable_count()},
                  {"dtype", runtime::DTypeName(config.options.dtype)},
                  {"first_step", first_step},
-                 {"last_step", session->step()},
+                 {"last_step", session.step()},
                  {"first_loss", n ? json(losses.front()) : json(nullptr)},
                  {"last_loss", n ? json(losses.back()) : json(nullptr)},
                  {"first_tenth_mean_loss", n ? json(MeanOf(losses, 0, tenth)) : json(nullptr)},
@@ -204,22 +190,46 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
     return Status::Ok();
   }
   env.out << "kimi-plan train run #" << run.id << ": " << config.model.name << ", "
-          << Millions(session->parameter_count()) << " parameters (" << Millions(session->trainable_count())
+          << Millions(session.parameter_count()) << " parameters (" << Millions(session.trainable_count())
           << " trainable), " << runtime::DTypeName(config.options.dtype) << "\n";
   if (n == 0) {
-    env.out << "nothing to do: the checkpoint is already at step " << session->step() << "\n";
+    env.out << "nothing to do: the checkpoint is already at step " << session.step() << "\n";
     return Status::Ok();
   }
-  env.out << "steps     " << first_step << ".." << session->step() << " of " << config.steps << ", " << config.batch
+  env.out << "steps     " << first_step << ".." << session.step() << " of " << config.steps << ", " << config.batch
           << " x " << config.seq_len << " tokens each\n";
   env.out << "loss      " << FormatFixed(losses.front(), 4) << " (step " << first_step << ") -> "
-          << FormatFixed(losses.back(), 4) << " (step " << session->step() << "); mean of the first " << tenth
+          << FormatFixed(losses.back(), 4) << " (step " << session.step() << "); mean of the first " << tenth
           << " steps " << FormatFixed(MeanOf(losses, 0, tenth), 4) << ", of the last " << tenth << " "
           << FormatFixed(MeanOf(losses, n - tenth, n), 4) << "\n";
   env.out << "speed     " << FormatFixed(Median(speeds), 0) << " tokens/s (median step), peak memory "
           << FormatFixed(peak / 1e6, 0) << " MB\n";
   if (!checkpoint.empty()) env.out << "checkpoint " << checkpoint << "\n";
   return Status::Ok();
+}
+
+}  // namespace
+
+Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
+  const po::options_description desc = TrainOptions();
+  po::variables_map vm;
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
+  if (!proceed) return Status::Ok();
+  // Before the run's row or any step: a path that cannot be written fails
+  // now, not after training (torch::save creates no directory).
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "save-adapters", /*create_parent=*/false));
+  KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
+  KP_RETURN_IF_ERROR(CheckTrainMemory(config, 1, env));
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session, runtime::TrainSession::Create(config, env.fs));
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
+  RunRecord run;
+  run.kind = "train";
+  run.model = config.model.name;
+  run.config_json = runtime::TrainConfigJson(config);
+  NameRecordingProcess(env, &run);
+  KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
+  return EndRunWith(*store, run.id, TrainRun(vm, config, *session, *store, run, env));
 }
 
 }  // namespace kp

@@ -71,6 +71,12 @@ inline constexpr std::int64_t kMaxSyncWork = 3'000'000;
 /// few steps; 100,000 steps take 3 s but draw a 61 MB timeline (--out), so
 /// 10,000 (6 MB).
 inline constexpr std::int64_t kMaxLoopSteps = 10'000;
+
+// The runtime (train, run, sdpo): optimizer steps a run may be asked for,
+// and processes one host starts (ranks of `run --nproc`, `sdpo` rollout
+// ranks).
+inline constexpr std::int64_t kMaxTrainSteps = 100'000'000;
+inline constexpr std::int64_t kMaxLocalRanks = 4'096;
 /// Seconds or microseconds given as an explicit cost: one year.
 inline constexpr double kMaxSeconds = 365.0 * 24 * 3600;
 inline constexpr double kMaxMicroseconds = kMaxSeconds * 1e6;

@@ -35,9 +35,10 @@ std::string HtmlTable(const std::vector<std::string>& header, const std::vector<
 std::string RunsSection(const std::vector<RunListEntry>& list) {
   std::vector<std::vector<std::string>> rows;
   for (const RunListEntry& e : list)
-    rows.push_back({std::to_string(e.id), e.kind, e.model, e.created_at, std::to_string(e.steps),
+    rows.push_back({std::to_string(e.id), e.kind, e.model, e.created_at, StatusLine(e), StepsOf(e),
                     e.last_loss ? FormatMetric("loss", *e.last_loss) : "-", e.plan_id ? std::to_string(e.plan_id) : "-"});
-  return "<h2>Runs</h2>\n" + HtmlTable({"run", "kind", "model", "created", "steps", "last loss", "plan"}, rows);
+  return "<h2>Runs</h2>\n" +
+         HtmlTable({"run", "kind", "model", "created", "status", "steps", "last loss", "plan"}, rows);
 }
 
 // The seed's cell: the raw value in code style, beneath it the change.

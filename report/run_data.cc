@@ -64,7 +64,8 @@ std::int64_t PlanIdOfConfig(const std::string& config_json) {
   return id > 0 ? id : 0;
 }
 
-Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& flag) {
+Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& flag,
+                        const ProcessTable* processes) {
   Result<RunRecord> run = store.GetRun(id);
   if (!run.ok()) {
     if (run.status().code() == Status::Code::kNotFound)
@@ -74,8 +75,21 @@ Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& 
   RunData d;
   d.run = *run;
   d.plan_id = PlanIdOfConfig(d.run.config_json);
+  if (processes && d.run.status == "running") d.process = processes->Check({d.run.host, d.run.pid});
   KP_ASSIGN_OR_RETURN(d.steps, store.ListStepColumns(id));
   return d;
+}
+
+std::string RunState(const RunData& run) {
+  const std::string& s = run.run.status;
+  if (s == "finished" || s == "failed") return s;
+  if (s == "running") return run.process == Liveness::kGone ? "ended" : "running";
+  return "unknown";
+}
+
+const std::vector<std::string>& RunStates() {
+  static const std::vector<std::string> states = {"finished", "failed", "running", "ended", "unknown"};
+  return states;
 }
 
 }  // namespace kp

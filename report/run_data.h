@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process_table.h"
 #include "common/status.h"
 #include "store/store.h"
 
@@ -34,6 +35,8 @@ struct RunData {
   RunRecord run;
   StepColumns steps;
   std::int64_t plan_id = 0;  ///< config_json's "plan_id"; 0 when it names none
+  /// Whether the process recording a run still marked running is alive.
+  Liveness process = Liveness::kUnknown;
 
   /// Whether the steps table has this column at all.
   bool HasMetric(const std::string& metric) const;
@@ -47,8 +50,17 @@ struct RunData {
 };
 
 /// Reads a run and its steps. `flag` names the option the id came from, for
-/// the error: "--reference: no run with id 9".
-Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& flag);
+/// the error: "--reference: no run with id 9". With `processes`, a run still
+/// marked running has its process looked up.
+Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& flag,
+                        const ProcessTable* processes = nullptr);
+
+/// How a run stands: "finished", "failed", "running", "ended" (still marked
+/// running, its process gone: killed without a word) or "unknown" (recorded
+/// before the store kept a status).
+std::string RunState(const RunData& run);
+/// Every value RunState returns, in that order.
+const std::vector<std::string>& RunStates();
 
 /// The plan id a run configuration names ("plan_id", a positive integer), 0
 /// when none or when the text is not JSON.

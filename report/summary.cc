@@ -13,6 +13,7 @@ namespace {
 using nlohmann::json;
 
 json Opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json OptInt(const std::optional<int>& v) { return v ? json(*v) : json(nullptr); }
 
 double Mean(std::vector<std::pair<int, double>>::const_iterator from,
             std::vector<std::pair<int, double>>::const_iterator to) {
@@ -41,8 +42,18 @@ std::string SignedChange(double measured, double predicted) {
 }  // namespace
 
 RunListEntry ListEntry(const RunData& run) {
-  RunListEntry e{run.run.id, run.run.kind, run.run.model, run.run.created_at,
-                 static_cast<int>(run.steps.steps.size()), std::nullopt, run.plan_id};
+  RunListEntry e;
+  e.id = run.run.id;
+  e.kind = run.run.kind;
+  e.model = run.run.model;
+  e.created_at = run.run.created_at;
+  e.steps = static_cast<int>(run.steps.steps.size());
+  e.plan_id = run.plan_id;
+  e.status = RunState(run);
+  e.error = run.run.error;
+  const json config = json::parse(run.run.config_json, nullptr, false);
+  if (config.is_object() && config.contains("steps") && config["steps"].is_number_integer())
+    e.planned_steps = config["steps"].get<int>();
   const auto loss = run.Series("loss");
   if (!loss.empty() && loss.back().first == run.steps.steps.back()) e.last_loss = loss.back().second;
   return e;
@@ -112,10 +123,21 @@ RunSummary Summarise(const RunData& run, const std::optional<PlanPredictions>& p
   return s;
 }
 
+std::string StepsOf(const RunListEntry& e) {
+  return std::to_string(e.steps) + (e.planned_steps ? " of " + std::to_string(*e.planned_steps) : "");
+}
+
+std::string StatusLine(const RunListEntry& e) {
+  if (e.status == "failed") return "failed: " + e.error;
+  if (e.status == "ended") return "ended without a word: still marked running, its process is gone (killed?)";
+  if (e.status == "unknown") return "unknown (recorded before the store kept a status)";
+  return e.status;
+}
+
 std::string RenderRunList(const std::vector<RunListEntry>& runs, const std::vector<TableCount>& tables) {
-  Table t({"run", "kind", "model", "created", "steps", "last loss", "plan"});
+  Table t({"run", "kind", "model", "created", "status", "steps", "last loss", "plan"});
   for (const RunListEntry& e : runs)
-    t.AddRow({std::to_string(e.id), e.kind, e.model, e.created_at, std::to_string(e.steps), Or(e.last_loss, "loss"),
+    t.AddRow({std::to_string(e.id), e.kind, e.model, e.created_at, e.status, StepsOf(e), Or(e.last_loss, "loss"),
               e.plan_id ? std::to_string(e.plan_id) : "-"});
   std::string out = runs.empty() ? "no runs recorded\n" : t.Render();
   out += "\nstore:";
@@ -139,7 +161,7 @@ std::string RenderPredictions(const std::vector<std::pair<std::int64_t, std::vec
 std::string RenderSummary(const RunSummary& s) {
   const RunListEntry& e = s.entry;
   std::string out = "run " + std::to_string(e.id) + ": " + e.kind + ", " + e.model + ", created " + e.created_at + "\n" +
-                    "config  " + s.config_json + "\n" + "steps   " + std::to_string(e.steps);
+                    "config  " + s.config_json + "\n" + "status  " + StatusLine(e) + "\n" + "steps   " + StepsOf(e);
   if (e.steps) out += " (" + std::to_string(s.first_step) + " to " + std::to_string(s.last_step) + ")";
   out += "\n\n";
   Table t({"metric", "first", "first tenth mean", "last tenth mean", "last", "median", "max"});
@@ -164,7 +186,8 @@ json RunListJson(const std::vector<RunListEntry>& runs, const std::vector<TableC
   json list = json::array(), counts = json::object();
   for (const RunListEntry& e : runs)
     list.push_back({{"id", e.id}, {"kind", e.kind}, {"model", e.model}, {"created_at", e.created_at},
-                    {"steps", e.steps}, {"last_loss", Opt(e.last_loss)},
+                    {"steps", e.steps}, {"planned_steps", OptInt(e.planned_steps)}, {"status", e.status},
+                    {"error", e.error.empty() ? json(nullptr) : json(e.error)}, {"last_loss", Opt(e.last_loss)},
                     {"plan_id", e.plan_id ? json(e.plan_id) : json(nullptr)}});
   for (const TableCount& t : tables) counts[t.table] = t.rows;
   return {{"runs", list}, {"tables", counts}};
@@ -184,17 +207,19 @@ json SummaryJson(const RunSummary& s) {
                   {"peak_memory_bytes", StatsJson(s.peak_memory_bytes)}};
   if (s.reward) metrics["reward"] = StatsJson(*s.reward);
   return {{"id", e.id}, {"kind", e.kind}, {"model", e.model}, {"created_at", e.created_at},
-          {"config", json::parse(s.config_json, nullptr, false)}, {"steps", e.steps},
+          {"config", json::parse(s.config_json, nullptr, false)}, {"status", e.status},
+          {"error", e.error.empty() ? json(nullptr) : json(e.error)}, {"steps", e.steps},
+          {"planned_steps", OptInt(e.planned_steps)},
           {"first_step", s.first_step}, {"last_step", s.last_step}, {"metrics", metrics},
           {"plan_id", e.plan_id ? json(e.plan_id) : json(nullptr)}, {"predictions", PredictionsJson(s.predictions)}};
 }
 
 std::string RunListCsv(const std::vector<RunListEntry>& runs) {
-  std::string out = "run_id,kind,model,created_at,steps,last_loss,plan_id\n";
+  std::string out = "run_id,kind,model,created_at,steps,last_loss,plan_id,status,planned_steps\n";
   for (const RunListEntry& e : runs)
     out += std::to_string(e.id) + "," + e.kind + "," + e.model + "," + e.created_at + "," + std::to_string(e.steps) +
            "," + (e.last_loss ? ExactNumber(*e.last_loss) : "") + "," + (e.plan_id ? std::to_string(e.plan_id) : "") +
-           "\n";
+           "," + e.status + "," + (e.planned_steps ? std::to_string(*e.planned_steps) : "") + "\n";
   return out;
 }
 

@@ -23,11 +23,18 @@ struct RunListEntry {
   std::int64_t id = 0;
   std::string kind, model, created_at;
   int steps = 0;
+  std::optional<int> planned_steps;  ///< config_json's "steps", when it has one
+  std::string status;                ///< RunState
+  std::string error;                 ///< a failed run's error
   std::optional<double> last_loss;  ///< the last step's loss; nullopt with no steps
   std::int64_t plan_id = 0;
 };
 
 RunListEntry ListEntry(const RunData& run);
+/// "5", or "5 of 200" when the configuration says how many were planned.
+std::string StepsOf(const RunListEntry& e);
+/// The status for people: "failed: <error>", "ended without a word: ...".
+std::string StatusLine(const RunListEntry& e);
 
 /// Mean, median and extremes of one metric over a run.
 struct MetricStats {

@@ -151,9 +151,9 @@ TEST(ExportTest, RunListAndStepsCsv) {
   a.plan_id = 3;
   const RunData b = MakeRun(2, {}, {"loss", "reward"}, {{}, {}});
   EXPECT_EQ(RunListCsv({ListEntry(a), ListEntry(b)}),
-            "run_id,kind,model,created_at,steps,last_loss,plan_id\n"
-            "1,train,m,2026-01-01T00:00:00Z,2,0.10000000000000001,3\n"
-            "2,train,m,2026-01-01T00:00:00Z,0,,\n");
+            "run_id,kind,model,created_at,steps,last_loss,plan_id,status,planned_steps\n"
+            "1,train,m,2026-01-01T00:00:00Z,2,0.10000000000000001,3,unknown,\n"
+            "2,train,m,2026-01-01T00:00:00Z,0,,,unknown,\n");
   EXPECT_EQ(StepsCsv(a), "step,loss,reward\n1,3.5,\n2,0.10000000000000001,0.25\n");
 }
 
@@ -164,6 +164,37 @@ TEST(ExportTest, RunListJsonHasRunsAndTableCounts) {
   EXPECT_EQ(j["runs"][0]["last_loss"], 2.0);
   EXPECT_TRUE(j["runs"][0]["plan_id"].is_null());
   EXPECT_EQ(j["tables"], nlohmann::json({{"plans", 2}, {"runs", 1}}));
+}
+
+// A run's status as the store kept it, and a running one whose process is
+// gone (RunState): killed without a word, shown as "ended" with its planned
+// steps beside those it logged.
+TEST(RunStateTest, FromTheStoredStatusAndTheProcess) {
+  RunData r = MakeRun(1, {1, 2, 3, 4, 5}, {"loss"}, {{5.0, 4.0, 3.0, 2.0, 1.0}});
+  r.run.config_json = "{\"steps\": 200}";
+  r.run.status = "running";
+  FakeProcessTable processes(100);
+  r.run.host = "fake-host";
+  r.run.pid = 100;
+  r.process = processes.Check({r.run.host, r.run.pid});
+  EXPECT_EQ(RunState(r), "running");
+  processes.SetAlive(100, false);
+  r.process = processes.Check({r.run.host, r.run.pid});
+  EXPECT_EQ(RunState(r), "ended");
+  const RunListEntry e = ListEntry(r);
+  EXPECT_EQ(StepsOf(e), "5 of 200");
+  EXPECT_EQ(StatusLine(e), "ended without a word: still marked running, its process is gone (killed?)");
+  EXPECT_NE(RenderRunList({e}, {}).find("ended"), std::string::npos);
+  r.process = Liveness::kUnknown;  // another host: cannot tell
+  EXPECT_EQ(RunState(r), "running");
+  r.run.status = "failed";
+  r.run.error = "step 3: loss is nan";
+  EXPECT_EQ(StatusLine(ListEntry(r)), "failed: step 3: loss is nan");
+  EXPECT_EQ(RunListJson({ListEntry(r)}, {})["runs"][0]["error"], "step 3: loss is nan");
+  r.run.status = "finished";
+  EXPECT_EQ(RunState(r), "finished");
+  r.run.status = "";
+  EXPECT_EQ(RunState(r), "unknown");
 }
 
 }  // namespace

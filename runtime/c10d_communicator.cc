@@ -16,6 +16,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "runtime/device_check.h"
+#include "runtime/trainer_internal.h"
+
 namespace kp::runtime {
 
 namespace {
@@ -390,6 +393,11 @@ Result<std::unique_ptr<Communicator>> ConnectC10d(const Rendezvous& r, const C10
     return Status::IoError("rendezvous at " + where + " (rank " + std::to_string(r.rank) + "): " + e.what());
   }
   return std::unique_ptr<Communicator>(new C10dCommunicator(std::move(g)));
+}
+
+Status CheckDeviceAndBackend(const C10dOptions& options) {
+  KP_RETURN_IF_ERROR(ParseDevice(options.device).status());
+  return ResolveBackend(options).status();
 }
 
 }  // namespace kp::runtime

@@ -72,9 +72,9 @@ Status ValidateSync(const ClusterGraph& c, const SyncRequest& r) {
                                    std::to_string(r.receivers + 1) + " nodes; the cluster has " +
                                    std::to_string(c.nodes()));
   }
-  if (!(r.bucket.value() > 0)) return Status::InvalidArgument("--bucket: must be > 0 bytes");
+  if (!(r.bucket.value() > 0)) return Status::InvalidArgument("--bucket-gib: must be > 0 bytes");
   if (std::ceil(r.bytes / r.bucket) > kMaxBuckets) {
-    return Status::InvalidArgument("--bucket: " + FormatGB(r.bytes.value()) + " in buckets of " +
+    return Status::InvalidArgument("--bucket-gib: " + FormatGB(r.bytes.value()) + " in buckets of " +
                                    FormatGB(r.bucket.value()) + " is more than 100000 buckets");
   }
   KP_RETURN_IF_ERROR(CheckSyncWork(r.receivers, r.bytes, r.bucket, "--receivers"));

@@ -97,7 +97,7 @@ struct SyncResult {
 };
 
 /// Simulates one sync from node 0 to nodes 1..receivers of `cluster`.
-/// Errors name the field: "--receivers: ...", "--bucket: ...", "--h2d: ...",
+/// Errors name the field: "--receivers: ...", "--bucket-gib: ...", "--h2d: ...",
 /// "--fanout: ...", "bytes: ...".
 /// The work a sync of `bytes` in buckets of `bucket` to `receivers` nodes
 /// asks for, checked before it starts: buckets x receivers^2 must be at most
@@ -132,7 +132,7 @@ struct SyncReport {
 
 /// Sizes the update for `mode` (LoRA with the planner's default targets at
 /// `lora_rank`) and simulates it on nodes of `gpu`. Errors: "--lora-rank:
-/// must be a positive integer", "--receivers: ...", "--bucket: ...".
+/// must be a positive integer", "--receivers: ...", "--bucket-gib: ...".
 Result<SyncReport> WeightSyncReport(const ModelSpec& model, const GpuSpec& gpu, SyncMode mode,
                                     int lora_rank, int receivers, Bytes bucket);
 

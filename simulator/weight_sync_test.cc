@@ -209,7 +209,7 @@ TEST(WeightSyncTest, RejectsBadInputNamingTheField) {
   EXPECT_EQ(receivers.status().message(), "--receivers: must be a positive integer");
   auto bucket = WeightSyncReport(m, g, SyncMode::kFull, 32, 1, Bytes(0));
   ASSERT_FALSE(bucket.ok());
-  EXPECT_EQ(bucket.status().message(), "--bucket: must be > 0 bytes");
+  EXPECT_EQ(bucket.status().message(), "--bucket-gib: must be > 0 bytes");
 
   const ClusterGraph c = Cluster(g, 2);
   auto too_many = SimulateSync(c, {.bytes = GB(1), .receivers = 2, .bucket = GB(1)});
@@ -217,7 +217,7 @@ TEST(WeightSyncTest, RejectsBadInputNamingTheField) {
   EXPECT_EQ(too_many.status().message(), "--receivers: 2 receivers and the trainer need 3 nodes; the cluster has 2");
   auto tiny = SimulateSync(c, {.bytes = GB(595.2), .receivers = 1, .bucket = Bytes(1e6)});
   ASSERT_FALSE(tiny.ok());
-  EXPECT_EQ(tiny.status().message().rfind("--bucket: ", 0), 0u);
+  EXPECT_EQ(tiny.status().message().rfind("--bucket-gib: ", 0), 0u);
   auto fanout = SimulateSync(c, {.bytes = GB(1), .receivers = 1, .bucket = GB(1), .fanout = 0});
   ASSERT_FALSE(fanout.ok());
   EXPECT_EQ(fanout.status().message(), "--fanout: must be a positive integer");

@@ -296,28 +296,36 @@ Result<std::shared_ptr<const CalibrationTable>> PresetCatalog::CalibrationFile(c
   return std::make_shared<const CalibrationTable>(std::move(*t));
 }
 
-Result<ModelSpec> PresetCatalog::Model(const std::string& name) const {
-  KP_ASSIGN_OR_RETURN(std::string text, Read("models", name, "--model"));
+Result<ModelSpec> PresetCatalog::Model(const std::string& name, const std::string& field) const {
+  KP_ASSIGN_OR_RETURN(std::string text, Read("models", name, field));
   return WithFile(ParseModelSpec(text), "presets/models/" + name + ".json");
 }
-Result<GpuSpec> PresetCatalog::Gpu(const std::string& name) const {
-  KP_ASSIGN_OR_RETURN(std::string text, Read("gpus", name, "--gpu"));
+Result<GpuSpec> PresetCatalog::Gpu(const std::string& name, const std::string& field) const {
+  KP_ASSIGN_OR_RETURN(std::string text, Read("gpus", name, field));
   return WithFile(ParseGpuSpec(text), "presets/gpus/" + name + ".json");
 }
 Result<TopologySpec> PresetCatalog::Topology(const std::string& name) const {
   KP_ASSIGN_OR_RETURN(std::string text, Read("topologies", name, "--preset"));
   return WithFile(ParseTopologySpec(text), "presets/topologies/" + name + ".json");
 }
+namespace {
+Result<std::string> ReadPresetFile(const FileSystem& fs, const std::string& flag, const std::string& path) {
+  Result<std::string> text = fs.ReadFile(path);
+  if (!text.ok()) return Status::InvalidArgument(flag + ": cannot read " + path);
+  return text;
+}
+}  // namespace
+
 Result<ModelSpec> PresetCatalog::ModelFile(const std::string& path) const {
-  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  KP_ASSIGN_OR_RETURN(std::string text, ReadPresetFile(fs_, "--model-file", path));
   return WithFile(ParseModelSpec(text), "--model-file " + path);
 }
 Result<GpuSpec> PresetCatalog::GpuFile(const std::string& path) const {
-  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  KP_ASSIGN_OR_RETURN(std::string text, ReadPresetFile(fs_, "--gpu-file", path));
   return WithFile(ParseGpuSpec(text), "--gpu-file " + path);
 }
 Result<TopologySpec> PresetCatalog::TopologyFile(const std::string& path) const {
-  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  KP_ASSIGN_OR_RETURN(std::string text, ReadPresetFile(fs_, "--topology-file", path));
   return WithFile(ParseTopologySpec(text), "--topology-file " + path);
 }
 

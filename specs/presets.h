@@ -35,9 +35,13 @@ class PresetCatalog {
  public:
   PresetCatalog(const FileSystem& fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
 
-  Result<ModelSpec> Model(const std::string& name) const;
-  Result<GpuSpec> Gpu(const std::string& name) const;
+  /// A preset by name; an unknown name is an error naming `field` (the
+  /// flag, or the topology field that named it).
+  Result<ModelSpec> Model(const std::string& name, const std::string& field = "--model") const;
+  Result<GpuSpec> Gpu(const std::string& name, const std::string& field = "--gpu") const;
   Result<TopologySpec> Topology(const std::string& name) const;
+  /// A preset-format file; one that cannot be read or parsed is an error
+  /// naming its flag and path.
   Result<ModelSpec> ModelFile(const std::string& path) const;
   Result<GpuSpec> GpuFile(const std::string& path) const;
   Result<TopologySpec> TopologyFile(const std::string& path) const;

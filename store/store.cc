@@ -129,6 +129,16 @@ const char* const kMigrations[] = {
       table_json TEXT NOT NULL
     );
     )sql",
+    // 7 -> 8: how a run ended, and the process that records it, so that a
+    // run killed without a word (still 'running', its process gone) shows
+    // as such; runs recorded before keep a NULL status.
+    R"sql(
+    ALTER TABLE runs ADD COLUMN status TEXT CHECK (status IN ('running', 'finished', 'failed'));
+    ALTER TABLE runs ADD COLUMN error TEXT;
+    ALTER TABLE runs ADD COLUMN ended_at TEXT;
+    ALTER TABLE runs ADD COLUMN host TEXT;
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -195,7 +205,7 @@ PlanRecord ReadPlan(const Statement& st) {
   return p;
 }
 
-constexpr const char* kRunColumns = "id, created_at, kind, model, config_json";
+constexpr const char* kRunColumns = "id, created_at, kind, model, config_json, status, error, ended_at, host, pid";
 constexpr const char* kStepColumns =
     "run_id, step, loss, grad_norm, lr, tokens_per_s, step_time_s, peak_memory_bytes, created_at";
 
@@ -206,6 +216,11 @@ RunRecord ReadRun(const Statement& st) {
   r.kind = st.Text(2);
   r.model = st.Text(3);
   r.config_json = st.Text(4);
+  r.status = st.Text(5);
+  r.error = st.Text(6);
+  r.ended_at = st.Text(7);
+  r.host = st.Text(8);
+  r.pid = st.Int(9);
   return r;
 }
 
@@ -316,6 +331,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock&
     return written.status().WithContext("schema version " + std::to_string(version) + " needs migrating to " +
                                         std::to_string(kSchemaVersion));
   return written;
+}
+
+Status Store::CheckPath(const std::string& path, StoreMode mode) {
+  if (path.empty()) return Status::InvalidArgument("--db: the path is empty; name the database file");
+  if (path == ":memory:") return Status::Ok();
+  bool existing = false;
+  return CheckDbFile(path, mode, &existing);
 }
 
 Result<std::unique_ptr<Store>> Store::OpenChecked(const std::string& path, const Clock& clock, StoreMode mode) {
@@ -472,18 +494,39 @@ Result<std::vector<PlanRecord>> Store::ListPlans() const {
 Result<std::int64_t> Store::CreateRun(const RunRecord& r) {
   std::int64_t id = 0;
   Status s = InTransaction([&]() -> Status {
-    Statement st(db_, "INSERT INTO runs (created_at, kind, model, config_json) VALUES (?, ?, ?, ?)");
+    Statement st(db_,
+                 "INSERT INTO runs (created_at, kind, model, config_json, status, host, pid) "
+                 "VALUES (?, ?, ?, ?, 'running', ?, ?)");
     KP_RETURN_IF_ERROR(st.status());
     st.Bind(1, clock_.NowIso8601());
     st.Bind(2, r.kind);
     st.Bind(3, r.model);
     st.Bind(4, r.config_json);
+    st.BindNullable(5, r.host);
+    st.Bind(6, r.pid);
     if (st.Step() != SQLITE_DONE) return st.Error("insert run");
     id = sqlite3_last_insert_rowid(db_);
     return Status::Ok();
   });
   if (!s.ok()) return s;
   return id;
+}
+
+Status Store::EndRun(std::int64_t id, const Status& outcome) {
+  return InTransaction([&]() -> Status {
+    KP_ASSIGN_OR_RETURN(const RunRecord run, GetRun(id));
+    if (run.status != "running")
+      return Status::Internal("run " + std::to_string(id) + " has already ended (" +
+                                        (run.status.empty() ? std::string("no status") : run.status) + ")");
+    Statement st(db_, "UPDATE runs SET status = ?, error = ?, ended_at = ? WHERE id = ?");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, std::string(outcome.ok() ? "finished" : "failed"));
+    st.BindNullable(2, outcome.ok() ? std::string() : outcome.message());
+    st.Bind(3, clock_.NowIso8601());
+    st.Bind(4, id);
+    if (st.Step() != SQLITE_DONE) return st.Error("end run");
+    return Status::Ok();
+  });
 }
 
 Status Store::InsertStepRow(const StepRecord& r) {

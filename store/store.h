@@ -69,6 +69,14 @@ struct RunRecord {
   std::string kind;         ///< "train" or "run"
   std::string model;        ///< the model's name
   std::string config_json;  ///< the full configuration, enough to re-run it
+  /// "running" from CreateRun until EndRun says "finished" or "failed";
+  /// empty for runs recorded before schema 8. A run still "running" whose
+  /// process is gone was killed without a word.
+  std::string status;
+  std::string error;     ///< a failed run's one-line error
+  std::string ended_at;  ///< when EndRun was called, ISO 8601
+  std::string host;      ///< the host of the process that records the run
+  std::int64_t pid = 0;  ///< and its process id
 };
 
 /// One optimizer step of a run.
@@ -148,7 +156,7 @@ enum class StoreMode {
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
   /// How long a write waits for another process's write lock before it
   /// fails with "--db: PATH: locked by another writer for more than 5 s".
   static constexpr int kBusyTimeoutMs = 5000;
@@ -167,6 +175,11 @@ class Store {
   /// kBusyTimeoutMs. kRead on a missing file is NotFound.
   static Result<std::unique_ptr<Store>> Open(const std::string& path, const Clock& clock,
                                              StoreMode mode = StoreMode::kWrite);
+  /// The checks Open makes before SQLite opens the file (the path, its
+  /// directory, the file's kind, permissions and header), without opening
+  /// or creating anything: a command about to do long work calls it first so
+  /// that a bad --db is refused before, not after.
+  static Status CheckPath(const std::string& path, StoreMode mode = StoreMode::kWrite);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -186,8 +199,13 @@ class Store {
   Result<std::int64_t> InsertCalibration(const CalibrationRecord& calibration);
   Result<std::vector<CalibrationRecord>> ListCalibrations() const;
 
-  /// Inserts `run` (id and created_at are assigned) and returns its id.
+  /// Inserts `run` (id and created_at are assigned, status "running"; its
+  /// host and pid are kept) and returns its id.
   Result<std::int64_t> CreateRun(const RunRecord& run);
+  /// Records how run `id` ended: "finished" when `outcome` is ok, else
+  /// "failed" with its message. NotFound for no such run; a run that has
+  /// already ended keeps its first ending (Internal: a caller ends a run once).
+  Status EndRun(std::int64_t id, const Status& outcome);
   /// Appends one step of a run in its own committed transaction, so a run
   /// killed later keeps every step logged so far. (run_id, step) is unique.
   Status AppendStep(const StepRecord& step);

@@ -323,6 +323,62 @@ TEST(StoreTest, MigratesAVersion1FileToRuns) {
   EXPECT_EQ(old->layer_counts, "");
 }
 
+TEST(StoreTest, ARunIsRunningUntilItEndsOnce) {
+  FakeClock clock(1700000000);
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  RunRecord r = SampleRun();
+  r.host = "node-7";
+  r.pid = 4242;
+  const std::int64_t ok_run = *(*s)->CreateRun(r), failed_run = *(*s)->CreateRun(r);
+  auto running = (*s)->GetRun(ok_run);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->status, "running");
+  EXPECT_EQ(running->host, "node-7");
+  EXPECT_EQ(running->pid, 4242);
+  EXPECT_EQ(running->ended_at, "");
+  clock.Advance(60);
+  ASSERT_TRUE((*s)->EndRun(ok_run, Status::Ok()).ok());
+  ASSERT_TRUE((*s)->EndRun(failed_run, Status::IoError("step 3: loss is nan")).ok());
+  auto done = (*s)->GetRun(ok_run), failed = (*s)->GetRun(failed_run);
+  EXPECT_EQ(done->status, "finished");
+  EXPECT_EQ(done->error, "");
+  EXPECT_EQ(done->ended_at, "2023-11-14T22:14:20Z");
+  EXPECT_EQ(failed->status, "failed");
+  EXPECT_EQ(failed->error, "step 3: loss is nan");
+  // The first ending stands.
+  EXPECT_EQ((*s)->EndRun(failed_run, Status::Ok()).code(), Status::Code::kInternal);
+  EXPECT_EQ((*s)->GetRun(failed_run)->status, "failed");
+  EXPECT_EQ((*s)->EndRun(99, Status::Ok()).code(), Status::Code::kNotFound);
+}
+
+TEST(StoreTest, RunsFromBeforeSchema8HaveNoStatus) {
+  const std::string path = ::testing::TempDir() + "/v7.db";
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  FakeClock clock;
+  {
+    auto s = Store::Open(path, clock);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->CreateRun(SampleRun()).ok());
+  }
+  // Back to version 7's runs table: drop the five columns schema 8 added.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE runs7 AS SELECT id, created_at, kind, model, config_json FROM runs;"
+                         "DROP TABLE runs; ALTER TABLE runs7 RENAME TO runs; PRAGMA user_version = 7;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::Open(path, clock);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto old = (*s)->GetRun(1);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->status, "");
+  EXPECT_EQ(old->pid, 0);
+  EXPECT_EQ((*s)->EndRun(1, Status::Ok()).code(), Status::Code::kInternal);
+}
+
 TEST(StoreTest, RoundTripsARunAndItsSteps) {
   FakeClock clock(1700000000);
   auto s = Store::Open(":memory:", clock);

@@ -153,6 +153,31 @@ else
   echo "skipped: chromium render check (/usr/bin/chromium not installed; scripts/install-deps.sh installs it)"
 fi
 
+# ---------------------------------------------------------------- status
+# Runs as the store keeps them: one still going (this shell's pid), one
+# whose process is gone (a child already reaped), one failed, one finished.
+# The hand-made A, B, C above have no status (recorded "before schema 8").
+sleep 0 & gone=$!; wait "$gone"
+host=$(hostname)
+q "insert into runs (created_at, kind, model, config_json, status, host, pid, error) values
+   ('2026-01-02T00:00:00Z', 'train', 'alive', '{\"steps\": 50}', 'running', '$host', $$, null),
+   ('2026-01-02T00:00:01Z', 'train', 'killed', '{\"steps\": 200}', 'running', '$host', $gone, null),
+   ('2026-01-02T00:00:02Z', 'train', 'broken', '{}', 'failed', '$host', $gone, 'step 3: loss is nan'),
+   ('2026-01-02T00:00:03Z', 'train', 'done', '{}', 'finished', '$host', $gone, null)"
+"$bin" report --status ended > ended.txt
+check "--status ended: only the killed run" bash -c "grep -c '^ *[0-9]' ended.txt | grep -qx 1 && grep -q 'killed .*ended .* 0 of 200' ended.txt"
+"$bin" report --status running --json > running.json
+json_check "--status running: the live run" running.json "[r['model'] for r in d['runs']] == ['alive'] and d['runs'][0]['planned_steps'] == 50"
+"$bin" report --status failed --json > failed.json
+json_check "--status failed: with its error" failed.json "[(r['model'], r['error']) for r in d['runs']] == [('broken', 'step 3: loss is nan')]"
+"$bin" report --status unknown --json > unknown.json
+json_check "--status unknown: the runs from before statuses" unknown.json "[r['model'] for r in d['runs']] == ['hand'] * 3"
+killed=$(q "select id from runs where model = 'killed'")
+"$bin" report "$killed" > killed.txt
+check "summary: ended without a word" grep -q '^status  ended without a word' killed.txt
+"$bin" report --csv all.csv > /dev/null
+check "csv: status and planned steps" grep -q "^$killed,train,killed,.*,ended,200\$" all.csv
+
 # ---------------------------------------------------------------- bad input
 bad() {  # bad NAME EXPECTED ARGS...: refused, and neither the store nor the export files change
   local name=$1 expected=$2; shift 2
@@ -165,6 +190,8 @@ bad "unknown compared run" "--compare: no run with id 98" report --compare "$B" 
 bad "malformed --steps" "--steps: \"1,x\" is not" report --compare "$B" --reference "$A" --steps 1,x
 bad "--compare without --reference" "--reference: required with --compare" report --compare "$B"
 bad "unknown metric" "--metric: no metric \"reward\"" report --compare "$B" --reference "$A" --metric loss,reward
+bad "unknown --status" "--status: must be finished, failed, running, ended or unknown" report --status killed
+bad "--status with a run" "--status: only when listing runs" report "$A" --status ended
 bad "missing store" "--db: missing.db does not exist" report --db missing.db
 check "missing store: not created" test ! -e missing.db
 

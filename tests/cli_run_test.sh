@@ -56,7 +56,7 @@ refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp 
 refused "ep must divide dp" steps "--ep: 3 must divide --dp 2" run --nproc 2 --ep 3 "${small[@]}" --steps 1
 refused "a pipeline replica's batch below pp" steps "--batch: 4 sequences over dp 2 give each replica 2 (one per micro-batch), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
 refused "tensor parallel refused" steps "--tp: tp 2 is not executed" run --nproc 2 --tp 2 "${small[@]}" --steps 1
-refused "bad steps" steps "--steps: must be positive" run --nproc 2 "${small[@]}" --steps 0
+refused "bad steps" steps "--steps: must be a positive integer, got 0" run --nproc 2 "${small[@]}" --steps 0
 refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --nproc 2 --model kimi-k2.6 --steps 1
 refused "no rank, no nproc" steps "--nproc: required unless RANK is set" run "${small[@]}" --steps 1
 refused "bad dtype" steps "--dtype:" run --nproc 2 "${small[@]}" --steps 1 --dtype fp16

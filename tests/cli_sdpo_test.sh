@@ -81,7 +81,7 @@ refused "unknown loss" runs "--loss: unknown loss" sdpo "${small[@]}" --loss ppo
 refused "unknown placement" runs "--placement: unknown" sdpo "${small[@]}" --placement remote
 refused "zero temperature" runs "--temperature" sdpo "${small[@]}" --temperature 0
 refused "small vocabulary" runs "--vocab: the loop's byte tokenizer" sdpo "${base[@]}" --task addition --vocab 128
-refused "min lr ratio above 1" runs "--min-lr-ratio: must be in \[0, 1\]" sdpo "${small[@]}" --min-lr-ratio 2
+refused "min lr ratio above 1" runs "--min-lr-ratio: must be >= 0 and <= 1, got 2" sdpo "${small[@]}" --min-lr-ratio 2
 refused "more stages than the layers split into" runs "--pp: 2 ranks x 3 stages do not split 3 layers" sdpo "${small[@]}" \
   --placement split --pp 2 --vp 3 --schedule interleaved-1f1b --microbatches 4
 refused "microbatches that do not divide the rows" runs "--microbatches: 3 must be positive and divide the 16" sdpo \

@@ -3,7 +3,8 @@
 # logs every step and its configuration, checkpoints and resumes, trains from a
 # token file, and bad input (a shape the model cannot take, a missing or
 # truncated token file, a checkpoint of another shape) gets one line and exit 2.
-# A run killed with SIGKILL keeps every step it logged.
+# A run killed with SIGKILL keeps every step it logged, and `report` shows it
+# as ended without a word.
 set -u
 bin="$1"
 work=$(mktemp -d)
@@ -20,6 +21,7 @@ small=("${base[@]}" --layers 3 --heads 2)
 
 "$bin" train "${small[@]}" --steps 4 --checkpoint-dir ckpt --json > run1.json 2> run1.err
 check "train exits 0" test $? -eq 0
+check "the run is recorded as finished, by this host" test "$(q 'select status, host from runs where id = 1')" = "finished|$(hostname)"
 check "progress on stderr" grep -q "^step     4/4  loss" run1.err
 check "json summary" python3 - run1.json <<'PY'
 import json, sys
@@ -82,6 +84,11 @@ wait "$pid" 2>/dev/null
 logged=$(sqlite3 killed.db 'select count(*) from steps')
 check "killed run kept its steps" test "$logged" -ge 5
 check "killed run's steps are 1..n" test "$(sqlite3 killed.db 'select max(step) from steps')" = "$logged"
+"$bin" report --db killed.db --status ended --json > ended.json
+check "killed run: report says it ended without a word, $logged of 100000 steps" python3 -c "
+import json; d = json.load(open('ended.json'))
+assert len(d['runs']) == 1 and d['runs'][0]['steps'] == $logged and d['runs'][0]['planned_steps'] == 100000, d"
+check "killed run: not listed as running" bash -c "'$bin' report --db killed.db --status running --json | python3 -c 'import json,sys; assert json.load(sys.stdin)[\"runs\"] == []'"
 
 echo "cli_train: $((fails == 0 ? 1 : 0)) passed, $fails failed"
 exit $((fails > 0))

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   kp::RealFileSystem fs;
   kp::SystemClock clock;
   kp::RealProcessLauncher processes;
+  kp::RealProcessTable process_table;
   kp::CliEnv env{std::cout, std::cerr, fs, clock, kp::DefaultPresetDir(), &processes, ProgramPath(argv[0])};
+  env.process_table = &process_table;
   return kp::RunCli(std::vector<std::string>(argv + 1, argv + argc), env);
 }
