@@ -2,6 +2,7 @@
 // its storage format, its time over TCP and RDMA (the seed's comparison),
 // and a pipelined broadcast to R rollout nodes.
 #include "cli/simulate_commands.h"
+#include "common/clock.h"
 #include "common/limits.h"
 #include "simulator/weight_sync.h"
 #include "specs/presets.h"
@@ -38,8 +39,17 @@ Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(SyncMode mode, ParseSyncMode(vm["mode"].as<std::string>()));
   const Bytes bucket = vm.count("bucket-gib") ? GiB(vm["bucket-gib"].as<double>())
                                                : (mode == SyncMode::kFull ? kDefaultSyncBucket : GiB(1));
+  // The largest broadcasts take seconds: a progress line at most once a second.
+  Stopwatch watch;
+  double shown = 0;
+  auto progress = [&](int receivers, int done, int total) {
+    if (watch.Seconds() - shown < 1.0) return;
+    shown = watch.Seconds();
+    env.err << "simulate sync: broadcast to " << receivers << " receivers, bucket " << done << " of " << total
+            << " delivered (" << static_cast<int>(shown) << " s)\n";
+  };
   KP_ASSIGN_OR_RETURN(SyncReport report, WeightSyncReport(model, gpu, mode, vm["lora-rank"].as<int>(),
-                                                          vm["receivers"].as<int>(), bucket));
+                                                          vm["receivers"].as<int>(), bucket, progress));
   nlohmann::json result = ToJson(report);
   const nlohmann::json request = {{"model", model.name}, {"gpu", gpu.name}, {"mode", SyncModeName(mode)},
                                   {"lora_rank", vm["lora-rank"].as<int>()}, {"receivers", vm["receivers"].as<int>()},

@@ -173,6 +173,7 @@ class Broadcast {
     const int child = hop.child;
     timeline_[k].received[child - 1] = q_.now();
     held_[child] = k + 1;  // a hop delivers in order
+    if (child == req_.receivers && req_.on_progress) req_.on_progress(k + 1, buckets_);
     if (req_.h2d.value() > 0) {
       copy_[child].Submit(CopyTime(k), [this, child, k] { timeline_[k].applied[child - 1] = q_.now(); });
     } else {
@@ -247,7 +248,7 @@ std::vector<int> ScalingCounts(int receivers) {
 }  // namespace
 
 Result<SyncReport> WeightSyncReport(const ModelSpec& model, const GpuSpec& gpu, SyncMode mode, int lora_rank,
-                                    int receivers, Bytes bucket) {
+                                    int receivers, Bytes bucket, const std::function<void(int, int, int)>& progress) {
   if (receivers <= 0) return Status::InvalidArgument("--receivers: must be a positive integer");
   SyncReport rep;
   rep.model = model.name;
@@ -265,6 +266,7 @@ Result<SyncReport> WeightSyncReport(const ModelSpec& model, const GpuSpec& gpu, 
   Nanoseconds one{0};
   for (int r : ScalingCounts(receivers)) {
     bcast.receivers = r;
+    if (progress) bcast.on_progress = [&progress, r](int done, int total) { progress(r, done, total); };
     KP_ASSIGN_OR_RETURN(SyncResult res, SimulateOnFreshCluster(gpu, bcast));
     if (r == 1) one = res.total;
     rep.scaling.push_back({r, res.total, one * r});

@@ -24,6 +24,7 @@
 #define KIMI_PLAN_SIMULATOR_WEIGHT_SYNC_H_
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -74,6 +75,10 @@ struct SyncRequest {
   /// sending it (checkpoint-engine's first stage: weights held in CPU memory).
   bool sender_h2d = false;
   int fanout = 1;               ///< children per node: 1 is a chain, k a k-ary tree
+  /// Called as each bucket reaches the last receiver of the chain (or the
+  /// highest-numbered one of a tree), with (buckets done, buckets): what a
+  /// long simulation reports as progress. Optional.
+  std::function<void(int, int)> on_progress;
 };
 
 /// One bucket's way through the broadcast; receiver r is index r - 1.
@@ -133,8 +138,11 @@ struct SyncReport {
 /// Sizes the update for `mode` (LoRA with the planner's default targets at
 /// `lora_rank`) and simulates it on nodes of `gpu`. Errors: "--lora-rank:
 /// must be a positive integer", "--receivers: ...", "--bucket-gib: ...".
+/// `progress`, when set, hears (receivers of the broadcast being simulated,
+/// buckets done, buckets) as each scaling row's broadcast advances.
 Result<SyncReport> WeightSyncReport(const ModelSpec& model, const GpuSpec& gpu, SyncMode mode,
-                                    int lora_rank, int receivers, Bytes bucket);
+                                    int lora_rank, int receivers, Bytes bucket,
+                                    const std::function<void(int, int, int)>& progress = nullptr);
 
 /// Keys: request fields, `buckets`, `total_s`, `bandwidth_bytes_per_s`,
 /// `aggregate_bandwidth_bytes_per_s`, `events`, `timeline` (one object per

@@ -105,6 +105,18 @@ TEST(WeightSyncTest, OneReceiverOneBucketEqualsPointToPoint) {
   EXPECT_NEAR(static_cast<double>(r.total.value()), static_cast<double>(closed), 1.0);
 }
 
+// Progress: one call per bucket as it reaches the chain's last receiver, in
+// order, ending at (buckets, buckets).
+TEST(WeightSyncTest, ReportsProgressOncePerBucketAtTheLastReceiver) {
+  const ClusterGraph c = Cluster(OneGpuNodes(), 4);
+  std::vector<std::pair<int, int>> calls;
+  SyncRequest r{.bytes = GB(4), .receivers = 3, .bucket = GB(1)};
+  r.on_progress = [&](int done, int total) { calls.emplace_back(done, total); };
+  const SyncResult s = Sync(c, r);
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {3, 4}, {4, 4}}));
+  EXPECT_EQ(s.buckets, 4);
+}
+
 TEST(WeightSyncTest, PipelinedChainTakesBucketsPlusReceiversMinusOneBucketTimes) {
   // 4 buckets, 3 receivers, equal links: (4 + 3 - 1) x one bucket's hop.
   const ClusterGraph c = Cluster(OneGpuNodes(), 4);
