@@ -52,8 +52,8 @@ void PrintEvaluation(std::ostream& out, const PlanRequest& r, const ParamCount& 
       << (r.mode == TrainMode::kFull ? std::string("full fine-tuning")
                                      : "LoRA rank " + std::to_string(r.lora.rank) + " " + LoraExpertsName(r.lora.experts))
       << ", " << (r.placement == Placement::kColocated ? "colocated" : "split") << "\n";
-  out << "plan      " << PlanLine(e.plan) << "   (" << ScheduleName(r.schedule) << ", recompute "
-      << RecomputeName(r.recompute) << ")\n";
+  out << "plan      " << PlanLine(e.plan) << "   (" << ScheduleName(r.schedule) << ", " << SendModeName(r.p2p())
+      << " sends, recompute " << RecomputeName(r.recompute) << ")\n";
   out << "split     " << e.layer_split.ToString() << ": " << e.split.ToString() << "\n\n";
   Table t({"role", "weights", "grads", "optimizer", "activations", "other", "total", "capacity", "fits"});
   auto row = [&](const char* name, const RoleMemory& m) {
