@@ -34,6 +34,14 @@ using nlohmann::json;
 using runtime::ParallelLayout;
 using runtime::TrainConfig;
 
+// TrainConfig's defaults, but a short run: `run` is mostly a check that a
+// layout trains across processes.
+TrainConfig RunDefaults() {
+  TrainConfig c;
+  c.steps = 20;
+  return c;
+}
+
 po::options_description RunOptions() {
   po::options_description desc("kimi-plan run [options]\n\n"
                                "Trains over several processes: c10d Gloo on CPU, NCCL on CUDA; pipeline, data and\n"
@@ -43,22 +51,16 @@ po::options_description RunOptions() {
   desc.add_options()("help,h", "this text")
       ("nproc", IntFlag(1, limits::kMaxLocalRanks), "start this many local ranks (launcher mode; RANK must be unset)")
       ("plan", Int64Flag(1, INT64_MAX), "take the layout and schedule of this recorded plan (--model still picks the model)")
-      ("steps", IntFlag(1, limits::kMaxTrainSteps)->default_value(20), "optimizer steps")
       ("max-params", NumberFlag(1, 1e15)->default_value(2e9), "refuse a model with more parameters (every rank builds it whole)")
       ("batch", IntFlag(1, limits::kMaxBatch)->default_value(8), "sequences per step, split evenly over dp")
-      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(3e-3), "peak learning rate")
-      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(10), "linear warmup steps")
-      ("grad-clip", NumberFlag(0, 1e9)->default_value(1.0), "max global gradient norm")
       ("experts", IntFlag(1, limits::kMaxExperts), "scale the model: routed experts")
       ("top-k", IntFlag(1, limits::kMaxExperts), "scale the model: experts per token")
       ("attn-res-block", IntFlag(0, limits::kMaxLayers), "scale the model: attention-residual block size")
       ("dense-layers", IntFlag(0, limits::kMaxLayers), "scale the model: leading dense-FFN layers")
       ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the cached AttnRes transport (pipelines)")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, data and RNG seed")
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda (each rank takes cuda:LOCAL_RANK)")
       ("backend", po::value<std::string>()->default_value("auto"), "auto | gloo | nccl")
-      ("timeout-s", IntFlag(1, 86400)->default_value(120), "seconds any rank waits for a peer before failing")
-      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(10), "a progress line from rank 0 every this many steps");
+      ("timeout-s", IntFlag(1, 86400)->default_value(120), "seconds any rank waits for a peer before failing");
+  AddTrainOptions(desc, RunDefaults(), /*steps_required=*/false, /*log_every=*/10);
   AddPlanRequestOptions(desc);
   AddOutputOptions(desc);
   return desc;
@@ -74,12 +76,9 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
       << "--max-params " << max_params << " lets every rank build (take kimi-k3-debug, or scale with --layers --hidden)";
     return Status::InvalidArgument(o.str());
   }
-  c.steps = vm["steps"].as<int>();
+  KP_RETURN_IF_ERROR(ReadTrainOptions(vm, &c));
   c.batch = vm["batch"].as<int>();
   c.seq_len = vm.count("seq-len") ? vm["seq-len"].as<int>() : 64;
-  c.lr = vm["lr"].as<double>();
-  c.warmup = vm["warmup"].as<int>();
-  c.grad_clip = vm["grad-clip"].as<double>();
   if (vm.count("lora-rank") && (!vm.count("mode") || vm["mode"].as<std::string>() == "lora")) {
     c.lora.rank = vm["lora-rank"].as<int>();
     c.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.lora.rank;
@@ -87,10 +86,6 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   c.bias_update_rate = c.lora.enabled() ? 0.0 : 1e-3;
   // --dtype is the plan's name too; the runtime takes fp32 or bf16 activations.
   KP_ASSIGN_OR_RETURN(c.options.dtype, runtime::ParseDType(vm.count("dtype") ? vm["dtype"].as<std::string>() : "fp32"));
-  c.device = vm["device"].as<std::string>();
-  c.seed = vm["seed"].as<std::uint64_t>();
-  if (vm["log-every"].as<int>() <= 0) return Status::InvalidArgument("--log-every: must be a positive integer");
-  if (vm["timeout-s"].as<int>() <= 0) return Status::InvalidArgument("--timeout-s: must be a positive integer");
   KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(c));
   return c;
 }

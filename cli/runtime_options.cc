@@ -56,6 +56,49 @@ Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& 
 }
 
 namespace {
+// A default as people write it: 0.003, not 0.0030000000000000001.
+std::string Shown(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+}  // namespace
+
+void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& d, bool steps_required,
+                     int log_every) {
+  auto* steps = IntFlag(1, limits::kMaxTrainSteps);
+  if (!steps_required) steps->default_value(d.steps);
+  desc.add_options()
+      ("steps", steps, steps_required ? "train until this many optimizer steps in total (required)"
+                                      : "optimizer steps in total")
+      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(d.lr, Shown(d.lr)), "peak learning rate")
+      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(d.warmup), "linear warmup steps")
+      ("min-lr-ratio", NumberFlag(0, 1)->default_value(d.min_lr_ratio, Shown(d.min_lr_ratio)),
+       "the cosine ends at lr x this at --steps (1: constant)")
+      ("grad-clip", NumberFlag(0, 1e9)->default_value(d.grad_clip, Shown(d.grad_clip)), "max global gradient norm")
+      ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(d.options.kda_chunk),
+       "KDA scan chunk length (0: token-by-token recurrence)")
+      ("device", po::value<std::string>()->default_value(d.device),
+       "cpu | cuda | cuda:N (ranks of run and sdpo take cuda:LOCAL_RANK)")
+      ("seed", po::value<std::uint64_t>()->default_value(d.seed), "initialisation, data and sampling seed")
+      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(log_every),
+       "a progress line every this many steps");
+}
+
+Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c) {
+  if (!vm.count("steps")) return Status::InvalidArgument("--steps: required (the total optimizer steps to reach)");
+  c->steps = vm["steps"].as<int>();
+  c->lr = vm["lr"].as<double>();
+  c->warmup = vm["warmup"].as<int>();
+  c->min_lr_ratio = vm["min-lr-ratio"].as<double>();
+  c->grad_clip = vm["grad-clip"].as<double>();
+  c->options.kda_chunk = vm["kda-chunk"].as<int>();
+  c->device = vm["device"].as<std::string>();
+  c->seed = vm["seed"].as<std::uint64_t>();
+  return Status::Ok();
+}
+
+namespace {
 
 // MemAvailable in bytes, or nullopt when the file or the line is not there.
 std::optional<double> AvailableMemoryBytes(const FileSystem& fs) {

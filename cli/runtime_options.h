@@ -18,6 +18,18 @@ void AddScaledModelOptions(po::options_description& desc);
 /// --dense-layers where given.
 Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& env);
 
+/// The training flags `train`, `run` and `sdpo` share, declared once with
+/// the defaults of `defaults` (each command's configuration: TrainConfig's
+/// own for train and run, the loop's for sdpo), so a default lives in one
+/// place: --steps (no default when `steps_required`), --lr, --warmup,
+/// --min-lr-ratio, --grad-clip, --kda-chunk, --device, --seed, and
+/// --log-every (default `log_every`, a progress line every so many steps).
+void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& defaults, bool steps_required,
+                     int log_every);
+/// Reads the flags AddTrainOptions declared into `c`; InvalidArgument naming
+/// --steps when it is required and missing.
+Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c);
+
 /// Refuses, before anything is allocated, a training whose model cannot fit
 /// this machine's memory on CPU: `copies` processes (ranks on this host)
 /// each holding every parameter in the run's dtype and, without LoRA, its

@@ -33,6 +33,18 @@ using nlohmann::json;
 using runtime::LoopStepMetrics;
 using runtime::SdpoConfig;
 
+// The loop's training defaults: a gentler constant learning rate than a
+// pretraining run's, with no warmup (the loop starts from a trained actor).
+runtime::TrainConfig LoopTrainDefaults() {
+  runtime::TrainConfig c;
+  c.steps = 50;
+  c.lr = 1e-3;
+  c.warmup = 0;
+  c.min_lr_ratio = 1.0;
+  c.bias_update_rate = 0;
+  return c;
+}
+
 po::options_description SdpoOptions() {
   po::options_description desc(
       "kimi-plan sdpo [options]\n\n"
@@ -45,7 +57,6 @@ po::options_description SdpoOptions() {
        "arithmetic | addition | subtraction | multiplication | sorting | a JSON Lines task file")
       ("min-digits", IntFlag(1, 18)->default_value(1), "built-in tasks: digits per operand, at least")
       ("max-digits", IntFlag(1, 18)->default_value(3), "built-in tasks: digits per operand, at most")
-      ("steps", IntFlag(1, limits::kMaxTrainSteps)->default_value(50), "loop steps (optimizer steps)")
       ("prompts", IntFlag(1, limits::kMaxBatch)->default_value(8), "prompts per step")
       ("samples", IntFlag(1, limits::kMaxBatch)->default_value(8), "responses per prompt (the group)")
       ("temperature", NumberFlag(0, 100, /*min_open=*/true)->default_value(1.0), "sampling temperature (> 0)")
@@ -62,10 +73,6 @@ po::options_description SdpoOptions() {
       ("sft-batch", IntFlag(1, limits::kMaxBatch)->default_value(32), "warm-start examples per step")
       ("sft-lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(1e-3), "warm-start learning rate (constant)")
       ("sft-context-share", NumberFlag(0, 1)->default_value(0.5), "warm-start examples in the teacher's context format")
-      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(1e-3), "peak learning rate")
-      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "linear warmup steps of the loop")
-      ("min-lr-ratio", NumberFlag(0, 1)->default_value(1.0), "the loop's cosine ends at lr x this at --steps (1: constant)")
-      ("grad-clip", NumberFlag(0, 1e9)->default_value(1.0), "max global gradient norm")
       ("lora-rank", IntFlag(0, limits::kMaxHidden)->default_value(0), "LoRA rank for the loop (0: full weights); the sync then moves adapters")
       ("lora-alpha", NumberFlag(0, 1e6, /*min_open=*/true), "LoRA alpha (default 2 x rank)")
       ("placement", po::value<std::string>()->default_value("colocated"), "colocated | split")
@@ -77,31 +84,21 @@ po::options_description SdpoOptions() {
       ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the actor pipeline's cached AttnRes transport")
       ("sync-bucket-mb", NumberFlag(0, 1048576, /*min_open=*/true)->default_value(16), "weight-sync bucket size, MiB")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
-      ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(16), "KDA scan chunk length")
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda (each rank takes cuda:LOCAL_RANK)")
       ("backend", po::value<std::string>()->default_value("auto"), "split: auto | gloo | nccl")
-      ("timeout-s", IntFlag(1, 86400)->default_value(120), "split: seconds a rank waits for a peer before failing")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, task and sampling seed")
-      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(1), "a progress line every this many steps");
+      ("timeout-s", IntFlag(1, 86400)->default_value(120), "split: seconds a rank waits for a peer before failing");
+  AddTrainOptions(desc, LoopTrainDefaults(), /*steps_required=*/false, /*log_every=*/1);
   AddOutputOptions(desc);
   return desc;
 }
 
 Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& env) {
   SdpoConfig c;
+  c.train = LoopTrainDefaults();
   KP_ASSIGN_OR_RETURN(c.train.model, ResolveScaledModel(vm, env));
-  c.train.steps = vm["steps"].as<int>();
-  c.train.lr = vm["lr"].as<double>();
-  c.train.warmup = vm["warmup"].as<int>();
-  c.train.min_lr_ratio = vm["min-lr-ratio"].as<double>();
-  c.train.grad_clip = vm["grad-clip"].as<double>();
+  KP_RETURN_IF_ERROR(ReadTrainOptions(vm, &c.train));
   c.train.lora.rank = vm["lora-rank"].as<int>();
   c.train.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.train.lora.rank;
-  c.train.bias_update_rate = 0;
   KP_ASSIGN_OR_RETURN(c.train.options.dtype, runtime::ParseDType(vm["dtype"].as<std::string>()));
-  c.train.options.kda_chunk = vm["kda-chunk"].as<int>();
-  c.train.device = vm["device"].as<std::string>();
-  c.train.seed = vm["seed"].as<std::uint64_t>();
   c.task = vm["task"].as<std::string>();
   c.task_options.min_digits = vm["min-digits"].as<int>();
   c.task_options.max_digits = vm["max-digits"].as<int>();
@@ -134,8 +131,6 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
   const double bucket_mb = vm["sync-bucket-mb"].as<double>();
   if (!(bucket_mb > 0)) return Status::InvalidArgument("--sync-bucket-mb: must be positive");
   c.sync_bucket_bytes = static_cast<std::int64_t>(bucket_mb * 1024 * 1024);
-  if (vm["log-every"].as<int>() <= 0) return Status::InvalidArgument("--log-every: must be a positive integer");
-  if (vm["timeout-s"].as<int>() <= 0) return Status::InvalidArgument("--timeout-s: must be a positive integer");
   KP_RETURN_IF_ERROR(runtime::ValidateSdpoConfig(c));
   // A bad task file is refused here, before the store records a run.
   KP_RETURN_IF_ERROR(runtime::MakeTaskSource(env.fs, c.task, c.task_options).status());

@@ -34,15 +34,12 @@ po::options_description TrainOptions() {
                                "Trains the runtime's model (LibTorch) in this process: AdamW, gradient clipping,\n"
                                "checkpoints, every step logged to the store. Options");
   AddScaledModelOptions(desc);
-  desc.add_options()("help,h", "this text")
-      ("steps", IntFlag(1, limits::kMaxTrainSteps), "train until this many optimizer steps in total (required)")
+  desc.add_options()("help,h", "this text");
+  AddTrainOptions(desc, TrainConfig{}, /*steps_required=*/true, /*log_every=*/10);
+  desc.add_options()
       ("batch", IntFlag(1, limits::kMaxBatch)->default_value(8), "sequences per step")
       ("seq-len", IntFlag(1, limits::kMaxSequence)->default_value(64), "tokens per sequence")
-      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(3e-3), "peak learning rate")
-      ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(10), "linear warmup steps")
-      ("min-lr-ratio", NumberFlag(0, 1)->default_value(0.1), "final / peak learning rate of the cosine")
       ("weight-decay", NumberFlag(0, 10)->default_value(0.1), "AdamW weight decay on matrices")
-      ("grad-clip", NumberFlag(0, 1e9)->default_value(1.0), "max global gradient norm")
       ("bias-update-rate", NumberFlag(0, 1), "router-bias step per optimizer step (default 1e-3; 0 with LoRA)")
       ("lora-rank", IntFlag(0, limits::kMaxHidden)->default_value(0), "LoRA rank (0: full training)")
       ("lora-alpha", NumberFlag(0, 1e6, /*min_open=*/true), "LoRA alpha (default 2 x rank)")
@@ -50,16 +47,12 @@ po::options_description TrainOptions() {
       ("save-adapters", po::value<std::string>(), "with --lora-rank: write the adapters alone to this file at the end")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
       ("activation-checkpointing", po::value<std::string>()->default_value("off"), "on | off: recompute each layer in backward")
-      ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(16), "KDA scan chunk length (0: token-by-token recurrence)")
       ("deterministic", po::value<std::string>()->default_value("on"), "on | off: deterministic algorithms")
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu | cuda | cuda:N")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "initialisation, data and RNG seed")
       ("data", po::value<std::string>()->default_value("synthetic"), "synthetic | a token file (nanoGPT .bin)")
       ("token-dtype", po::value<std::string>()->default_value("uint16"), "uint16 | uint32: the token file's width")
       ("resume", po::value<std::string>(), "continue from this checkpoint")
       ("checkpoint-dir", po::value<std::string>(), "write step-N.pt checkpoints here (at the end, and every --checkpoint-every)")
-      ("checkpoint-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "steps between checkpoints (0: only at the end)")
-      ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(10), "a progress line on stderr every this many steps");
+      ("checkpoint-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "steps between checkpoints (0: only at the end)");
   AddOutputOptions(desc);
   return desc;
 }
@@ -67,15 +60,10 @@ po::options_description TrainOptions() {
 Result<TrainConfig> BuildTrainConfig(const po::variables_map& vm, const CliEnv& env) {
   TrainConfig c;
   KP_ASSIGN_OR_RETURN(c.model, ResolveScaledModel(vm, env));
-  if (!vm.count("steps")) return Status::InvalidArgument("--steps: required (the total optimizer steps to reach)");
-  c.steps = vm["steps"].as<int>();
+  KP_RETURN_IF_ERROR(ReadTrainOptions(vm, &c));
   c.batch = vm["batch"].as<int>();
   c.seq_len = vm["seq-len"].as<int>();
-  c.lr = vm["lr"].as<double>();
-  c.warmup = vm["warmup"].as<int>();
-  c.min_lr_ratio = vm["min-lr-ratio"].as<double>();
   c.weight_decay = vm["weight-decay"].as<double>();
-  c.grad_clip = vm["grad-clip"].as<double>();
   c.lora.rank = vm["lora-rank"].as<int>();
   c.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.lora.rank;
   const std::string experts = vm["lora-experts"].as<std::string>();
@@ -87,18 +75,13 @@ Result<TrainConfig> BuildTrainConfig(const po::variables_map& vm, const CliEnv& 
                                                     : (c.lora.enabled() ? 0.0 : 1e-3);
   KP_ASSIGN_OR_RETURN(c.options.dtype, runtime::ParseDType(vm["dtype"].as<std::string>()));
   KP_ASSIGN_OR_RETURN(c.options.activation_checkpointing, OnOff(vm, "activation-checkpointing", false));
-  c.options.kda_chunk = vm["kda-chunk"].as<int>();
   KP_ASSIGN_OR_RETURN(c.deterministic, OnOff(vm, "deterministic", true));
-  c.device = vm["device"].as<std::string>();
-  c.seed = vm["seed"].as<std::uint64_t>();
   c.data.source = vm["data"].as<std::string>();
   const std::string width = vm["token-dtype"].as<std::string>();
   if (width != "uint16" && width != "uint32")
     return Status::InvalidArgument("--token-dtype: must be uint16 or uint32, got \"" + width + "\"");
   c.data.token_bytes = width == "uint16" ? 2 : 4;
   if (vm.count("resume")) c.resume = vm["resume"].as<std::string>();
-  if (vm["log-every"].as<int>() <= 0) return Status::InvalidArgument("--log-every: must be a positive integer");
-  if (vm["checkpoint-every"].as<int>() < 0) return Status::InvalidArgument("--checkpoint-every: must be >= 0");
   if (vm.count("save-adapters") && !c.lora.enabled())
     return Status::InvalidArgument("--save-adapters: needs --lora-rank > 0");
   return c;

@@ -78,7 +78,7 @@ struct SyncRequest {
   /// Called as each bucket reaches the last receiver of the chain (or the
   /// highest-numbered one of a tree), with (buckets done, buckets): what a
   /// long simulation reports as progress. Optional.
-  std::function<void(int, int)> on_progress;
+  std::function<void(int, int)> on_progress = nullptr;
 };
 
 /// One bucket's way through the broadcast; receiver r is index r - 1.
