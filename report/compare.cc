@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/csv.h"
 #include "common/table.h"
 
 namespace kp {
@@ -141,9 +142,9 @@ std::string ComparisonCsv(const Comparison& c) {
   auto num = [](const std::optional<double>& v) { return v ? ExactNumber(*v) : std::string(); };
   for (const CompareRow& row : c.rows)
     for (const CompareCell& cell : row.cells)
-      out += std::to_string(row.run_id) + ",\"" + row.label + "\"," + (row.is_reference ? "1" : "0") + "," +
-             cell.metric + "," + std::to_string(cell.step) + "," + num(cell.value) + "," + num(cell.reference) + "," +
-             cell.change + "\n";
+      out += std::to_string(row.run_id) + "," + CsvField(row.label, /*always_quote=*/true) + "," +
+             (row.is_reference ? "1" : "0") + "," + CsvField(cell.metric) + "," + std::to_string(cell.step) + "," +
+             num(cell.value) + "," + num(cell.reference) + "," + CsvField(cell.change) + "\n";
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/csv.h"
 #include "common/table.h"
 #include "report/compare.h"
 
@@ -217,15 +218,15 @@ json SummaryJson(const RunSummary& s) {
 std::string RunListCsv(const std::vector<RunListEntry>& runs) {
   std::string out = "run_id,kind,model,created_at,steps,last_loss,plan_id,status,planned_steps\n";
   for (const RunListEntry& e : runs)
-    out += std::to_string(e.id) + "," + e.kind + "," + e.model + "," + e.created_at + "," + std::to_string(e.steps) +
-           "," + (e.last_loss ? ExactNumber(*e.last_loss) : "") + "," + (e.plan_id ? std::to_string(e.plan_id) : "") +
-           "," + e.status + "," + (e.planned_steps ? std::to_string(*e.planned_steps) : "") + "\n";
+    out += CsvRow({std::to_string(e.id), e.kind, e.model, e.created_at, std::to_string(e.steps),
+                   e.last_loss ? ExactNumber(*e.last_loss) : "", e.plan_id ? std::to_string(e.plan_id) : "", e.status,
+                   e.planned_steps ? std::to_string(*e.planned_steps) : ""});
   return out;
 }
 
 std::string StepsCsv(const RunData& run) {
   std::string out = "step";
-  for (const std::string& n : run.steps.names) out += "," + n;
+  for (const std::string& n : run.steps.names) out += "," + CsvField(n);
   out += "\n";
   for (size_t i = 0; i < run.steps.steps.size(); ++i) {
     out += std::to_string(run.steps.steps[i]);

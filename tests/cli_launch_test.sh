@@ -8,14 +8,9 @@
 # refused with one line, exit code 2 and nothing written.
 set -u
 bin="$1"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-check() {  # check NAME COMMAND...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/test_lib.sh"
+scratch_dir
 has() { grep -qF -- "$2" "$1"; }  # has FILE TEXT
 
 declare -A nodes=([h200-full]=16 [b200-full]=8 [h200-lora]=2)
@@ -171,5 +166,4 @@ bad "teacher too small" "--teacher-nodes: a teacher replica takes rollout tp x d
 check "help" bash -c "'$bin' launch --help | grep -q -- '--target'"
 check "listed in kimi-plan --help" bash -c "'$bin' --help | grep -q '^  launch '"
 
-echo "cli_launch: $((fails == 0 ? 1 : 0)) passed, $fails failed"
-exit $((fails > 0))
+finish cli_launch

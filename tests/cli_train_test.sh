@@ -7,14 +7,9 @@
 # as ended without a word.
 set -u
 bin="$1"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-check() {  # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/test_lib.sh"
+scratch_dir
 q() { sqlite3 kimi-plan.db "$1"; }
 base=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 2 --seq-len 8)
 small=("${base[@]}" --layers 3 --heads 2)
@@ -90,5 +85,4 @@ import json; d = json.load(open('ended.json'))
 assert len(d['runs']) == 1 and d['runs'][0]['steps'] == $logged and d['runs'][0]['planned_steps'] == 100000, d"
 check "killed run: not listed as running" bash -c "'$bin' report --db killed.db --status running --json | python3 -c 'import json,sys; assert json.load(sys.stdin)[\"runs\"] == []'"
 
-echo "cli_train: $((fails == 0 ? 1 : 0)) passed, $fails failed"
-exit $((fails > 0))
+finish cli_train
