@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/table.h"
+
 namespace kp {
 
 namespace {
@@ -35,15 +37,7 @@ std::string PythonString(const std::string& s) {
 
 std::string FormatNumber(double v) {
   if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  // The shortest form that reads back as v.
-  for (int digits = 1; digits <= 17; ++digits) {
-    char shorter[32];
-    std::snprintf(shorter, sizeof shorter, "%.*g", digits, v);
-    if (std::strtod(shorter, nullptr) == v) return shorter;
-  }
-  return buf;
+  return FormatShortest(v);
 }
 
 }  // namespace kp

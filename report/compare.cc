@@ -131,15 +131,9 @@ std::string RenderComparison(const Comparison& c) {
   return t.Render();
 }
 
-std::string ExactNumber(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 std::string ComparisonCsv(const Comparison& c) {
   std::string out = "run_id,label,reference,metric,step,value,reference_value,change\n";
-  auto num = [](const std::optional<double>& v) { return v ? ExactNumber(*v) : std::string(); };
+  auto num = [](const std::optional<double>& v) { return v ? FormatShortest(*v) : std::string(); };
   for (const CompareRow& row : c.rows)
     for (const CompareCell& cell : row.cells)
       out += std::to_string(row.run_id) + "," + CsvField(row.label, /*always_quote=*/true) + "," +

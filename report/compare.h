@@ -74,8 +74,6 @@ std::string ComparisonCsv(const Comparison& c);
 ///  "cells": [{"metric", "step", "value", "reference_value", "change"}]}]}
 nlohmann::json ComparisonJson(const Comparison& c);
 
-/// A double as CSV/JSON text that reads back to the same double ("%.17g").
-std::string ExactNumber(double v);
 
 }  // namespace kp
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/table.h"
 #include "report/test_util.h"
 
 namespace kp {
@@ -133,10 +134,10 @@ TEST(CompareTest, CsvHasOneLinePerCellWithExactValues) {
             "run_id,label,reference,metric,step,value,reference_value,change\n"
             "1,\"run 1 (m)\",1,loss,3,3.48888,3.48888,\n"
             "1,\"run 1 (m)\",1,loss,4,2.5,2.5,\n"
-            "3,\"run 3 (m)\",0,loss,3,3.4848499999999998,3.48888,-0.12%\n"
+            "3,\"run 3 (m)\",0,loss,3,3.48485,3.48888,-0.12%\n"
             "3,\"run 3 (m)\",0,loss,4,,2.5,-\n");
-  // %.17g reads back to the same double.
-  EXPECT_EQ(std::stod(ExactNumber(3.48485)), 3.48485);
+  // The shortest form reads back to the same double.
+  EXPECT_EQ(std::stod(FormatShortest(3.48485)), 3.48485);
 }
 
 TEST(CompareTest, JsonHoldsEveryCell) {

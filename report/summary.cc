@@ -219,7 +219,7 @@ std::string RunListCsv(const std::vector<RunListEntry>& runs) {
   std::string out = "run_id,kind,model,created_at,steps,last_loss,plan_id,status,planned_steps\n";
   for (const RunListEntry& e : runs)
     out += CsvRow({std::to_string(e.id), e.kind, e.model, e.created_at, std::to_string(e.steps),
-                   e.last_loss ? ExactNumber(*e.last_loss) : "", e.plan_id ? std::to_string(e.plan_id) : "", e.status,
+                   e.last_loss ? FormatShortest(*e.last_loss) : "", e.plan_id ? std::to_string(e.plan_id) : "", e.status,
                    e.planned_steps ? std::to_string(*e.planned_steps) : ""});
   return out;
 }
@@ -230,7 +230,7 @@ std::string StepsCsv(const RunData& run) {
   out += "\n";
   for (size_t i = 0; i < run.steps.steps.size(); ++i) {
     out += std::to_string(run.steps.steps[i]);
-    for (const auto& column : run.steps.values) out += "," + (column[i] ? ExactNumber(*column[i]) : std::string());
+    for (const auto& column : run.steps.values) out += "," + (column[i] ? FormatShortest(*column[i]) : std::string());
     out += "\n";
   }
   return out;

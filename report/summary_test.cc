@@ -152,9 +152,9 @@ TEST(ExportTest, RunListAndStepsCsv) {
   const RunData b = MakeRun(2, {}, {"loss", "reward"}, {{}, {}});
   EXPECT_EQ(RunListCsv({ListEntry(a), ListEntry(b)}),
             "run_id,kind,model,created_at,steps,last_loss,plan_id,status,planned_steps\n"
-            "1,train,m,2026-01-01T00:00:00Z,2,0.10000000000000001,3,unknown,\n"
+            "1,train,m,2026-01-01T00:00:00Z,2,0.1,3,unknown,\n"
             "2,train,m,2026-01-01T00:00:00Z,0,,,unknown,\n");
-  EXPECT_EQ(StepsCsv(a), "step,loss,reward\n1,3.5,\n2,0.10000000000000001,0.25\n");
+  EXPECT_EQ(StepsCsv(a), "step,loss,reward\n1,3.5,\n2,0.1,0.25\n");
 }
 
 TEST(ExportTest, RunListJsonHasRunsAndTableCounts) {

@@ -4,21 +4,17 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/table.h"
+#include "common/xml.h"
+
 namespace kp {
 
 namespace {
 
-std::string Num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
+std::string Num(double v) { return FormatFixed(v, 2); }
 
-std::string Tick(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+// Tick labels: up to four significant digits, no trailing zeros.
+std::string Tick(double v) { return FormatSignificant(v, 4); }
 
 std::string Text(double x, double y, const std::string& text, const std::string& extra = "") {
   return "<text x=\"" + Num(x) + "\" y=\"" + Num(y) + "\"" + extra + ">" + EscapeXml(text) + "</text>\n";

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/table.h"
 #include "common/xml.h"
 
 namespace kp {
@@ -12,18 +13,10 @@ namespace {
 
 constexpr double kLeft = 70, kTop = 34, kRow = 26, kGap = 4, kPlotWidth = 1200, kAxis = 34, kRight = 20;
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
+std::string Num(double v) { return FormatFixed(v, 2); }
 
 // Tick labels: up to four significant digits, no trailing zeros.
-std::string Tick(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+std::string Tick(double v) { return FormatSignificant(v, 4); }
 
 const char* Fill(ActionType t) {
   switch (t) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/limits.h"
+#include "common/table.h"
 #include "specs/json_fields.h"
 
 namespace kp {
@@ -23,11 +24,7 @@ constexpr const char* kSchema = "kimi-plan.calibration/1";
 bool PositiveFinite(double v) { return std::isfinite(v) && v > 0; }
 
 // Six significant digits: a measured time is good to a fraction of a percent.
-std::string Num(double v, int digits = 6) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-  return buf;
-}
+std::string Num(double v, int digits = 6) { return FormatSignificant(v, digits); }
 
 
 size_t IndexOf(const std::vector<std::int64_t>& v, std::int64_t x) {
