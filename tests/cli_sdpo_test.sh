@@ -47,12 +47,14 @@ check "split: initial full sync then LoRA syncs 1 2" test "$(q "select group_con
 check "split: LoRA syncs are much smaller than the full one" test "$(q "select (select bytes from weight_syncs where run_id = 3 and version = 1) * 5 < (select bytes from weight_syncs where run_id = 3 and version = 0)")" = 1
 
 # --- split: a warm start several times longer than --timeout-s; the
-# waiting rollout rank follows its heartbeat instead of timing out
+# waiting rollout rank follows its heartbeat instead of timing out. The
+# timeout leaves room for the actor's set-up before its first beat on a
+# loaded 2-core machine (3 s did not, beside the other end-to-end tests).
 started=$SECONDS
-"$bin" sdpo "${small[@]}" --placement split --loss grpo --sft-steps 60 --timeout-s 3 --steps 2 > hb.txt 2> hb.err
+"$bin" sdpo "${small[@]}" --placement split --loss grpo --sft-steps 60 --timeout-s 8 --steps 2 > hb.txt 2> hb.err
 check "split: a warm start longer than the timeout" test $? -eq 0
 check "split: warm start reported" grep -q "warm start    60/60" hb.err
-check "split: the run outlasted the timeout twice (else the check above proves nothing)" test $((SECONDS - started)) -ge 6
+check "split: the run outlasted the timeout twice (else the check above proves nothing)" test $((SECONDS - started)) -ge 16
 
 # --- split, a V-shaped schedule: the actor's stages 0 and 3 on rank 0, 1 and
 # 2 on rank 1; every part of the sync finds its tensors (layout hash)
