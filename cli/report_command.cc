@@ -114,8 +114,12 @@ Result<ReportRequest> Validate(const po::variables_map& vm) {
   if (vm.count("status")) {
     const std::string s = vm["status"].as<std::string>();
     const std::vector<std::string>& states = RunStates();
-    if (std::find(states.begin(), states.end(), s) == states.end())
-      return Status::InvalidArgument("--status: must be finished, failed, running, ended or unknown, got \"" + s + "\"");
+    if (std::find(states.begin(), states.end(), s) == states.end()) {
+      std::string allowed;
+      for (size_t i = 0; i < states.size(); ++i)
+        allowed += (i == 0 ? "" : i + 1 == states.size() ? " or " : ", ") + states[i];
+      return Status::InvalidArgument("--status: must be " + allowed + ", got \"" + s + "\"");
+    }
     if (comparing || vm.count("run")) return Status::InvalidArgument("--status: only when listing runs (no RUN, no --compare)");
     q.status = s;
   }
@@ -157,8 +161,10 @@ Result<std::vector<RunData>> LoadAllRuns(const Store& store, const ProcessTable*
   KP_ASSIGN_OR_RETURN(std::vector<RunRecord> records, store.ListRuns());
   std::vector<RunData> runs;
   for (const RunRecord& r : records) {
+    // The state needs the record alone: a run filtered out has no steps read.
+    if (status && RunState(r, ProcessOf(r, processes)) != *status) continue;
     KP_ASSIGN_OR_RETURN(RunData d, LoadRun(store, r.id, "RUN", processes));
-    if (!status || RunState(d) == *status) runs.push_back(std::move(d));
+    runs.push_back(std::move(d));
   }
   return runs;
 }

@@ -195,17 +195,9 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
   return Status::Ok();
 }
 
-runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const TrainConfig& config) {
-  runtime::C10dOptions c10d;
-  c10d.backend = vm["backend"].as<std::string>();
-  c10d.device = config.device;
-  c10d.timeout_s = vm["timeout-s"].as<int>();
-  return c10d;
-}
-
 Status RunRank(const po::variables_map& vm, const TrainConfig& config, const runtime::Rendezvous& rv, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, rv.world_size));
-  const runtime::C10dOptions c10d = C10dFromFlags(vm, config);
+  const runtime::C10dOptions c10d = C10dFromFlags(vm, config.device);
   // Rank 0 alone writes the store; it opens it first so a bad --db fails
   // before any peer waits on it.
   std::unique_ptr<Store> store;
@@ -256,7 +248,7 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
     KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, nproc));
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
     KP_RETURN_IF_ERROR(CheckTrainMemory(config, nproc, env));
-    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config)));
+    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.device)));
     return LaunchLocalRanks("run", args, nproc, env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));

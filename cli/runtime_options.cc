@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/limits.h"
+#include "common/table.h"
 #include "runtime/runtime_config.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
@@ -55,15 +56,6 @@ Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& 
   return runtime::ScaleModel(preset, f);
 }
 
-namespace {
-// A default as people write it: 0.003, not 0.0030000000000000001.
-std::string Shown(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-}  // namespace
-
 void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& d, bool steps_required,
                      int log_every) {
   auto* steps = IntFlag(1, limits::kMaxTrainSteps);
@@ -71,11 +63,11 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
   desc.add_options()
       ("steps", steps, steps_required ? "train until this many optimizer steps in total (required)"
                                       : "optimizer steps in total")
-      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(d.lr, Shown(d.lr)), "peak learning rate")
+      ("lr", NumberFlag(0, 10, /*min_open=*/true)->default_value(d.lr, FormatShortest(d.lr)), "peak learning rate")
       ("warmup", IntFlag(0, limits::kMaxTrainSteps)->default_value(d.warmup), "linear warmup steps")
-      ("min-lr-ratio", NumberFlag(0, 1)->default_value(d.min_lr_ratio, Shown(d.min_lr_ratio)),
+      ("min-lr-ratio", NumberFlag(0, 1)->default_value(d.min_lr_ratio, FormatShortest(d.min_lr_ratio)),
        "the cosine ends at lr x this at --steps (1: constant)")
-      ("grad-clip", NumberFlag(0, 1e9)->default_value(d.grad_clip, Shown(d.grad_clip)), "max global gradient norm")
+      ("grad-clip", NumberFlag(0, 1e9)->default_value(d.grad_clip, FormatShortest(d.grad_clip)), "max global gradient norm")
       ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(d.options.kda_chunk),
        "KDA scan chunk length (0: token-by-token recurrence)")
       ("device", po::value<std::string>()->default_value(d.device),
@@ -83,6 +75,14 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
       ("seed", po::value<std::uint64_t>()->default_value(d.seed), "initialisation, data and sampling seed")
       ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(log_every),
        "a progress line every this many steps");
+}
+
+runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device) {
+  runtime::C10dOptions o;
+  o.backend = vm["backend"].as<std::string>();
+  o.device = device;
+  o.timeout_s = vm["timeout-s"].as<int>();
+  return o;
 }
 
 Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c) {
@@ -111,14 +111,6 @@ std::optional<double> AvailableMemoryBytes(const FileSystem& fs) {
   return std::nullopt;
 }
 
-std::string Gb(double bytes) {
-  std::ostringstream o;
-  o.setf(std::ios::fixed);
-  o.precision(1);
-  o << bytes / 1e9 << " GB";
-  return o.str();
-}
-
 }  // namespace
 
 Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env) {
@@ -134,10 +126,10 @@ Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const Cl
   if (need <= *available) return Status::Ok();
   std::ostringstream o;
   o.precision(3);
-  o << "--model: " << model.name << " needs at least " << Gb(need) << " to train here (" << params
+  o << "--model: " << model.name << " needs at least " << FormatGB(need) << " to train here (" << params
     << " parameters x " << per_param << " bytes" << (frozen_base ? " of weights" : " of weights, gradients and AdamW")
     << (copies > 1 ? " x " + std::to_string(copies) + " ranks" : std::string()) << "), more than the "
-    << Gb(*available) << " this machine has available; scale it with --layers --hidden or take kimi-k3-debug";
+    << FormatGB(*available) << " this machine has available; scale it with --layers --hidden or take kimi-k3-debug";
   return Status::InvalidArgument(o.str());
 }
 

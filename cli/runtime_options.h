@@ -4,6 +4,7 @@
 #define KIMI_PLAN_CLI_RUNTIME_OPTIONS_H_
 
 #include "cli/options.h"
+#include "runtime/rendezvous.h"
 #include "runtime/trainer.h"
 #include "specs/model_spec.h"
 
@@ -29,6 +30,10 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
 /// Reads the flags AddTrainOptions declared into `c`; InvalidArgument naming
 /// --steps when it is required and missing.
 Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c);
+
+/// The c10d options of a multi-process run from --backend and --timeout-s,
+/// on `device` (the run's --device).
+runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device);
 
 /// Refuses, before anything is allocated, a training whose model cannot fit
 /// this machine's memory on CPU: `copies` processes (ranks on this host)

@@ -318,14 +318,6 @@ Status PrintSummary(const SdpoConfig& c, const StoreObserver& obs, std::int64_t 
   return Status::Ok();
 }
 
-runtime::C10dOptions C10d(const po::variables_map& vm, const SdpoConfig& c) {
-  runtime::C10dOptions o;
-  o.backend = vm["backend"].as<std::string>();
-  o.device = c.train.device;
-  o.timeout_s = vm["timeout-s"].as<int>();
-  return o;
-}
-
 // Rank 0, or the colocated process: opens the store, runs, summarises.
 Status RunLoggedLoop(const po::variables_map& vm, const SdpoConfig& c, const runtime::Rendezvous* rv, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
@@ -337,7 +329,7 @@ Status RunLoggedLoop(const po::variables_map& vm, const SdpoConfig& c, const run
   KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
   StoreObserver observer(c, *store, run.id, vm["log-every"].as<int>(), env.err);
   const Status looped = rv == nullptr ? runtime::RunColocatedLoop(c, env.fs, observer)
-                                      : runtime::RunSplitLoopRank(c, *rv, C10d(vm, c), env.fs, observer);
+                                      : runtime::RunSplitLoopRank(c, *rv, C10dFromFlags(vm, c.train.device), env.fs, observer);
   KP_RETURN_IF_ERROR(EndRunWith(*store, run.id, looped));
   return PrintSummary(c, observer, run.id, vm.count("json") > 0, env.out);
 }
@@ -354,7 +346,7 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);
   const char* rank = env.getenv("RANK");
   if (rank == nullptr || *rank == '\0') {
-    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10d(vm, config)));
+    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.train.device)));
     return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
@@ -366,7 +358,7 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
     Status OnInitialSync(const LoopStepMetrics&) override { return Status::Ok(); }
     Status OnStep(const LoopStepMetrics&) override { return Status::Ok(); }
   } silent;
-  return runtime::RunSplitLoopRank(config, rv, C10d(vm, config), env.fs, silent);
+  return runtime::RunSplitLoopRank(config, rv, C10dFromFlags(vm, config.train.device), env.fs, silent);
 }
 
 }  // namespace kp

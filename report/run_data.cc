@@ -75,17 +75,24 @@ Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& 
   RunData d;
   d.run = *run;
   d.plan_id = PlanIdOfConfig(d.run.config_json);
-  if (processes && d.run.status == "running") d.process = processes->Check({d.run.host, d.run.pid});
+  d.process = ProcessOf(d.run, processes);
   KP_ASSIGN_OR_RETURN(d.steps, store.ListStepColumns(id));
   return d;
 }
 
-std::string RunState(const RunData& run) {
-  const std::string& s = run.run.status;
+Liveness ProcessOf(const RunRecord& run, const ProcessTable* processes) {
+  if (!processes || run.status != "running") return Liveness::kUnknown;
+  return processes->Check({run.host, run.pid});
+}
+
+std::string RunState(const RunRecord& run, Liveness process) {
+  const std::string& s = run.status;
   if (s == "finished" || s == "failed") return s;
-  if (s == "running") return run.process == Liveness::kGone ? "ended" : "running";
+  if (s == "running") return process == Liveness::kGone ? "ended" : "running";
   return "unknown";
 }
+
+std::string RunState(const RunData& run) { return RunState(run.run, run.process); }
 
 const std::vector<std::string>& RunStates() {
   static const std::vector<std::string> states = {"finished", "failed", "running", "ended", "unknown"};

@@ -55,9 +55,13 @@ struct RunData {
 Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& flag,
                         const ProcessTable* processes = nullptr);
 
+/// Whether the process recording `run` still runs, when the run is still
+/// marked running and `processes` can tell; kUnknown otherwise.
+Liveness ProcessOf(const RunRecord& run, const ProcessTable* processes);
 /// How a run stands: "finished", "failed", "running", "ended" (still marked
 /// running, its process gone: killed without a word) or "unknown" (recorded
 /// before the store kept a status).
+std::string RunState(const RunRecord& run, Liveness process);
 std::string RunState(const RunData& run);
 /// Every value RunState returns, in that order.
 const std::vector<std::string>& RunStates();
