@@ -5,6 +5,7 @@
 #define KIMI_PLAN_BENCH_BENCH_UTIL_H_
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -14,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "common/status.h"
+#include "runtime/comm/environment.h"
 
 namespace kp::bench {
 
@@ -57,6 +59,8 @@ int BenchMain(const Result<Args>& args, const std::string& prefix, const std::fu
     std::cerr << prefix << args.status().message() << "\n";
     return 2;
   }
+  // The benchmarks' main: the only place here that sets the environment.
+  for (const runtime::EnvironmentDefault& d : runtime::kEnvironmentDefaults) setenv(d.name, d.value, /*overwrite=*/0);
   try {
     return run(*args);
   } catch (const c10::Error& e) {

@@ -18,7 +18,7 @@
 
 #include "bench/bench_util.h"
 #include "planner/layer_ops.h"
-#include "runtime/calibrate.h"
+#include "runtime/train/calibrate.h"
 #include "specs/presets.h"
 
 namespace kp {

@@ -39,12 +39,12 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "common/table.h"
-#include "runtime/c10d_communicator.h"
-#include "runtime/pipeline_runtime.h"
-#include "runtime/pipeline_stage.h"
-#include "runtime/rendezvous.h"
-#include "runtime/runtime_config.h"
-#include "runtime/trainer_internal.h"
+#include "runtime/comm/c10d_communicator.h"
+#include "runtime/train/pipeline_runtime.h"
+#include "runtime/train/pipeline_stage.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/model/runtime_config.h"
+#include "runtime/comm/device.h"
 #include "simulator/attnres_transport.h"
 #include "simulator/schedule_generators.h"
 #include "specs/presets.h"
@@ -280,7 +280,6 @@ Status Run(const Args& a) {
   KP_ASSIGN_OR_RETURN(kp::runtime::Rendezvous rv,
                       kp::runtime::RendezvousFromEnvironment([](const char* n) { return std::getenv(n); }));
   KP_ASSIGN_OR_RETURN(Bench b, Configure(a, rv));
-  if (b.device.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
   torch::manual_seed(0);
   kp::runtime::C10dOptions c10d;
   c10d.backend = a.backend;

@@ -1,17 +1,15 @@
-// kimi-plan-sdpo-bench: the SDPO loop of runtime/sdpo_loop.h without the
-// CLI and the store, so that the runtime-only tree runs it on a GPU machine.
-// The configuration is docs/benchmarks.md's CPU one (kimi-k3-debug scaled to
-// 5 layers, hidden 128, 2 heads, 4 experts, the byte tokenizer's 260 ids;
-// one-digit addition, 8 prompts x 8 samples, at most 4 new tokens, the
-// compact reprompt, a 150-step warm start with 90% of its examples in the
-// teacher's format); the flags below change the rest. The split placement's
-// ranks are started torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK,
-// MASTER_ADDR, MASTER_PORT), each on cuda:LOCAL_RANK.
+// kimi-plan-sdpo-bench: the SDPO loop of runtime/sdpo/sdpo_loop.h without
+// the CLI and the store, so that the runtime-only tree runs it on a GPU
+// machine. The loop's whole configuration is a JSON file as `kimi-plan sdpo
+// --print-config` prints it (and the runs table records it): the ones
+// docs/benchmarks.md runs are bench/sdpo-*.json, each made by the command in
+// its header line of docs/benchmarks.md. Only where the loop runs is set
+// here. The split placement's ranks are started torchrun-style (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), each on
+// cuda:LOCAL_RANK.
 //
-//   kimi-plan-sdpo-bench [--placement colocated|split] [--loss sdpo|grpo|k1-opd]
-//       [--steps 100] [--lr 1e-3] [--lora-rank 0] [--pp 1] [--microbatches 1]
-//       [--rollout-ranks 1] [--sft-steps 150] [--device cuda] [--backend auto]
-//       [--timeout-s 300] [--json]
+//   kimi-plan-sdpo-bench --config bench/sdpo-colocated.json [--device cuda]
+//       [--backend auto] [--timeout-s 300] [--json]
 //
 // Rank 0 prints a line every 10 steps, then the reward curve (means of
 // tenths), the medians over steps 2..N of each system's time and the
@@ -30,9 +28,8 @@
 #include "bench/bench_util.h"
 #include "common/file_system.h"
 #include "common/stats.h"
-#include "runtime/rendezvous.h"
-#include "runtime/runtime_config.h"
-#include "runtime/sdpo_loop.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/sdpo/sdpo_loop.h"
 #include "specs/presets.h"
 
 namespace {
@@ -43,68 +40,39 @@ using kp::runtime::LoopStepMetrics;
 using kp::runtime::SdpoConfig;
 
 struct Args {
-  std::string placement = "colocated", loss = "sdpo", device = "cuda", backend = "auto";
-  int steps = 100, lora_rank = 0, pp = 1, microbatches = 1, rollout_ranks = 1, sft_steps = 150, timeout_s = 300;
-  double lr = 1e-3;
+  std::string config, device = "cuda", backend = "auto";
+  int timeout_s = 300;
   bool json = false;
 };
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
-  const std::map<std::string, int*> ints = {{"steps", &a.steps}, {"lora-rank", &a.lora_rank},
-                                            {"pp", &a.pp},       {"microbatches", &a.microbatches},
-                                            {"rollout-ranks", &a.rollout_ranks}, {"sft-steps", &a.sft_steps},
-                                            {"timeout-s", &a.timeout_s}};
-  const std::map<std::string, std::string*> strings = {
-      {"placement", &a.placement}, {"loss", &a.loss}, {"device", &a.device}, {"backend", &a.backend}};
   for (const auto& [k, v] : kv) {
-    try {
-      if (ints.count(k)) *ints.at(k) = std::stoi(v);
-      else if (strings.count(k)) *strings.at(k) = v;
-      else if (k == "lr") a.lr = std::stod(v);
-      else return Status::InvalidArgument("unknown option --" + k);
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("--" + k + ": not a number: " + v);
+    if (k == "config") a.config = v;
+    else if (k == "device") a.device = v;
+    else if (k == "backend") a.backend = v;
+    else if (k == "timeout-s") {
+      try {
+        a.timeout_s = std::stoi(v);
+      } catch (const std::exception&) {
+        return Status::InvalidArgument("--timeout-s: not a number: " + v);
+      }
+    } else {
+      return Status::InvalidArgument("unknown option --" + k + " (the loop's settings are in --config)");
     }
   }
+  if (a.config.empty()) return Status::InvalidArgument("--config: required (a file of `kimi-plan sdpo --print-config`)");
   return a;
 }
 
+// The recorded configuration, run on this rank's device.
 Result<SdpoConfig> Configure(const Args& a, int local_rank) {
-  SdpoConfig c;
   kp::RealFileSystem fs;
-  KP_ASSIGN_OR_RETURN(const kp::ModelSpec preset, kp::PresetCatalog(fs, kp::DefaultPresetDir()).Model("kimi-k3-debug"));
-  kp::runtime::ScaleFlags scale;
-  scale.layers = 5;
-  scale.hidden = 128;
-  scale.heads = 2;
-  scale.experts = 4;
-  scale.vocab = 260;
-  KP_ASSIGN_OR_RETURN(c.train.model, kp::runtime::ScaleModel(preset, scale));
-  c.train.steps = a.steps;
-  c.train.lr = a.lr;
-  c.train.warmup = 0;
-  c.train.min_lr_ratio = 1.0;
-  c.train.bias_update_rate = 0;
-  c.train.deterministic = false;  // as the other benchmarks: the device's fastest kernels
-  c.train.lora.rank = a.lora_rank;
-  c.train.lora.alpha = 2.0 * a.lora_rank;
+  KP_ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(a.config));
+  KP_ASSIGN_OR_RETURN(SdpoConfig c, kp::runtime::SdpoConfigFromJson(
+                                        text, kp::PresetCatalog(fs, kp::DefaultPresetDir())));
   c.train.device = a.device == "cuda" ? "cuda:" + std::to_string(local_rank) : a.device;
-  c.task = "addition";
-  c.task_options.min_digits = c.task_options.max_digits = 1;
-  c.prompts = 8;
-  c.sampling.samples = 8;
-  c.sampling.max_new_tokens = 4;
-  KP_ASSIGN_OR_RETURN(c.loss, kp::runtime::ParseLossMode(a.loss));
-  KP_ASSIGN_OR_RETURN(c.reprompt.text, kp::runtime::ParseRepromptTemplate("compact"));
-  c.sft_steps = a.sft_steps;
-  c.sft_context_share = 0.9;
-  KP_ASSIGN_OR_RETURN(c.placement, kp::runtime::ParsePlacement(a.placement));
-  c.rollout_ranks = a.rollout_ranks;
-  c.actor.pp = a.pp;
-  c.actor.microbatches = a.microbatches;
-  KP_RETURN_IF_ERROR(kp::runtime::ValidateSdpoConfig(c));
   return c;
 }
 
@@ -163,7 +131,9 @@ void Report(const Args& a, const SdpoConfig& c, const std::vector<LoopStepMetric
       << (split ? " --placement split --off-policy --rollout-gpus " + std::to_string(c.rollout_ranks) : "")
       << " --steps " << std::max(3, c.train.steps);
   if (a.json) {
-    const nlohmann::json j = {{"placement", a.placement}, {"loss", a.loss},         {"steps", n},
+    const nlohmann::json j = {{"placement", kp::runtime::PlacementName(c.placement)},
+                              {"loss", kp::runtime::LossModeName(c.loss)},
+                              {"steps", n},
                               {"reward_curve", curve},    {"generation_s", gen},   {"feedback_s", feedback},
                               {"teacher_s", teacher},     {"train_s", train},      {"sync_s", sync},
                               {"step_s", step},           {"simulate_command", sim.str()}};
@@ -179,10 +149,13 @@ void Report(const Args& a, const SdpoConfig& c, const std::vector<LoopStepMetric
 
 Status Run(const Args& a) {
   kp::runtime::Rendezvous rv;  // colocated: one process, rank 0
-  if (a.placement != "colocated") {
+  const char* rank = std::getenv("RANK");
+  if (rank != nullptr && *rank != '\0') {
     KP_ASSIGN_OR_RETURN(rv, kp::runtime::RendezvousFromEnvironment([](const char* n) { return std::getenv(n); }));
   }
   KP_ASSIGN_OR_RETURN(const SdpoConfig c, Configure(a, rv.local_rank));
+  if (c.placement == kp::runtime::Placement::kSplit && rank == nullptr)
+    return Status::InvalidArgument("--config: the split placement's ranks are started torchrun-style (RANK is unset)");
   kp::RealFileSystem fs;
   Recorder recorder(a.json || rv.rank != 0);
   if (c.placement == kp::runtime::Placement::kColocated) {

@@ -40,11 +40,11 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "common/table.h"
-#include "runtime/c10d_communicator.h"
-#include "runtime/model.h"
-#include "runtime/rendezvous.h"
-#include "runtime/runtime_config.h"
-#include "runtime/weight_sync.h"
+#include "runtime/comm/c10d_communicator.h"
+#include "runtime/model/model.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/model/runtime_config.h"
+#include "runtime/sdpo/weight_sync.h"
 #include "specs/presets.h"
 
 namespace {

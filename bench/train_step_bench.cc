@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -36,9 +35,9 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "planner/step_time.h"
-#include "runtime/model.h"
-#include "runtime/runtime_config.h"
-#include "runtime/trainer.h"
+#include "runtime/model/model.h"
+#include "runtime/model/runtime_config.h"
+#include "runtime/train/trainer.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
 
@@ -105,8 +104,9 @@ double MeasureMatmulPeak(const torch::Device& d) {
 }
 
 // Raw little-endian fp32 per parameter plus a manifest "name dims..." per line.
-Status DumpForCheck(const kp::ModelSpec& spec, const kp::runtime::ModelOptions& options, const std::string& dir) {
-  std::filesystem::create_directories(dir);
+Status DumpForCheck(const kp::FileSystem& fs, const kp::ModelSpec& spec, const kp::runtime::ModelOptions& options,
+                    const std::string& dir) {
+  KP_RETURN_IF_ERROR(fs.CreateDirectories(dir));
   KP_ASSIGN_OR_RETURN(auto model, kp::runtime::BuildModel(spec, options));
   std::ofstream manifest(dir + "/manifest.txt");
   for (const auto& p : model->named_parameters()) {
@@ -161,7 +161,7 @@ int Run(const Args& args) {
   kp::runtime::ModelOptions options;
   options.kda_chunk = args.kda_chunk;
   if (!args.dump_dir.empty()) {
-    if (Status s = DumpForCheck(spec, options, args.dump_dir); !s.ok()) {
+    if (Status s = DumpForCheck(fs, spec, options, args.dump_dir); !s.ok()) {
       std::cerr << s.message() << "\n";
       return 1;
     }

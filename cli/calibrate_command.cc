@@ -4,12 +4,13 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/log.h"
 #include "cli/output_paths.h"
 #include "cli/options.h"
 #include "common/range.h"
 #include "store/store.h"
 #ifdef KIMI_PLAN_HAS_TORCH
-#include "runtime/calibrate.h"
+#include "runtime/train/calibrate.h"
 #endif
 
 namespace kp {
@@ -72,7 +73,7 @@ Status CalibrateCommand(const std::vector<std::string>& args, CliEnv& env) {
   // cannot be opened.
   KP_RETURN_IF_ERROR(CheckCalibrationDevice());
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
-  Result<CalibrationTable> t = MeasureCalibration(o, [&](const std::string& line) { env.err << line << "\n"; });
+  Result<CalibrationTable> t = MeasureCalibration(o, [&](const std::string& line) { Progress(env, line); });
   if (!t.ok()) return t.status();
   const std::string text = CalibrationToJson(*t) + "\n";
   KP_RETURN_IF_ERROR(env.fs.WriteFile(out, text).WithContext("--out"));

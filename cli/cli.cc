@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/log.h"
 
 #ifndef KIMI_PLAN_VERSION
 #define KIMI_PLAN_VERSION "0.0.0"
@@ -49,16 +50,25 @@ const std::vector<Subcommand>& Subcommands() {
 }
 
 void PrintUsage(std::ostream& out) {
-  out << "usage: kimi-plan [--version] [--help] <command> [<args>]\n\n"
+  out << "usage: kimi-plan [--version] [--help] [--log-level LEVEL] <command> [<args>]\n\n"
          "Plans, simulates, launches and analyses distributed SDPO post-training of\n"
          "trillion-parameter MoE models.\n\ncommands:\n";
   for (const Subcommand& s : Subcommands()) out << "  " << s.name << std::string(12 - std::string(s.name).size(), ' ') << s.summary << "\n";
-  out << "\n'kimi-plan <command> --help' describes one command.\n";
+  out << "\n'kimi-plan <command> --help' describes one command. --log-level (trace, debug, info, warn,\n"
+         "error, off; default info) sets what progress goes to stderr; warn keeps warnings and errors.\n";
 }
 
 }  // namespace
 
-int RunCli(const std::vector<std::string>& args, CliEnv& env) {
+int RunCli(const std::vector<std::string>& command_line, CliEnv& env) {
+  std::vector<std::string> args = command_line;
+  Result<std::string> level = TakeLogLevel(args);
+  if (!level.ok()) {
+    env.err << "kimi-plan: " << level.status().message() << "\n";
+    return 2;
+  }
+  env.log_level = *level;
+  env.log = MakeLogger(env.err, env.log_level, RankTag(env));
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     PrintUsage(args.empty() ? env.err : env.out);
     return args.empty() ? 2 : 0;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "common/file_system.h"
 #include "common/process_launcher.h"
 #include "common/process_table.h"
+
+namespace spdlog {
+class logger;
+}  // namespace spdlog
 
 namespace kp {
 
@@ -35,6 +40,10 @@ struct CliEnv {
   /// `report` whether a run still marked running has lost its process; null:
   /// runs record no process and every running run reads as running.
   const ProcessTable* process_table = nullptr;
+  /// Progress and diagnostics (cli/log.h); RunCli makes it on `err` from
+  /// --log-level, which it also keeps here for the ranks it starts.
+  std::shared_ptr<spdlog::logger> log = nullptr;
+  std::string log_level = "info";
 };
 
 /// Runs `kimi-plan args...` (args excludes the program name) and returns the

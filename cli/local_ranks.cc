@@ -7,9 +7,8 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 
-#include "runtime/rendezvous.h"
+#include "runtime/comm/rendezvous.h"
 
 namespace kp {
 
@@ -58,13 +57,11 @@ std::string HowItEnded(int code) {
 
 Status LaunchLocalRanks(const std::string& command, const std::vector<std::string>& args, int nproc, CliEnv& env) {
   if (env.processes == nullptr) return Status::Internal(command + ": no process launcher");
-  const std::string store_file =
-      (std::filesystem::temp_directory_path() / ("kimi-plan-" + command + "-" + std::to_string(getpid()) + ".store")).string();
-  std::error_code ec;
-  std::filesystem::remove(store_file, ec);
+  const std::string store_file = env.fs.TempPath("kimi-plan-" + command + "-" + std::to_string(getpid()) + ".store");
+  KP_RETURN_IF_ERROR(env.fs.Remove(store_file));
   const int port = FreeLocalPort();
   std::vector<std::string> argv = RankArgs(command, args);
-  argv.insert(argv.begin(), env.program);
+  argv.insert(argv.begin(), {env.program, "--log-level", env.log_level});
   std::vector<int> ids;
   Status failure;
   for (int r = 0; r < nproc && failure.ok(); ++r) {
@@ -86,7 +83,8 @@ Status LaunchLocalRanks(const std::string& command, const std::vector<std::strin
     for (std::size_t other = 0; other < ids.size(); ++other)
       if (static_cast<int>(other) != rank) (void)env.processes->Kill(ids[other], SIGTERM);
   }
-  std::filesystem::remove(store_file, ec);
+  // The ranks' verdict matters more than a scratch file left behind.
+  (void)env.fs.Remove(store_file);
   if (!failure.ok()) return failure;
   if (first_failed < 0) return Status::Ok();
   const std::string what = "rank " + std::to_string(first_failed) + " of " + std::to_string(nproc) + " " +

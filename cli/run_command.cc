@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/log.h"
 #include "cli/local_ranks.h"
 #include "cli/options.h"
 #include "common/limits.h"
@@ -19,9 +20,9 @@
 #include "cli/plan_options.h"
 #include "planner/plan_json.h"
 #include "planner/schedule_model.h"
-#include "runtime/device_check.h"
-#include "runtime/dist_trainer.h"
-#include "runtime/runtime_config.h"
+#include "runtime/comm/device_check.h"
+#include "runtime/train/dist_trainer.h"
+#include "runtime/model/runtime_config.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
 #include "store/store.h"
@@ -181,7 +182,7 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
     if (!store) continue;
     KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
     if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
-      env.err << ProgressLine(d.step, config.steps) << "\n";
+      Progress(env, ProgressLine(d.step, config.steps));
   }
   if (!store) return Status::Ok();
   json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
@@ -197,7 +198,7 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
 
 Status RunRank(const po::variables_map& vm, const TrainConfig& config, const runtime::Rendezvous& rv, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, rv.world_size));
-  const runtime::C10dOptions c10d = C10dFromFlags(vm, config.device);
+  const runtime::C10dOptions c10d = C10dFromFlags(vm, config.device, env);
   // Rank 0 alone writes the store; it opens it first so a bad --db fails
   // before any peer waits on it.
   std::unique_ptr<Store> store;
@@ -222,9 +223,11 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const run
     run.config_json = cfg.dump();
     NameRecordingProcess(env, &run);
     KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
-    env.err << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
-            << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << "), "
-            << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description() << "\n";
+    std::ostringstream line;
+    line << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
+         << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << "), "
+         << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description();
+    Progress(env, line.str());
   }
   const Status outcome = RankSteps(vm, config, layout, rv, *session, store.get(), run, env);
   return store ? EndRunWith(*store, run.id, outcome) : outcome;
@@ -248,7 +251,7 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
     KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, nproc));
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
     KP_RETURN_IF_ERROR(CheckTrainMemory(config, nproc, env));
-    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.device)));
+    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.device, env)));
     return LaunchLocalRanks("run", args, nproc, env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));

@@ -5,8 +5,9 @@
 #include <sstream>
 
 #include "common/limits.h"
+#include "common/proc_file.h"
 #include "common/table.h"
-#include "runtime/runtime_config.h"
+#include "runtime/model/runtime_config.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
 
@@ -77,11 +78,12 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
        "a progress line every this many steps");
 }
 
-runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device) {
+runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device, const CliEnv& env) {
   runtime::C10dOptions o;
   o.backend = vm["backend"].as<std::string>();
   o.device = device;
   o.timeout_s = vm["timeout-s"].as<int>();
+  if (const char* ifname = env.getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr) o.gloo_interface = ifname;
   return o;
 }
 
@@ -98,27 +100,12 @@ Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c) {
   return Status::Ok();
 }
 
-namespace {
-
-// MemAvailable in bytes, or nullopt when the file or the line is not there.
-std::optional<double> AvailableMemoryBytes(const FileSystem& fs) {
-  Result<std::string> info = fs.ReadFile("/proc/meminfo");
-  if (!info.ok()) return std::nullopt;
-  std::istringstream in(*info);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("MemAvailable:", 0) == 0) return std::strtod(line.c_str() + 13, nullptr) * 1024.0;
-  return std::nullopt;
-}
-
-}  // namespace
-
 Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env) {
   if (config.device != "cpu") return Status::Ok();
   const ModelSpec& model = config.model;
   const double param_bytes = config.options.dtype == runtime::DType::kBf16 ? 2 : 4;
   const bool frozen_base = config.lora.enabled();
-  const std::optional<double> available = AvailableMemoryBytes(env.fs);
+  const std::optional<double> available = ProcKilobytes(env.fs, "/proc/meminfo", "MemAvailable");
   if (!available) return Status::Ok();
   const double params = CountParams(model).total;
   const double per_param = param_bytes * (frozen_base ? 1 : 4);

@@ -4,8 +4,8 @@
 #define KIMI_PLAN_CLI_RUNTIME_OPTIONS_H_
 
 #include "cli/options.h"
-#include "runtime/rendezvous.h"
-#include "runtime/trainer.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/train/trainer.h"
 #include "specs/model_spec.h"
 
 namespace kp {
@@ -32,8 +32,9 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
 Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c);
 
 /// The c10d options of a multi-process run from --backend and --timeout-s,
-/// on `device` (the run's --device).
-runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device);
+/// on `device` (the run's --device), Gloo's interface from the
+/// environment's GLOO_SOCKET_IFNAME.
+runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device, const CliEnv& env);
 
 /// Refuses, before anything is allocated, a training whose model cannot fit
 /// this machine's memory on CPU: `copies` processes (ranks on this host)

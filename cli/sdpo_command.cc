@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/log.h"
 #include "cli/local_ranks.h"
 #include "cli/options.h"
 #include "common/limits.h"
@@ -19,9 +20,9 @@
 #include "cli/runtime_options.h"
 #include "common/stats.h"
 #include "common/table.h"
-#include "runtime/runtime_config.h"
-#include "runtime/device_check.h"
-#include "runtime/sdpo_loop.h"
+#include "runtime/model/runtime_config.h"
+#include "runtime/comm/device_check.h"
+#include "runtime/sdpo/sdpo_loop.h"
 #include "simulator/sdpo_loop.h"
 #include "store/store.h"
 
@@ -84,8 +85,11 @@ po::options_description SdpoOptions() {
       ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the actor pipeline's cached AttnRes transport")
       ("sync-bucket-mb", NumberFlag(0, 1048576, /*min_open=*/true)->default_value(16), "weight-sync bucket size, MiB")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
+      ("deterministic", po::value<std::string>()->default_value("on"), "on | off: deterministic algorithms")
       ("backend", po::value<std::string>()->default_value("auto"), "split: auto | gloo | nccl")
-      ("timeout-s", IntFlag(1, 86400)->default_value(120), "split: seconds a rank waits for a peer before failing");
+      ("timeout-s", IntFlag(1, 86400)->default_value(120), "split: seconds a rank waits for a peer before failing")
+      ("print-config", "print the loop's whole configuration as JSON (what the run records and\n"
+                       "kimi-plan-sdpo-bench --config reads) and exit without running");
   AddTrainOptions(desc, LoopTrainDefaults(), /*steps_required=*/false, /*log_every=*/1);
   AddOutputOptions(desc);
   return desc;
@@ -99,6 +103,7 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
   c.train.lora.rank = vm["lora-rank"].as<int>();
   c.train.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.train.lora.rank;
   KP_ASSIGN_OR_RETURN(c.train.options.dtype, runtime::ParseDType(vm["dtype"].as<std::string>()));
+  KP_ASSIGN_OR_RETURN(c.train.deterministic, OnOff(vm, "deterministic", true));
   c.task = vm["task"].as<std::string>();
   c.task_options.min_digits = vm["min-digits"].as<int>();
   c.task_options.max_digits = vm["max-digits"].as<int>();
@@ -140,22 +145,25 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
 // Rank 0's observer: the store, the progress lines and what the summary needs.
 class StoreObserver : public runtime::LoopObserver {
  public:
-  StoreObserver(const SdpoConfig& c, Store& store, std::int64_t run_id, int log_every, std::ostream& err)
-      : c_(c), store_(store), run_id_(run_id), log_every_(log_every), err_(err) {}
+  StoreObserver(const SdpoConfig& c, Store& store, std::int64_t run_id, int log_every, const CliEnv& env)
+      : c_(c), store_(store), run_id_(run_id), log_every_(log_every), env_(env) {}
 
   Status OnStart(std::int64_t parameters, std::int64_t trainable, const std::string& task) override {
     parameters_ = parameters;
-    err_ << "sdpo run #" << run_id_ << ": " << c_.train.model.name << ", " << FormatCount(parameters)
+    std::ostringstream line;
+    line << "sdpo run #" << run_id_ << ": " << c_.train.model.name << ", " << FormatCount(parameters)
          << " parameters, " << runtime::PlacementName(c_.placement) << ", loss " << runtime::LossModeName(c_.loss)
          << ", " << c_.prompts << " prompts x " << c_.sampling.samples << " samples per step, task " << task
          << (c_.train.lora.enabled() ? ", LoRA rank " + std::to_string(c_.train.lora.rank) + " after the warm start"
-                                     : std::string())
-         << "\n";
+                                     : std::string());
+    Progress(env_, line.str());
     return Status::Ok();
   }
 
   Status OnWarmStart(int step, int steps, double loss) override {
-    err_ << "warm start " << std::setw(5) << step << "/" << steps << "  loss " << FormatFixed(loss, 4) << "\n";
+    std::ostringstream line;
+    line << "warm start " << std::setw(5) << step << "/" << steps << "  loss " << FormatFixed(loss, 4);
+    Progress(env_, line.str());
     return Status::Ok();
   }
 
@@ -188,7 +196,7 @@ class StoreObserver : public runtime::LoopObserver {
     pending_.clear();
     steps_.push_back(m);
     if (m.train.step == 1 || m.train.step % log_every_ == 0 || m.train.step == c_.train.steps)
-      err_ << ProgressLine(m) << "\n";
+      Progress(env_, ProgressLine(m));
     return Status::Ok();
   }
 
@@ -216,7 +224,7 @@ class StoreObserver : public runtime::LoopObserver {
   Store& store_;
   std::int64_t run_id_;
   int log_every_;
-  std::ostream& err_;
+  const CliEnv& env_;
   std::int64_t parameters_ = 0;
   std::vector<WeightSyncRecord> pending_;
   std::vector<LoopStepMetrics> steps_;
@@ -327,9 +335,9 @@ Status RunLoggedLoop(const po::variables_map& vm, const SdpoConfig& c, const run
   run.config_json = runtime::SdpoConfigJson(c);
   NameRecordingProcess(env, &run);
   KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
-  StoreObserver observer(c, *store, run.id, vm["log-every"].as<int>(), env.err);
+  StoreObserver observer(c, *store, run.id, vm["log-every"].as<int>(), env);
   const Status looped = rv == nullptr ? runtime::RunColocatedLoop(c, env.fs, observer)
-                                      : runtime::RunSplitLoopRank(c, *rv, C10dFromFlags(vm, c.train.device), env.fs, observer);
+                                      : runtime::RunSplitLoopRank(c, *rv, C10dFromFlags(vm, c.train.device, env), env.fs, observer);
   KP_RETURN_IF_ERROR(EndRunWith(*store, run.id, looped));
   return PrintSummary(c, observer, run.id, vm.count("json") > 0, env.out);
 }
@@ -342,11 +350,15 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(const SdpoConfig config, BuildSdpoConfig(vm, env));
+  if (vm.count("print-config")) {
+    env.out << nlohmann::ordered_json::parse(runtime::SdpoConfigJson(config)).dump(2) << "\n";
+    return Status::Ok();
+  }
   KP_RETURN_IF_ERROR(CheckTrainMemory(config.train, 1, env));
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);
   const char* rank = env.getenv("RANK");
   if (rank == nullptr || *rank == '\0') {
-    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.train.device)));
+    KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.train.device, env)));
     return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
@@ -358,7 +370,7 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
     Status OnInitialSync(const LoopStepMetrics&) override { return Status::Ok(); }
     Status OnStep(const LoopStepMetrics&) override { return Status::Ok(); }
   } silent;
-  return runtime::RunSplitLoopRank(config, rv, C10dFromFlags(vm, config.train.device), env.fs, silent);
+  return runtime::RunSplitLoopRank(config, rv, C10dFromFlags(vm, config.train.device, env), env.fs, silent);
 }
 
 }  // namespace kp

@@ -2,6 +2,7 @@
 // its storage format, its time over TCP and RDMA (the seed's comparison),
 // and a pipelined broadcast to R rollout nodes.
 #include "cli/simulate_commands.h"
+#include "cli/log.h"
 #include "common/clock.h"
 #include "common/limits.h"
 #include "simulator/weight_sync.h"
@@ -45,8 +46,9 @@ Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env) {
   auto progress = [&](int receivers, int done, int total) {
     if (watch.Seconds() - shown < 1.0) return;
     shown = watch.Seconds();
-    env.err << "simulate sync: broadcast to " << receivers << " receivers, bucket " << done << " of " << total
-            << " delivered (" << static_cast<int>(shown) << " s)\n";
+    Progress(env, "simulate sync: broadcast to " + std::to_string(receivers) + " receivers, bucket " +
+                      std::to_string(done) + " of " + std::to_string(total) + " delivered (" +
+                      std::to_string(static_cast<int>(shown)) + " s)");
   };
   KP_ASSIGN_OR_RETURN(SyncReport report, WeightSyncReport(model, gpu, mode, vm["lora-rank"].as<int>(),
                                                           vm["receivers"].as<int>(), bucket, progress));

@@ -3,13 +3,13 @@
 // through runtime/trainer.h, which includes no LibTorch.
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/log.h"
 #include "cli/output_paths.h"
 #include "cli/options.h"
 #include "common/limits.h"
@@ -17,8 +17,8 @@
 #include "cli/runtime_options.h"
 #include "common/stats.h"
 #include "common/table.h"
-#include "runtime/runtime_config.h"
-#include "runtime/trainer.h"
+#include "runtime/model/runtime_config.h"
+#include "runtime/train/trainer.h"
 #include "specs/presets.h"
 #include "store/store.h"
 
@@ -102,10 +102,9 @@ std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
   return o.str();
 }
 
-Result<std::string> CheckpointPath(const std::string& dir, int step) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IoError("--checkpoint-dir: cannot create " + dir + ": " + ec.message());
+Result<std::string> CheckpointPath(const FileSystem& fs, const std::string& dir, int step) {
+  const Status made = fs.CreateDirectories(dir);
+  if (!made.ok()) return Status::IoError("--checkpoint-dir: " + made.message());
   return dir + "/step-" + std::to_string(step) + ".pt";
 }
 
@@ -115,11 +114,12 @@ Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime:
                 Store& store, const RunRecord& run, CliEnv& env) {
   const int log_every = vm["log-every"].as<int>(), checkpoint_every = vm["checkpoint-every"].as<int>();
   const std::string checkpoint_dir = vm.count("checkpoint-dir") ? vm["checkpoint-dir"].as<std::string>() : "";
-  env.err << "train run #" << run.id << ": " << config.model.name << ", " << Millions(session.parameter_count())
-          << " parameters (" << Millions(session.trainable_count()) << " trainable), "
-          << runtime::DTypeName(config.options.dtype) << ", " << config.batch << " x " << config.seq_len
-          << " tokens per step, " << session.data_description() << "\n";
-  if (session.step() > 0) env.err << "resumed at step " << session.step() << " from " << config.resume << "\n";
+  Progress(env, "train run #" + std::to_string(run.id) + ": " + config.model.name + ", " +
+                    Millions(session.parameter_count()) + " parameters (" + Millions(session.trainable_count()) +
+                    " trainable), " + runtime::DTypeName(config.options.dtype) + ", " + std::to_string(config.batch) +
+                    " x " + std::to_string(config.seq_len) + " tokens per step, " + session.data_description());
+  if (session.step() > 0)
+    Progress(env, "resumed at step " + std::to_string(session.step()) + " from " + config.resume);
 
   std::vector<double> losses, speeds;
   double peak = 0;
@@ -141,14 +141,14 @@ Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime:
     speeds.push_back(m.tokens_per_s);
     peak = std::max(peak, m.peak_memory_bytes);
     if (m.step == first_step || m.step % log_every == 0 || m.step == config.steps)
-      env.err << ProgressLine(m, config.steps) << "\n";
+      Progress(env, ProgressLine(m, config.steps));
     if (!checkpoint_dir.empty() && checkpoint_every > 0 && m.step % checkpoint_every == 0 && m.step != config.steps) {
-      KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, m.step));
+      KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(env.fs, checkpoint_dir, m.step));
       KP_RETURN_IF_ERROR(session.SaveCheckpoint(checkpoint));
     }
   }
   if (!checkpoint_dir.empty()) {
-    KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(checkpoint_dir, session.step()));
+    KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(env.fs, checkpoint_dir, session.step()));
     KP_RETURN_IF_ERROR(session.SaveCheckpoint(checkpoint));
   }
   if (vm.count("save-adapters")) KP_RETURN_IF_ERROR(session.SaveAdapters(vm["save-adapters"].as<std::string>()));

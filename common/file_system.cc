@@ -56,6 +56,26 @@ bool RealFileSystem::Exists(const std::string& path) const {
   return std::filesystem::exists(path, ec);
 }
 
+Status RealFileSystem::CreateDirectories(const std::string& dir) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status RealFileSystem::Remove(const std::string& path) const {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  if (ec) return Status::IoError("cannot remove " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+std::string RealFileSystem::TempPath(const std::string& name) const {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  return ((ec ? std::filesystem::path("/tmp") : dir) / name).string();
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -148,7 +168,7 @@ Status FakeFileSystem::CheckWritableDirectory(const std::string& dir) const {
 }
 
 bool FakeFileSystem::Exists(const std::string& path) const {
-  if (files_.count(path)) return true;
+  if (files_.count(path) || dirs_.count(path)) return true;
   const std::string prefix = path + "/";
   auto it = files_.lower_bound(prefix);
   return it != files_.end() && it->first.rfind(prefix, 0) == 0;
@@ -158,6 +178,22 @@ Status FakeFileSystem::WriteFile(const std::string& path, const std::string& con
   files_[path] = contents;
   return Status::Ok();
 }
+
+Status FakeFileSystem::CreateDirectories(const std::string& dir) const {
+  if (files_.count(dir)) return Status::IoError("cannot create " + dir + ": a file is there");
+  const Status creatable = CheckCreatable(dir);
+  if (!creatable.ok()) return Status::IoError("cannot create " + dir + ": " + creatable.message());
+  dirs_.insert(dir);
+  return Status::Ok();
+}
+
+Status FakeFileSystem::Remove(const std::string& path) const {
+  if (read_only_.count(path)) return Status::IoError("cannot remove " + path + ": read-only");
+  files_.erase(path);
+  return Status::Ok();
+}
+
+std::string FakeFileSystem::TempPath(const std::string& name) const { return "/tmp/" + name; }
 
 Result<std::string> FakeFileSystem::ReadFile(const std::string& path) const {
   auto it = files_.find(path);

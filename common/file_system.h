@@ -1,5 +1,7 @@
-// The filesystem as the libraries see it: reading whole files, listing a
-// directory, writing a file and asking whether a path exists. The real implementation touches the disk; tests use the fake.
+// The filesystem as the libraries and commands see it: reading whole files,
+// listing a directory, writing a file, making directories, removing a file,
+// naming a scratch file and asking whether a path exists. The real
+// implementation touches the disk; tests use the fake.
 #ifndef KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 #define KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 
@@ -33,6 +35,15 @@ class FileSystem {
   /// created as one (no ancestor is a file; the nearest existing one is a
   /// writable directory). InvalidArgument naming the path otherwise.
   virtual Status CheckWritableDirectory(const std::string& dir) const = 0;
+  /// Makes `dir` and any missing ancestors; Ok when it already is a
+  /// directory. IoError naming the path otherwise.
+  virtual Status CreateDirectories(const std::string& dir) const = 0;
+  /// Removes the file at `path`; Ok when there is none. IoError naming the
+  /// path when it cannot be removed.
+  virtual Status Remove(const std::string& path) const = 0;
+  /// A path in the system's scratch directory for a file called `name`
+  /// (nothing is created).
+  virtual std::string TempPath(const std::string& name) const = 0;
 };
 
 class RealFileSystem : public FileSystem {
@@ -43,6 +54,9 @@ class RealFileSystem : public FileSystem {
   bool Exists(const std::string& path) const override;
   Status CheckWritableFile(const std::string& path, bool create_parent) const override;
   Status CheckWritableDirectory(const std::string& dir) const override;
+  Status CreateDirectories(const std::string& dir) const override;
+  Status Remove(const std::string& path) const override;
+  std::string TempPath(const std::string& name) const override;
 };
 
 /// An in-memory filesystem keyed by full path.
@@ -52,7 +66,7 @@ class FakeFileSystem : public FileSystem {
   Result<std::string> ReadFile(const std::string& path) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
-  /// A file added or written, or a directory holding one.
+  /// A file added or written, a directory added or created, or one holding a file.
   bool Exists(const std::string& path) const override;
   /// An empty directory ("" and "." always exist).
   void AddDirectory(const std::string& path) { dirs_.insert(path); }
@@ -60,13 +74,18 @@ class FakeFileSystem : public FileSystem {
   void SetReadOnly(const std::string& path) { read_only_.insert(path); }
   Status CheckWritableFile(const std::string& path, bool create_parent) const override;
   Status CheckWritableDirectory(const std::string& dir) const override;
+  /// Records the directory (and refuses one under a read-only path or a file).
+  Status CreateDirectories(const std::string& dir) const override;
+  Status Remove(const std::string& path) const override;
+  /// "/tmp/<name>".
+  std::string TempPath(const std::string& name) const override;
 
  private:
   bool IsDirectory(const std::string& path) const;
   Status CheckCreatable(const std::string& dir) const;
   // Mutable: writing through the const interface is the point of a fake.
   mutable std::map<std::string, std::string> files_;
-  std::set<std::string> dirs_;
+  mutable std::set<std::string> dirs_;
   std::set<std::string> read_only_;
 };
 

@@ -48,6 +48,35 @@ TEST_F(OutputCheckTest, RefusesWhatCannotBeWrittenNamingThePath) {
   EXPECT_FALSE(fs::exists(dir_ + "/missing"));
 }
 
+TEST_F(OutputCheckTest, CreatesDirectoriesAndRemovesFiles) {
+  EXPECT_TRUE(real_.CreateDirectories(dir_ + "/a/b/c").ok());
+  EXPECT_TRUE(fs::is_directory(dir_ + "/a/b/c"));
+  EXPECT_TRUE(real_.CreateDirectories(dir_ + "/a/b/c").ok());  // already there
+  const Status onto_file = real_.CreateDirectories(dir_ + "/file/x");
+  EXPECT_EQ(onto_file.code(), Status::Code::kIoError);
+  EXPECT_NE(onto_file.message().find(dir_ + "/file/x"), std::string::npos) << onto_file.message();
+  EXPECT_TRUE(real_.Remove(dir_ + "/file").ok());
+  EXPECT_FALSE(fs::exists(dir_ + "/file"));
+  EXPECT_TRUE(real_.Remove(dir_ + "/file").ok());  // nothing to remove
+  const std::string temp = real_.TempPath("kp-scratch");
+  EXPECT_EQ(fs::path(temp).filename(), "kp-scratch");
+  EXPECT_TRUE(fs::is_directory(fs::path(temp).parent_path()));
+}
+
+TEST(FakeFileSystemTest, CreatesAndRemovesLikeTheRealOne) {
+  FakeFileSystem fake;
+  fake.Add("runs/a.csv", "x");
+  fake.AddDirectory("locked");
+  fake.SetReadOnly("locked");
+  EXPECT_TRUE(fake.CreateDirectories("ckpt/deep").ok());
+  EXPECT_TRUE(fake.Exists("ckpt/deep"));
+  EXPECT_FALSE(fake.CreateDirectories("runs/a.csv").ok());
+  EXPECT_FALSE(fake.CreateDirectories("locked/sub").ok());
+  EXPECT_TRUE(fake.Remove("runs/a.csv").ok());
+  EXPECT_FALSE(fake.Exists("runs/a.csv"));
+  EXPECT_EQ(fake.TempPath("s"), "/tmp/s");
+}
+
 TEST(FakeFileSystemTest, ChecksOutputsLikeTheRealOne) {
   FakeFileSystem fake;
   fake.Add("runs/a.csv", "x");

@@ -14,7 +14,9 @@
 
 namespace kp {
 
-class Status {
+/// Errors are values (the libraries never exit): a Status a caller drops is
+/// an error it forgot, so the compiler says so.
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
@@ -47,7 +49,7 @@ class Status {
 
 /// Either a value or a non-ok Status.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}            // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}     // NOLINT: implicit by design

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs on a machine with two CUDA GPUs and PyTorch (nothing else needed):
 # builds the runtime-only tree against that PyTorch's LibTorch, then runs the
-# SDPO loop (kimi-plan-sdpo-bench, docs/benchmarks.md's CPU configuration) on
-# the GPUs: colocated SDPO on cuda:0, then the split placement over NCCL with
+# SDPO loop (kimi-plan-sdpo-bench, docs/benchmarks.md's CPU configuration as
+# `kimi-plan sdpo --print-config` wrote it to bench/sdpo-*.json) on the GPUs: colocated SDPO on cuda:0, then the split placement over NCCL with
 # the actor on cuda:0 and a rollout rank on cuda:1 (GRPO: no teacher rank,
 # so two GPUs suffice), full weights and LoRA. Each run prints its reward
 # curve, the medians of the systems' times and the `kimi-plan simulate loop`
 # command that prices them. Logs under OUTDIR.
 #
 #   scripts/gpu_sdpo_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
-# Environment: STEPS (60), SFT_STEPS (150), JOBS (16), RUN_TIMEOUT_S (150).
+# Environment: JOBS (16), RUN_TIMEOUT_S (150). The steps, the warm start and
+# everything else the loop does are in the bench/sdpo-*.json files.
 set -u -o pipefail
 out=${1:?usage: gpu_sdpo_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
@@ -18,7 +19,7 @@ out=$(cd "$out" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 # NVLink multicast (NVLS) off: not every lent machine supports it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-N=${STEPS:-60} SFT=${SFT_STEPS:-150} JOBS=${JOBS:-16} RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150}
+JOBS=${JOBS:-16} RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150}
 {
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
@@ -26,18 +27,19 @@ N=${STEPS:-60} SFT=${SFT_STEPS:-150} JOBS=${JOBS:-16} RUN_TIMEOUT_S=${RUN_TIMEOU
 source "$root/scripts/gpu_build.sh"
 gpu_build "$out" "$json_inc" "$JOBS" kimi-plan-sdpo-bench || exit 1
 bench=$build/kimi-plan-sdpo-bench
-common=(--device cuda --steps "$N" --sft-steps "$SFT")
+common=(--device cuda)
 
 echo "== colocated SDPO on cuda:0"
-timeout "$RUN_TIMEOUT_S" "$bench" "${common[@]}" --loss sdpo 2>&1 | tee "$out/colocated_sdpo.txt"
+timeout "$RUN_TIMEOUT_S" "$bench" "${common[@]}" --config "$root/bench/sdpo-colocated.json" 2>&1 |
+  tee "$out/colocated_sdpo.txt"
 
-split() {  # NAME ARGS...: the actor on cuda:0 (rank 0), the rollout on cuda:1
+split() {  # NAME CONFIG: the actor on cuda:0 (rank 0), the rollout on cuda:1
   local name=$1 port=$((29600 + RANDOM % 1000)) pids=() rc=0
   shift
   echo "== split over NCCL: $name"
   for r in 0 1; do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout "$RUN_TIMEOUT_S" "$bench" "${common[@]}" --placement split --backend nccl "$@" \
+      timeout "$RUN_TIMEOUT_S" "$bench" "${common[@]}" --backend nccl --config "$root/bench/$1" \
       >"$out/$name.rank$r.txt" 2>&1 &
     pids+=($!)
   done
@@ -46,6 +48,6 @@ split() {  # NAME ARGS...: the actor on cuda:0 (rank 0), the rollout on cuda:1
   [ $rc -ne 0 ] && { echo "$name: a rank failed:"; tail -5 "$out/$name.rank1.txt"; }
   return 0
 }
-split split_grpo --loss grpo
-split split_grpo_lora --loss grpo --lora-rank 8 --lr 3e-3
+split split_grpo sdpo-split-grpo.json
+split split_grpo_lora sdpo-split-grpo-lora.json
 echo "== done"

@@ -105,6 +105,8 @@ class Fields {
     return Status::Ok();
   }
   std::string Name(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+  /// The object the fields are read from.
+  const nlohmann::json& object() const { return j_; }
 
  private:
   Status Missing(const char* key, bool required) const {

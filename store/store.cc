@@ -436,12 +436,14 @@ Status Store::Migrate() {
 Status Store::InTransaction(const std::function<Status()>& body) {
   KP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   Status s = body();
+  // A failed rollback leaves the transaction to SQLite's own undo when the
+  // connection closes; the body's or the commit's error is the one to report.
   if (!s.ok()) {
-    Exec("ROLLBACK");
+    (void)Exec("ROLLBACK");
     return s;
   }
   Status c = Exec("COMMIT");
-  if (!c.ok()) Exec("ROLLBACK");
+  if (!c.ok()) (void)Exec("ROLLBACK");
   return c;
 }
 

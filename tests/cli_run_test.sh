@@ -17,11 +17,19 @@ small=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-
 
 "$bin" run --nproc 2 --dp 2 "${small[@]}" --steps 3 --json > dp.json 2> dp.err
 check "dp 2: exits 0" test $? -eq 0
-check "dp 2: rank 0's progress" grep -q "^step     3/3  loss" dp.err
+check "dp 2: rank 0's progress, tagged with its rank" grep -q "^\[rank 0\] step     3/3  loss" dp.err
+check "dp 2: every progress line names its rank" test "$(grep -c '^step ' dp.err)" = 0
 json_check "dp 2: json summary" dp.json "d['world'] == 2 and d['layout']['dp'] == 2 and d['backend'] == 'gloo'"
 check "dp 2: three steps logged" test "$(q "select count(*) from steps where run_id = 1")" = 3
 check "dp 2: run kind" test "$(q "select kind from runs where id = 1")" = run
 check "dp 2: no pipeline traffic at pp 1" test "$(q "select count(*) from pipeline_traffic")" = 0
+
+"$bin" --log-level warn run --nproc 2 --dp 2 "${small[@]}" --steps 2 --db quiet.db --json > quiet.json 2> quiet.err
+check "--log-level warn: the ranks run" test $? -eq 0
+check "--log-level warn: no progress from any rank" test "$(grep -cE 'step |run #' quiet.err)" = 0
+"$bin" run --log-level loud --nproc 2 "${small[@]}" --steps 1 > /dev/null 2> loud.err
+check "--log-level loud: exit 2" test $? -eq 2
+check "--log-level loud: names the allowed levels" grep -q "^kimi-plan: --log-level: must be trace, debug, info, warn, error or off, got \"loud\"" loud.err
 
 "$bin" train "${small[@]}" --steps 1 --json > one.json 2> one.err
 check "dp 2's step-1 loss is the single process's" python3 - <<'PY'
@@ -68,7 +76,7 @@ RANK=0 "$bin" run "${small[@]}" --steps 100000 --log-every 1 --timeout-s 5 > r0.
 r0=$!
 RANK=1 "$bin" run "${small[@]}" --steps 100000 --timeout-s 5 > r1.out 2> r1.err &
 r1=$!
-for _ in $(seq 200); do grep -q "^step     2/" r0.err 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 200); do grep -q "^\[rank 0\] step     2/" r0.err 2>/dev/null && break; sleep 0.1; done
 kill -9 $r1 2>/dev/null
 wait $r1 2>/dev/null
 start=$(date +%s)
@@ -86,7 +94,7 @@ check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 f
 # The launcher: a rank killed from outside is named, the other one stopped.
 "$bin" run --nproc 2 "${small[@]}" --steps 100000 --log-every 1 --timeout-s 30 > l.out 2> l.err &
 launcher=$!
-for _ in $(seq 200); do grep -q "^step     2/" l.err 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 200); do grep -q "^\[rank 0\] step     2/" l.err 2>/dev/null && break; sleep 0.1; done
 victim=$(pgrep -P $launcher | tail -n 1)
 kill -9 "$victim"
 wait $launcher

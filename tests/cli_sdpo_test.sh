@@ -17,6 +17,17 @@ base=(--model kimi-k3-debug --layers 3 --hidden 64 --heads 2 --experts 4 --repro
       --min-digits 1 --max-digits 1 --prompts 4 --samples 4 --max-new-tokens 4)
 small=("${base[@]}" --vocab 260 --task addition)
 
+# --- the benchmarks' configurations: what `--print-config` prints, unchanged
+mkdir -p cfg
+bash "$here/../scripts/make_bench_configs.sh" "$bin" cfg
+check "print-config: exits 0" test $? -eq 0
+for f in sdpo-colocated sdpo-split-grpo sdpo-split-grpo-lora; do
+  check "bench/$f.json is what scripts/make_bench_configs.sh writes" cmp -s "cfg/$f.json" "$here/../bench/$f.json"
+done
+json_check "print-config: the flags are in the configuration" cfg/sdpo-split-grpo-lora.json \
+  "d['lora']['rank'] == 8 and d['placement'] == 'split' and d['loss'] == 'grpo' and d['deterministic'] == False and d['steps'] == 60 and d['sft_steps'] == 150 and d['hidden'] == 128"
+check "print-config: runs nothing, records nothing" test ! -e kimi-plan.db
+
 # --- colocated: every system in one process
 "$bin" sdpo "${small[@]}" --steps 3 --json > colo.json 2> colo.err
 check "colocated: exits 0" test $? -eq 0

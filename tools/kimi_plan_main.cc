@@ -1,9 +1,11 @@
-// The kimi-plan executable: the real environment handed to the CLI, and the
-// only place that exits.
+// The kimi-plan executable: the real environment handed to the CLI, the
+// only place that sets the process environment, and the only place that exits.
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
 #include "cli/cli.h"
+#include "runtime/comm/environment.h"
 #include "specs/presets.h"
 
 namespace {
@@ -22,6 +24,8 @@ std::string ProgramPath(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (const kp::runtime::EnvironmentDefault& d : kp::runtime::kEnvironmentDefaults)
+    setenv(d.name, d.value, /*overwrite=*/0);
   kp::RealFileSystem fs;
   kp::SystemClock clock;
   kp::RealProcessLauncher processes;

@@ -1,0 +1,41 @@
+#include "runtime/comm/device.h"
+
+#ifdef KIMI_PLAN_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include "common/proc_file.h"
+
+namespace kp::runtime {
+
+Result<torch::Device> ParseDevice(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    if (!torch::cuda::is_available())
+      return Status::InvalidArgument("--device: " + name + " requested, but this LibTorch sees no CUDA device");
+    try {
+      return torch::Device(name);
+    } catch (const c10::Error&) {
+    }
+  }
+  return Status::InvalidArgument("--device: must be cpu, cuda or cuda:N, got \"" + name + "\"");
+}
+
+void UseDeterministicAlgorithms() {
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+}
+
+double PeakMemoryBytes(torch::Device device, const FileSystem& fs) {
+#ifdef KIMI_PLAN_TORCH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
+    return static_cast<double>(stats.allocated_bytes[0].peak);
+  }
+#endif
+  (void)device;
+  return ProcKilobytes(fs, "/proc/self/status", "VmHWM").value_or(0.0);
+}
+
+}  // namespace kp::runtime

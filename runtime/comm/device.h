@@ -1,0 +1,34 @@
+// The device a rank computes on: parsing its name, the process-wide
+// determinism switches, and the peak memory a step reports.
+// Thread-safety: UseDeterministicAlgorithms sets LibTorch's global flags;
+// call it before any work on the device, from one thread.
+#ifndef KIMI_PLAN_RUNTIME_COMM_DEVICE_H_
+#define KIMI_PLAN_RUNTIME_COMM_DEVICE_H_
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "common/file_system.h"
+#include "common/status.h"
+
+namespace kp::runtime {
+
+/// "cpu", "cuda" or "cuda:N"; InvalidArgument naming --device.
+Result<torch::Device> ParseDevice(const std::string& name);
+
+/// Deterministic algorithms for this process (LibTorch's flags are global):
+/// deterministic kernels and cuDNN, no cuDNN autotuning. On CUDA, cuBLAS
+/// also needs CUBLAS_WORKSPACE_CONFIG before its first use, which `main`
+/// sets (runtime/comm/environment.h).
+void UseDeterministicAlgorithms();
+
+/// The peak memory of this process on `device`: the CUDA caching
+/// allocator's peak allocated bytes on a GPU, the resident set's high-water
+/// mark (VmHWM in /proc/self/status, read through `fs`) on the CPU; 0 when
+/// unknown.
+double PeakMemoryBytes(torch::Device device, const FileSystem& fs);
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_COMM_DEVICE_H_

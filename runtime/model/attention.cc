@@ -1,0 +1,311 @@
+#include "runtime/model/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include <torch/version.h>
+
+namespace kp::runtime {
+
+namespace {
+
+using torch::indexing::Slice;
+
+torch::Tensor L2Normalize(const torch::Tensor& x, double eps) {
+  return x * torch::rsqrt(x.pow(2).sum(-1, /*keepdim=*/true) + eps);
+}
+
+// [B, T, H, d] -> [B, H, n, C, d], zero-padded at the end of time to n * C.
+torch::Tensor Chunked(const torch::Tensor& x, std::int64_t chunk, std::int64_t padded) {
+  torch::Tensor y = x.transpose(1, 2);  // [B, H, T, d]
+  const std::int64_t t = y.size(2);
+  if (padded > t) {
+    auto pad_shape = y.sizes().vec();
+    pad_shape[2] = padded - t;
+    y = torch::cat({y, torch::zeros(pad_shape, y.options())}, 2);
+  }
+  auto shape = y.sizes().vec();
+  shape[2] = padded / chunk;
+  shape.insert(shape.begin() + 3, chunk);
+  return y.reshape(shape);
+}
+
+// The causal convolution of the new inputs x [B, T, C] continued from
+// `state`, the K-1 inputs before them (zeros: the start of the sequence);
+// `state` becomes the last K-1 of the prefix and x.
+torch::Tensor CausalDepthwiseConvStep(const torch::Tensor& x, const torch::Tensor& weight, torch::Tensor& state) {
+  const std::int64_t c = weight.size(0), kernel = weight.size(1);
+  if (!state.defined()) state = torch::zeros({x.size(0), kernel - 1, c}, x.options());
+  const torch::Tensor full = torch::cat({state, x}, 1);
+  state = full.narrow(1, full.size(1) - (kernel - 1), kernel - 1).contiguous();
+  const std::int64_t no_padding = 0;  // a literal 0 would also convert to the string overload
+  return torch::conv1d(full.transpose(1, 2), weight.to(x.scalar_type()).unsqueeze(1), {}, /*stride=*/1, no_padding,
+                       /*dilation=*/1, /*groups=*/c)
+      .transpose(1, 2);
+}
+
+// `cached` followed by `fresh` along time (dim 1); stores and returns it.
+torch::Tensor AppendTime(torch::Tensor& cached, const torch::Tensor& fresh) {
+  cached = cached.defined() ? torch::cat({cached, fresh}, 1) : fresh;
+  return cached;
+}
+
+}  // namespace
+
+void LayerCache::Map(const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+  for (torch::Tensor* t : {&q_conv, &k_conv, &v_conv, &state, &latent, &rope_key, &key, &value})
+    if (t->defined()) *t = f(*t);
+}
+
+torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
+                           torch::Tensor* final_state) {
+  const std::int64_t b = q.size(0), t_len = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
+  torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, q.options());
+  std::vector<torch::Tensor> outs;
+  outs.reserve(t_len);
+  for (std::int64_t t = 0; t < t_len; ++t) {
+    const torch::Tensor kt = k.select(1, t);                                    // [B, H, dk]
+    s = s * torch::exp(g.select(1, t)).unsqueeze(-1);                          // Diag(alpha) S
+    const torch::Tensor err = v.select(1, t) - torch::matmul(kt.unsqueeze(-2), s).squeeze(-2);  // v - S^T k
+    s = s + beta.select(1, t).unsqueeze(-1).unsqueeze(-1) * kt.unsqueeze(-1) * err.unsqueeze(-2);
+    outs.push_back(torch::matmul(q.select(1, t).unsqueeze(-2), s).squeeze(-2));  // S^T q
+  }
+  if (final_state) *final_state = s;
+  return torch::stack(outs, 1);
+}
+
+torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
+                         const torch::Tensor& initial_state, torch::Tensor* final_state) {
+  const std::int64_t b = q.size(0), t_len = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
+  const std::int64_t n = (t_len + chunk - 1) / chunk, padded = n * chunk;
+  // Padding tokens have k = 0, beta = 0 and g = 0: they leave the state alone.
+  const torch::Tensor qc = Chunked(q, chunk, padded), kc = Chunked(k, chunk, padded);
+  const torch::Tensor vc = Chunked(v, chunk, padded), gc = Chunked(g, chunk, padded);
+  const torch::Tensor bc = Chunked(beta.unsqueeze(-1), chunk, padded);        // [B, H, n, C, 1]
+  const torch::Tensor cum = gc.cumsum(3);                                     // G_t, inclusive
+  // exp(G_t - G_s) for s <= t, 0 above the diagonal; masked before exp so
+  // nothing overflows.
+  const auto opts = q.options().dtype(torch::kBool);
+  const torch::Tensor lower_incl = torch::ones({chunk, chunk}, opts).tril();
+  const torch::Tensor diff = cum.unsqueeze(-2) - cum.unsqueeze(-3);           // [.., t, s, dk]
+  const torch::Tensor decay = torch::exp(diff.masked_fill(lower_incl.logical_not().unsqueeze(-1),
+                                                          -std::numeric_limits<double>::infinity()));
+  const torch::Tensor kk = (kc.unsqueeze(-2) * kc.unsqueeze(-3) * decay).sum(-1);  // [.., t, s]
+  const torch::Tensor qk = (qc.unsqueeze(-2) * kc.unsqueeze(-3) * decay).sum(-1);
+  const torch::Tensor eye = torch::eye(chunk, q.options());
+  const torch::Tensor strict = kk * torch::ones({chunk, chunk}, q.options()).tril(-1);
+  const torch::Tensor tri = eye + bc * strict;  // I + Diag(beta) A, unit lower triangular
+  const torch::Tensor w = torch::linalg_solve_triangular(tri, bc * vc, /*upper=*/false, /*left=*/true,
+                                                          /*unitriangular=*/true);
+  const torch::Tensor y = torch::linalg_solve_triangular(tri, bc * (kc * torch::exp(cum)), false, true, true);
+  const torch::Tensor q_decayed = qc * torch::exp(cum);
+  const torch::Tensor last = cum.narrow(3, chunk - 1, 1);                     // G_C [.., 1, dk]
+  const torch::Tensor k_to_end = kc * torch::exp(last - cum);
+  const torch::Tensor chunk_decay = torch::exp(last).transpose(-1, -2);      // [.., dk, 1]
+  torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, q.options());
+  std::vector<torch::Tensor> outs;
+  outs.reserve(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const torch::Tensor u = w.select(2, i) - torch::matmul(y.select(2, i), s);   // [B, H, C, dv]
+    outs.push_back(torch::matmul(q_decayed.select(2, i), s) + torch::matmul(qk.select(2, i), u));
+    s = chunk_decay.select(2, i) * s + torch::matmul(k_to_end.select(2, i).transpose(-1, -2), u);
+  }
+  if (final_state) *final_state = s;
+  return torch::cat(outs, 2).narrow(2, 0, t_len).transpose(1, 2);  // [B, T, H, dv]
+}
+
+torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& weight) {
+  const std::int64_t t = x.size(1), c = weight.size(0), kernel = weight.size(1);
+  const torch::Tensor y = torch::conv1d(x.transpose(1, 2), weight.to(x.scalar_type()).unsqueeze(1), {},
+                                        /*stride=*/1, /*padding=*/kernel - 1, /*dilation=*/1, /*groups=*/c);
+  return y.narrow(2, 0, t).transpose(1, 2);
+}
+
+torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset) {
+  const std::int64_t t = x.size(1), d = x.size(-1), half = d / 2;
+  const torch::Tensor xf = Upcast(x);
+  const auto fopts = xf.options();
+  const torch::Tensor inv_freq =
+      torch::pow(theta, -torch::arange(0, half, fopts) * (2.0 / static_cast<double>(d)));
+  const torch::Tensor angles = torch::outer(torch::arange(offset, offset + t, fopts), inv_freq).view({1, t, 1, half});
+  const torch::Tensor cos = torch::cos(angles), sin = torch::sin(angles);
+  const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
+}
+
+torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              double scale) {
+  const std::int64_t t = q.size(2), s = k.size(2);
+#if TORCH_VERSION_MAJOR >= 2
+  // On a GPU the fused kernel (flash or memory-efficient attention), the
+  // kernel the planner prices; it never materialises the t x s scores. Only
+  // for a full square: its causal mask is aligned top-left, which is the
+  // decoder's mask only when t == s.
+  if (q.is_cuda() && t == s)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);
+#endif
+  const torch::Tensor scores = Upcast(torch::matmul(q, k.transpose(-1, -2))) * scale;
+  const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
+  const torch::Tensor p = torch::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  return torch::matmul(p.to(v.scalar_type()), v);
+}
+
+// ------------------------------------------------------------------ KDA
+
+KdaImpl::KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
+    : heads_(spec.heads), dk_(spec.kda.head_dim_k), dv_(spec.kda.head_dim_v), chunk_(options.kda_chunk),
+      eps_(options.norm_eps) {
+  const std::int64_t d = spec.hidden, hk = heads_ * dk_, hv = heads_ * dv_, kernel = spec.kda.conv_kernel;
+  auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std, bool lora) {
+    return register_module(name, std::make_shared<ProjImpl>(in, out, std, init, lora));
+  };
+  q_proj_ = proj("q_proj", d, hk, init_std, true);
+  k_proj_ = proj("k_proj", d, hk, init_std, true);
+  v_proj_ = proj("v_proj", d, hv, init_std, true);
+  const double conv_bound = 1.0 / std::sqrt(static_cast<double>(kernel));
+  q_conv_ = register_parameter("q_conv", init.Uniform({hk, kernel}, -conv_bound, conv_bound));
+  k_conv_ = register_parameter("k_conv", init.Uniform({hk, kernel}, -conv_bound, conv_bound));
+  v_conv_ = register_parameter("v_conv", init.Uniform({hv, kernel}, -conv_bound, conv_bound));
+  f_a_ = proj("f_a", d, dk_, init_std, false);
+  f_b_ = proj("f_b", dk_, hk, init_std, false);
+  // Kimi Linear's decay init: A in [1, 16] per head; dt in [1e-3, 0.1] per
+  // channel stored through the inverse softplus.
+  a_log_ = register_parameter("A_log", torch::log(init.Uniform({heads_}, 1.0, 16.0)));
+  const torch::Tensor dt = torch::exp(init.Uniform({hk}, std::log(1e-3), std::log(0.1)));
+  dt_bias_ = register_parameter("dt_bias", dt + torch::log(-torch::expm1(-dt)));
+  b_proj_ = proj("b_proj", d, heads_, init_std, false);
+  g_a_ = proj("g_a", d, dv_, init_std, false);
+  g_b_ = proj("g_b", dv_, hv, init_std, false);
+  o_norm_ = register_parameter("o_norm", torch::ones({dv_}));
+  o_proj_ = proj("o_proj", hv, d, out_std, true);
+}
+
+torch::Tensor KdaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
+
+torch::Tensor KdaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
+
+torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+  const std::int64_t b = x.size(0), t = x.size(1);
+  // The convolutions, the recurrence and the gated norm run in fp32.
+  auto conv = [&](const std::shared_ptr<ProjImpl>& p, const torch::Tensor& w, std::int64_t dim,
+                  torch::Tensor* state) {
+    const torch::Tensor in = Upcast(p->forward(x));
+    return torch::silu(state ? CausalDepthwiseConvStep(in, w, *state) : CausalDepthwiseConv(in, w))
+        .view({b, t, heads_, dim});
+  };
+  const torch::Tensor q = L2Normalize(conv(q_proj_, q_conv_, dk_, cache ? &cache->q_conv : nullptr), eps_) /
+                          std::sqrt(static_cast<double>(dk_));
+  const torch::Tensor k = L2Normalize(conv(k_proj_, k_conv_, dk_, cache ? &cache->k_conv : nullptr), eps_);
+  const torch::Tensor v = conv(v_proj_, v_conv_, dv_, cache ? &cache->v_conv : nullptr);
+  const torch::Tensor forget = Upcast(f_b_->forward(f_a_->forward(x))).view({b, t, heads_, dk_});
+  const torch::Tensor g = -torch::exp(a_log_).view({1, 1, heads_, 1}) *
+                          torch::softplus(forget + dt_bias_.view({heads_, dk_}));
+  const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
+  torch::Tensor o;
+  if (!cache) {
+    o = chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_) : KdaRecurrent(q, k, v, g, beta);
+  } else {
+    // A decode step is one token: the recurrent form; a long prefill is chunked.
+    const torch::Tensor s0 = cache->state;
+    o = chunk_ > 0 && t >= chunk_ ? KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state)
+                                  : KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
+    cache->length += t;
+  }
+  const torch::Tensor gate = Upcast(g_b_->forward(g_a_->forward(x))).view({b, t, heads_, dv_});
+  const torch::Tensor normed = RmsNormalize(o, eps_) * o_norm_ * torch::sigmoid(gate);
+  return o_proj_->forward(normed.reshape({b, t, heads_ * dv_}).to(x.scalar_type()));
+}
+
+// ------------------------------------------------------------------ MLA
+
+MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
+    : heads_(spec.heads), nope_(spec.mla.qk_nope_head_dim), rope_(spec.mla.qk_rope_head_dim),
+      v_dim_(spec.mla.v_head_dim), kv_rank_(spec.mla.kv_lora_rank), theta_(options.rope_theta) {
+  const std::int64_t d = spec.hidden, qk = nope_ + rope_, q_rank = spec.mla.q_lora_rank;
+  auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std) {
+    return register_module(name, std::make_shared<ProjImpl>(in, out, std, init, true));
+  };
+  if (q_rank > 0) {
+    q_a_ = proj("q_a", d, q_rank, init_std);
+    q_norm_ = register_module("q_norm", std::make_shared<RmsNormImpl>(q_rank, options.norm_eps));
+    q_b_ = proj("q_b", q_rank, heads_ * qk, init_std);
+  } else {
+    q_ = proj("q", d, heads_ * qk, init_std);
+  }
+  kv_a_ = proj("kv_a", d, kv_rank_ + rope_, init_std);
+  kv_norm_ = register_module("kv_norm", std::make_shared<RmsNormImpl>(kv_rank_, options.norm_eps));
+  kv_b_ = proj("kv_b", kv_rank_, heads_ * (nope_ + v_dim_), init_std);
+  gate_ = proj("gate", d, heads_ * v_dim_, init_std);
+  o_proj_ = proj("o_proj", heads_ * v_dim_, d, out_std);
+}
+
+torch::Tensor MlaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
+
+torch::Tensor MlaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
+
+torch::Tensor MlaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+  const std::int64_t b = x.size(0), t = x.size(1), offset = cache ? cache->length : 0;
+  const torch::Tensor q = (q_ ? q_->forward(x) : q_b_->forward(q_norm_->forward(q_a_->forward(x))))
+                              .view({b, t, heads_, nope_ + rope_});
+  const torch::Tensor kv = kv_a_->forward(x);
+  torch::Tensor latent = kv_norm_->forward(kv.narrow(-1, 0, kv_rank_));  // [B, T, r]
+  torch::Tensor k_rope;                                                  // [B, T, rope]
+  if (rope_ > 0) k_rope = ApplyRope(kv.narrow(-1, kv_rank_, rope_).unsqueeze(2), theta_, offset).squeeze(2);
+  if (cache) {
+    latent = AppendTime(cache->latent, latent);
+    if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
+    cache->length += t;
+  }
+  const std::int64_t s = latent.size(1);  // key positions
+  const torch::Tensor kv_up = kv_b_->forward(latent).view({b, s, heads_, nope_ + v_dim_});
+  torch::Tensor q_full = q, k_full = kv_up.narrow(-1, 0, nope_);
+  if (rope_ > 0) {
+    q_full = torch::cat({q.narrow(-1, 0, nope_), ApplyRope(q.narrow(-1, nope_, rope_), theta_, offset)}, -1);
+    k_full = torch::cat({k_full, k_rope.unsqueeze(2).expand({b, s, heads_, rope_})}, -1);
+  }
+  const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
+  const torch::Tensor o = CausalAttention(q_full.transpose(1, 2), k_full.transpose(1, 2), v.transpose(1, 2),
+                                          1.0 / std::sqrt(static_cast<double>(nope_ + rope_)))
+                              .transpose(1, 2)
+                              .reshape({b, t, heads_ * v_dim_});
+  const torch::Tensor gated = o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type());
+  return o_proj_->forward(gated);
+}
+
+// ------------------------------------------------------------------ MHA
+
+MhaImpl::MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
+    : heads_(spec.heads), kv_heads_(spec.kv_heads), head_dim_(spec.head_dim), theta_(options.rope_theta) {
+  const std::int64_t d = spec.hidden;
+  q_ = register_module("q", std::make_shared<ProjImpl>(d, heads_ * head_dim_, init_std, init));
+  k_ = register_module("k", std::make_shared<ProjImpl>(d, kv_heads_ * head_dim_, init_std, init));
+  v_ = register_module("v", std::make_shared<ProjImpl>(d, kv_heads_ * head_dim_, init_std, init));
+  o_proj_ = register_module("o_proj", std::make_shared<ProjImpl>(heads_ * head_dim_, d, out_std, init));
+}
+
+torch::Tensor MhaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
+
+torch::Tensor MhaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
+
+torch::Tensor MhaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+  const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
+  const torch::Tensor q = ApplyRope(q_->forward(x).view({b, t, heads_, head_dim_}), theta_, offset);
+  torch::Tensor k = ApplyRope(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_, offset);
+  torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
+  if (cache) {
+    k = AppendTime(cache->key, k);
+    v = AppendTime(cache->value, v);
+    cache->length += t;
+  }
+  if (groups > 1) {
+    k = k.repeat_interleave(groups, 2);
+    v = v.repeat_interleave(groups, 2);
+  }
+  const torch::Tensor o = CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                          1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  return o_proj_->forward(o.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+}
+
+}  // namespace kp::runtime

@@ -1,0 +1,135 @@
+// The token mixers of the runtime's decoder layers: Kimi Delta Attention
+// (§5), multi-head latent attention with K3's gated output (§4), and plain
+// multi-head attention with RoPE for GPT-style specs (§3). Section numbers
+// refer to docs/runtime.md. Each mixer runs either over a whole sequence
+// (Mix, training) or incrementally over new tokens after a LayerCache's
+// prefix (MixIncremental, decoding, §16); the two agree up to rounding.
+//
+// Thread-safety: modules and caches are used from one thread.
+#ifndef KIMI_PLAN_RUNTIME_MODEL_ATTENTION_H_
+#define KIMI_PLAN_RUNTIME_MODEL_ATTENTION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "runtime/model/layers.h"
+
+namespace kp::runtime {
+
+/// One layer's decode state (§16): what its token mixer must keep of the
+/// tokens it has seen. Dim 0 of every tensor is the batch row; a mixer uses
+/// only its own kind's fields and creates them on first use (an empty cache
+/// is the empty prefix).
+struct LayerCache {
+  std::int64_t length = 0;               ///< tokens appended so far: the absolute position of the next one
+  torch::Tensor q_conv, k_conv, v_conv;  ///< KDA: the last K-1 inputs of each short convolution [B, K-1, C]
+  torch::Tensor state;                   ///< KDA: the delta-rule state S [B, H, dk, dv]
+  torch::Tensor latent;                  ///< MLA: RMSNorm(c), the normalised latent [B, T, kv_lora_rank]
+  torch::Tensor rope_key;                ///< MLA: RoPE(k_rope) [B, T, qk_rope_head_dim]; undefined when 0
+  torch::Tensor key, value;              ///< MHA: RoPE(k) and v [B, T, kv_heads, head_dim]
+  /// Replaces every defined tensor t by f(t).
+  void Map(const std::function<torch::Tensor(const torch::Tensor&)>& f);
+};
+
+/// Attention of some kind: [B, T, D] -> [B, T, D], causal.
+class TokenMixer : public torch::nn::Module {
+ public:
+  virtual torch::Tensor Mix(const torch::Tensor& x) = 0;
+  /// x [B, T, D] (T >= 1) are the tokens after `cache`'s prefix; returns
+  /// their outputs, equal to Mix's over the prefix and x up to rounding, and
+  /// appends them to `cache` (length += T). For inference (no autograd use).
+  virtual torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) = 0;
+};
+
+/// The gated delta rule (§5), token by token: with S_0 = initial_state (zeros
+/// when undefined) and for t = 1..T, per batch row and head,
+///   S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T,
+///   o_t = S_t^T q_t.
+/// q, k, g: [B, T, H, dk]; v: [B, T, H, dv]; beta: [B, T, H]; g <= 0 is the
+/// per-channel log forget gate. Returns o [B, T, H, dv] in the inputs' dtype;
+/// `final_state`, when given, receives S_T [B, H, dk, dv].
+torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const torch::Tensor& g, const torch::Tensor& beta,
+                           const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr);
+
+/// The same recurrence in chunks of `chunk` tokens (§5): within a chunk the
+/// delta-rule updates are one unit-lower-triangular solve, across chunks the
+/// state is carried. Equal to KdaRecurrent up to rounding; about `chunk`
+/// times fewer sequential steps. T need not be a multiple of `chunk`.
+torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
+                         const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr);
+
+/// A depthwise causal convolution over time: x [B, T, C], weight [C, K];
+/// y[t] = sum_j weight[:, j] * x[t - K + 1 + j] (zeros before the start).
+torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& weight);
+
+/// Rotary position embedding on the last dimension (even), half-split pairs,
+/// positions offset..offset+T-1 along dim 1 of x [B, T, H, d].
+torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset = 0);
+
+/// softmax(q k^T * scale + causal mask) v with q [B, H, T, d], k [B, H, S, d],
+/// v [B, H, S, dv], S >= T: the queries are the last T of the S positions
+/// (query i sees keys 0..S-T+i). The softmax in fp32; on a CUDA device with
+/// LibTorch 2 and S == T, PyTorch's fused scaled-dot-product attention
+/// (flash or memory-efficient: the softmax inside the kernel, fp32 statistics).
+torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              double scale);
+
+/// Kimi Delta Attention (Kimi Linear): q/k/v projections, short causal
+/// convolutions with SiLU, L2-normalised q and k, the low-rank per-channel
+/// forget gate g = -exp(A_log) softplus(f_b f_a x + dt_bias), beta =
+/// sigmoid(b x), the gated delta rule, and a gated RMSNorm before o_proj.
+class KdaImpl : public TokenMixer {
+ public:
+  KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
+  torch::Tensor Mix(const torch::Tensor& x) override;
+  torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
+
+ private:
+  torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);  // cache null: the whole sequence
+  std::shared_ptr<ProjImpl> q_proj_, k_proj_, v_proj_, f_a_, f_b_, b_proj_, g_a_, g_b_, o_proj_;
+  torch::Tensor q_conv_, k_conv_, v_conv_, a_log_, dt_bias_, o_norm_;
+  std::int64_t heads_, dk_, dv_, chunk_;
+  double eps_;
+};
+
+/// Multi-head latent attention (DeepSeek-V3 shapes): low-rank q (or full
+/// rank when q_lora_rank is 0), a latent kv of kv_lora_rank plus one shared
+/// rotary key, RMSNorm on the latents, and Kimi K3's sigmoid output gate.
+class MlaImpl : public TokenMixer {
+ public:
+  MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
+  torch::Tensor Mix(const torch::Tensor& x) override;
+  /// Caches the normalised latent and the rotated key, not absorbed: each
+  /// step re-applies kv_b to the whole cached latent (§16).
+  torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
+
+ private:
+  torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
+  std::shared_ptr<ProjImpl> q_, q_a_, q_b_, kv_a_, kv_b_, gate_, o_proj_;
+  std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
+  std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
+  double theta_;
+};
+
+/// Multi-head (grouped-query) attention with RoPE, for GPT-style specs.
+class MhaImpl : public TokenMixer {
+ public:
+  MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
+  torch::Tensor Mix(const torch::Tensor& x) override;
+  torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
+
+ private:
+  torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
+  std::shared_ptr<ProjImpl> q_, k_, v_, o_proj_;
+  std::int64_t heads_, kv_heads_, head_dim_;
+  double theta_;
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_MODEL_ATTENTION_H_

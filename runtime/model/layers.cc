@@ -1,0 +1,302 @@
+#include "runtime/model/layers.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "common/splitmix.h"
+#include "runtime/model/expert_parallel.h"
+
+namespace kp::runtime {
+
+namespace F = torch::nn::functional;
+
+// ------------------------------------------------------------------ Init
+
+Init::Init(std::uint64_t seed) : generator_(at::detail::createCPUGenerator(seed)) {}
+
+Init::Init(std::uint64_t seed, std::uint64_t stream) : Init(Mix64(Mix64(seed) ^ Mix64(stream + 0x51ed))) {}
+
+torch::Tensor Init::Normal(at::IntArrayRef shape, double std) {
+  return torch::empty(shape, torch::kFloat).normal_(0.0, std, generator_);
+}
+
+torch::Tensor Init::Uniform(at::IntArrayRef shape, double lo, double hi) {
+  return torch::empty(shape, torch::kFloat).uniform_(lo, hi, generator_);
+}
+
+// ------------------------------------------------------------------ Proj
+
+ProjImpl::ProjImpl(std::int64_t in, std::int64_t out, double init_std, Init& init, bool lora_target)
+    : lora_target_(lora_target) {
+  weight_ = register_parameter("weight", init.Normal({out, in}, init_std));
+}
+
+torch::Tensor ProjImpl::forward(const torch::Tensor& x) {
+  const auto dt = x.scalar_type();
+  torch::Tensor y = torch::linear(x, weight_.to(dt));
+  if (has_lora() && !merged_)
+    y = y + torch::linear(torch::linear(x, lora_a_.to(dt)), lora_b_.to(dt)) * lora_scale_;
+  return y;
+}
+
+void ProjImpl::AddLora(const LoraOptions& lora, Init& init) {
+  if (!lora_target_ || has_lora()) return;
+  const std::int64_t in = weight_.size(1), out = weight_.size(0);
+  lora_a_ = register_parameter("lora_a", init.Normal({lora.rank, in}, 1.0 / std::sqrt(double(in))).to(weight_.device()));
+  lora_b_ = register_parameter("lora_b", torch::zeros({out, lora.rank}, weight_.options()));
+  lora_scale_ = lora.alpha / lora.rank;
+}
+
+void ProjImpl::Merge() {
+  if (!has_lora() || merged_) return;
+  torch::NoGradGuard no_grad;
+  weight_.add_(torch::matmul(lora_b_, lora_a_), lora_scale_);
+  merged_ = true;
+}
+
+void ProjImpl::Unmerge() {
+  if (!has_lora() || !merged_) return;
+  torch::NoGradGuard no_grad;
+  weight_.sub_(torch::matmul(lora_b_, lora_a_), lora_scale_);
+  merged_ = false;
+}
+
+// ------------------------------------------------------------------ norms
+
+torch::Tensor Upcast(const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  return t == torch::kBFloat16 || t == torch::kHalf ? x.to(torch::kFloat) : x;
+}
+
+torch::Tensor RmsNormalize(const torch::Tensor& x, double eps) {
+  const torch::Tensor xf = Upcast(x);
+  return xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
+RmsNormImpl::RmsNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+  weight_ = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  return (RmsNormalize(x, eps_) * weight_).to(x.scalar_type());
+}
+
+// ------------------------------------------------------------------ AttnRes
+
+torch::Tensor AttnResRead(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial,
+                          const torch::Tensor& norm_weight, const torch::Tensor& query, double eps) {
+  std::vector<torch::Tensor> values;
+  values.reserve(blocks.size() + 1);
+  for (const torch::Tensor& b : blocks) values.push_back(Upcast(b));
+  if (partial.defined()) values.push_back(Upcast(partial));
+  const auto dtype = partial.defined() ? partial.scalar_type() : blocks.front().scalar_type();
+  const torch::Tensor v = torch::stack(values, /*dim=*/-2);                    // [..., N, D]
+  const torch::Tensor scores = (RmsNormalize(v, eps) * (norm_weight * query)).sum(-1);  // [..., N]
+  const torch::Tensor p = torch::softmax(scores, -1).unsqueeze(-2);            // [..., 1, N]
+  return torch::matmul(p, v).squeeze(-2).to(dtype);
+}
+
+AttnResImpl::AttnResImpl(std::int64_t dim, double eps) : eps_(eps) {
+  norm_weight_ = register_parameter("norm", torch::ones({dim}));
+  query_ = register_parameter("proj", torch::zeros({dim}));
+}
+
+torch::Tensor AttnResImpl::forward(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial) {
+  return AttnResRead(blocks, partial, norm_weight_, query_, eps_);
+}
+
+// ------------------------------------------------------------------ SwiGLU
+
+SwiGluImpl::SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double init_std, double out_std,
+                       Init& init) {
+  if (gated) gate_ = register_module("gate", std::make_shared<ProjImpl>(dim, hidden, init_std, init));
+  up_ = register_module("up", std::make_shared<ProjImpl>(dim, hidden, init_std, init));
+  down_ = register_module("down", std::make_shared<ProjImpl>(hidden, dim, out_std, init));
+}
+
+torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
+  if (!gate_) return down_->forward(torch::gelu(up_->forward(x)));
+  return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+}
+
+// ------------------------------------------------------------------ router
+
+Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale) {
+  Routing r;
+  r.experts = std::get<1>(torch::topk(scores + bias, top_k, /*dim=*/-1, /*largest=*/true, /*sorted=*/true));
+  const torch::Tensor picked = scores.gather(-1, r.experts);
+  r.weights = picked / picked.sum(-1, /*keepdim=*/true) * scale;
+  return r;
+}
+
+RouterImpl::RouterImpl(std::int64_t dim, std::int64_t num_experts, int top_k, double scale, Init& init)
+    : top_k_(top_k), scale_(scale) {
+  weight_ = register_parameter("weight", init.Normal({num_experts, dim}, 0.02));
+  bias_ = register_buffer("bias", torch::zeros({num_experts}));
+  load_ = register_buffer("load", torch::zeros({num_experts}));
+}
+
+Routing RouterImpl::forward(const torch::Tensor& x, bool record_load) {
+  const torch::Tensor scores = torch::sigmoid(torch::linear(Upcast(x), weight_));
+  Routing r = RouteFromScores(scores, bias_, top_k_, scale_);
+  if (record_load) {
+    torch::NoGradGuard no_grad;
+    load_.add_(torch::bincount(r.experts.reshape(-1), {}, load_.size(0)).to(load_.scalar_type()));
+  }
+  return r;
+}
+
+void RouterImpl::UpdateBias(double rate) {
+  torch::NoGradGuard no_grad;
+  bias_.add_(torch::sign(load_.mean() - load_), rate);
+  load_.zero_();
+}
+
+// ------------------------------------------------------------------ experts
+
+ExpertBankImpl::ExpertBankImpl(std::int64_t num_experts, std::int64_t dim, std::int64_t ffn, double init_std,
+                               double out_std, Init& init)
+    : num_experts_(num_experts) {
+  gate_.weight = register_parameter("gate", init.Normal({num_experts, ffn, dim}, init_std));
+  up_.weight = register_parameter("up", init.Normal({num_experts, ffn, dim}, init_std));
+  down_.weight = register_parameter("down", init.Normal({num_experts, dim, ffn}, out_std));
+}
+
+ExpertBankImpl::Views ExpertBankImpl::Split(const Matrix& m, c10::ScalarType dtype) const {
+  auto split = [&](const torch::Tensor& t) {
+    if (t.dim() == 3) return t.to(dtype).unbind(0);
+    return std::vector<torch::Tensor>{t.to(dtype)};
+  };
+  Views v;
+  v.weight = split(m.weight);
+  if (m.lora_a.defined() && !merged_) {
+    v.lora_a = split(m.lora_a);
+    v.lora_b = split(m.lora_b);
+  }
+  return v;
+}
+
+torch::Tensor ExpertBankImpl::Apply(const Views& m, std::int64_t e, const torch::Tensor& x) const {
+  torch::Tensor y = torch::linear(x, m.weight[e]);
+  if (!m.lora_a.empty()) {
+    const torch::Tensor& a = m.lora_a.size() == 1 ? m.lora_a[0] : m.lora_a[e];
+    const torch::Tensor& b = m.lora_b.size() == 1 ? m.lora_b[0] : m.lora_b[e];
+    y = y + torch::linear(torch::linear(x, a), b) * lora_scale_;
+  }
+  return y;
+}
+
+torch::Tensor ExpertBankImpl::forward(const torch::Tensor& x_sorted, const std::vector<std::int64_t>& counts) {
+  const auto dt = x_sorted.scalar_type();
+  const Views gate = Split(gate_, dt), up = Split(up_, dt), down = Split(down_, dt);
+  std::vector<torch::Tensor> outs;
+  std::int64_t offset = 0;
+  for (std::int64_t e = 0; e < num_experts_; ++e) {
+    const std::int64_t c = counts[e];
+    if (c == 0) continue;
+    const torch::Tensor xe = x_sorted.narrow(0, offset, c);
+    const torch::Tensor h = torch::silu(Apply(gate, e, xe)) * Apply(up, e, xe);
+    outs.push_back(Apply(down, e, h));
+    offset += c;
+  }
+  if (outs.empty()) return torch::zeros_like(x_sorted);
+  return torch::cat(outs, 0);
+}
+
+void ExpertBankImpl::KeepExperts(std::int64_t first, std::int64_t count) {
+  torch::NoGradGuard no_grad;
+  // set_data keeps the registered parameter objects, so names, the module
+  // tree and anything holding the tensors stay valid.
+  for (Matrix* m : {&gate_, &up_, &down_}) m->weight.set_data(m->weight.narrow(0, first, count).clone());
+  num_experts_ = count;
+}
+
+void ExpertBankImpl::AddLoraTo(Matrix& m, const char* name, bool shared_a, bool shared_b, std::int64_t rank,
+                               Init& init) {
+  const std::int64_t out = m.weight.size(1), in = m.weight.size(2);
+  const auto opts = m.weight.options();
+  torch::Tensor a = shared_a ? init.Normal({rank, in}, 1.0 / std::sqrt(double(in)))
+                             : init.Normal({num_experts_, rank, in}, 1.0 / std::sqrt(double(in)));
+  m.lora_a = register_parameter(std::string(name) + "_lora_a", a.to(m.weight.device()));
+  m.lora_b = register_parameter(std::string(name) + "_lora_b",
+                                shared_b ? torch::zeros({out, rank}, opts) : torch::zeros({num_experts_, out, rank}, opts));
+}
+
+void ExpertBankImpl::AddLora(const LoraOptions& lora, Init& init) {
+  if (gate_.lora_a.defined()) return;
+  const bool shared = lora.experts == LoraExperts::kSharedOuter;
+  AddLoraTo(gate_, "gate", shared, false, lora.rank, init);
+  AddLoraTo(up_, "up", shared, false, lora.rank, init);
+  AddLoraTo(down_, "down", false, shared, lora.rank, init);
+  lora_scale_ = lora.alpha / lora.rank;
+}
+
+void ExpertBankImpl::MergeSign(double sign) {
+  torch::NoGradGuard no_grad;
+  for (Matrix* m : {&gate_, &up_, &down_}) {
+    for (std::int64_t e = 0; e < num_experts_; ++e) {
+      const torch::Tensor a = m->lora_a.dim() == 3 ? m->lora_a[e] : m->lora_a;
+      const torch::Tensor b = m->lora_b.dim() == 3 ? m->lora_b[e] : m->lora_b;
+      m->weight[e].add_(torch::matmul(b, a), sign * lora_scale_);
+    }
+  }
+}
+
+void ExpertBankImpl::Merge() {
+  if (!gate_.lora_a.defined() || merged_) return;
+  MergeSign(1.0);
+  merged_ = true;
+}
+
+void ExpertBankImpl::Unmerge() {
+  if (!gate_.lora_a.defined() || !merged_) return;
+  MergeSign(-1.0);
+  merged_ = false;
+}
+
+// ------------------------------------------------------------------ MoE
+
+MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
+    : num_experts_(spec.moe.num_experts) {
+  const std::int64_t d = spec.hidden, latent = spec.moe.latent_dim;
+  router_ = register_module("router", std::make_shared<RouterImpl>(d, num_experts_, spec.moe.top_k,
+                                                                    options.route_scale, init));
+  experts_ = register_module("experts", std::make_shared<ExpertBankImpl>(num_experts_, latent > 0 ? latent : d,
+                                                                         spec.moe.expert_ffn, init_std, out_std, init));
+  if (latent > 0) {
+    latent_down_ = register_module("latent_down", std::make_shared<ProjImpl>(d, latent, init_std, init, false));
+    latent_up_ = register_module("latent_up", std::make_shared<ProjImpl>(latent, d, out_std, init, false));
+  }
+  if (spec.moe.shared_experts > 0)
+    shared_ = register_module("shared", std::make_shared<SwiGluImpl>(d, std::int64_t(spec.moe.shared_experts) *
+                                                                            spec.moe.shared_ffn,
+                                                                        true, init_std, out_std, init));
+}
+
+torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
+  const auto shape = x.sizes().vec();
+  const torch::Tensor xf = x.reshape({-1, shape.back()});
+  const Routing r = router_->forward(xf, record_load);
+  const std::int64_t n = xf.size(0), k = r.experts.size(1);
+  // Group the (token, slot) pairs by expert with a stable sort, so the order
+  // inside an expert, and with it every sum, is fixed.
+  const torch::Tensor flat = r.experts.reshape(-1);
+  const torch::Tensor order = std::get<1>(torch::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const torch::Tensor counts_t = torch::bincount(flat, {}, num_experts_).cpu();
+  const std::vector<std::int64_t> counts(counts_t.data_ptr<std::int64_t>(),
+                                         counts_t.data_ptr<std::int64_t>() + num_experts_);
+  const torch::Tensor token_of = order.div(k, "floor");
+  const torch::Tensor routed_in = latent_down_ ? latent_down_->forward(xf) : xf;
+  const torch::Tensor x_sorted = routed_in.index({token_of});
+  const torch::Tensor y_sorted =
+      ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
+  const torch::Tensor y_slots = torch::zeros_like(y_sorted).index_copy(0, order, y_sorted);
+  // The weighted combination is a reduction: fp32.
+  torch::Tensor y = (Upcast(y_slots).view({n, k, -1}) * r.weights.unsqueeze(-1)).sum(1).to(x.scalar_type());
+  if (latent_up_) y = latent_up_->forward(y);
+  if (shared_) y = y + shared_->forward(xf);
+  return y.view(shape);
+}
+
+}  // namespace kp::runtime

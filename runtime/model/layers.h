@@ -1,0 +1,231 @@
+// The building blocks of the runtime's model, in LibTorch: initialisation,
+// linear maps with LoRA, RMSNorm, the Block Attention Residual depth read, the
+// SwiGLU FFN and the mixture of experts with its auxiliary-loss-free router.
+// Every formula is written out in docs/runtime.md; section numbers (§) below
+// refer to it.
+//
+// Precision: parameters are fp32 (the master weights); a map casts its weight
+// to the activation's dtype at use, so autograd returns fp32 gradients.
+// Norms, softmaxes, the depth read and the router run in fp32.
+// Thread-safety: modules are used from one thread.
+#ifndef KIMI_PLAN_RUNTIME_MODEL_LAYERS_H_
+#define KIMI_PLAN_RUNTIME_MODEL_LAYERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/model/runtime_config.h"
+
+namespace kp::runtime {
+
+class Communicator;
+
+/// A parameter initialiser with its own CPU generator, so a module's initial
+/// weights depend only on (seed, stream), not on what was built before it:
+/// a pipeline stage built alone gets the same weights as the whole model.
+class Init {
+ public:
+  explicit Init(std::uint64_t seed);
+  Init(std::uint64_t seed, std::uint64_t stream);
+  torch::Tensor Normal(at::IntArrayRef shape, double std);
+  torch::Tensor Uniform(at::IntArrayRef shape, double lo, double hi);
+
+ private:
+  at::Generator generator_;
+};
+
+/// What a module whose maps take LoRA adapters implements (§8).
+class LoraAdaptable {
+ public:
+  virtual ~LoraAdaptable() = default;
+  /// Adds trainable adapters: A ~ N(0, 1/in), B = 0, so the model is
+  /// unchanged until B trains. Call once, before Merge.
+  virtual void AddLora(const LoraOptions& lora, Init& init) = 0;
+  /// W += (alpha/rank) B A; the adapters stop being applied separately.
+  virtual void Merge() = 0;
+  /// W -= (alpha/rank) B A; undoes Merge up to fp32 rounding.
+  virtual void Unmerge() = 0;
+};
+
+/// y = x W^T, W of shape [out, in]; with LoRA y += (alpha/rank) (x A^T) B^T.
+/// `lora_target` says whether AddLora applies (the router, the KDA gates,
+/// the latent projections and the LM head are never adapted).
+class ProjImpl : public torch::nn::Module, public LoraAdaptable {
+ public:
+  ProjImpl(std::int64_t in, std::int64_t out, double init_std, Init& init, bool lora_target = true);
+  torch::Tensor forward(const torch::Tensor& x);
+  void AddLora(const LoraOptions& lora, Init& init) override;
+  void Merge() override;
+  void Unmerge() override;
+  bool lora_target() const { return lora_target_; }
+  bool has_lora() const { return lora_a_.defined(); }
+  torch::Tensor& weight() { return weight_; }
+
+ private:
+  torch::Tensor weight_, lora_a_, lora_b_;
+  double lora_scale_ = 0;
+  bool merged_ = false;
+  bool lora_target_;
+};
+
+/// The precision of reductions: bf16/fp16 become fp32; fp32 and fp64 stay
+/// (fp64 is how the finite-difference tests run the model).
+torch::Tensor Upcast(const torch::Tensor& x);
+
+/// x / sqrt(mean(x^2) + eps), in fp32 (§1).
+torch::Tensor RmsNormalize(const torch::Tensor& x, double eps);
+
+/// RMSNorm with a learned scale (init 1); computes in fp32, returns x's dtype.
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(std::int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor& weight() { return weight_; }
+
+ private:
+  torch::Tensor weight_;
+  double eps_;
+};
+
+/// The Block Attention Residual depth read (§2): the values are the committed
+/// blocks followed by `partial` (skipped when undefined); each is scored by
+/// sum_d RMSNorm(v)[d] * norm_weight[d] * query[d], and the read is the
+/// softmax-over-depth weighted sum of the raw values. fp32 inside; returns the
+/// values' dtype. Every tensor is [..., D] of one shape.
+torch::Tensor AttnResRead(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial,
+                          const torch::Tensor& norm_weight, const torch::Tensor& query, double eps);
+
+/// One depth read's parameters: the norm weight (init 1) and the query
+/// (init 0, so an untrained read is the plain average over depth).
+class AttnResImpl : public torch::nn::Module {
+ public:
+  AttnResImpl(std::int64_t dim, double eps);
+  torch::Tensor forward(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial);
+  torch::Tensor& norm_weight() { return norm_weight_; }
+  torch::Tensor& query() { return query_; }
+
+ private:
+  torch::Tensor norm_weight_, query_;
+  double eps_;
+};
+
+/// A feed-forward block; `record_load` asks a MoE to count its routing for
+/// the bias update (set once per forward, never in a recomputation).
+class ChannelMixer : public torch::nn::Module {
+ public:
+  virtual torch::Tensor Mix(const torch::Tensor& x, bool record_load) = 0;
+};
+
+/// down(silu(gate(x)) * up(x)) (§6), or down(gelu(up(x))) for GPT-style specs.
+class SwiGluImpl : public ChannelMixer {
+ public:
+  SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double init_std, double out_std, Init& init);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor Mix(const torch::Tensor& x, bool) override { return forward(x); }
+
+ private:
+  std::shared_ptr<ProjImpl> gate_, up_, down_;
+};
+
+/// The routing of N tokens: expert ids [N, k] (int64) and weights [N, k] (fp32).
+struct Routing {
+  torch::Tensor experts;
+  torch::Tensor weights;
+};
+
+/// §7: selection by top_k of (scores + bias); weights from the scores alone,
+/// normalised over the selected k and multiplied by `scale`.
+/// scores [N, E] in (0, 1), bias [E].
+Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale);
+
+/// The sigmoid router: weight [E, D] (trained), bias [E] (a buffer moved by
+/// UpdateBias, never by gradients), load [E] (tokens routed since the last
+/// update, a buffer).
+class RouterImpl : public torch::nn::Module {
+ public:
+  RouterImpl(std::int64_t dim, std::int64_t num_experts, int top_k, double scale, Init& init);
+  /// x [N, D]; adds the selection counts to load() when `record_load`.
+  Routing forward(const torch::Tensor& x, bool record_load);
+  /// The auxiliary-loss-free update (§7): bias_e += rate * sign(mean load -
+  /// load_e), then load = 0. Call after each optimizer step.
+  void UpdateBias(double rate);
+  torch::Tensor& bias() { return bias_; }
+  torch::Tensor& load() { return load_; }
+  torch::Tensor& weight() { return weight_; }
+
+ private:
+  torch::Tensor weight_, bias_, load_;
+  int top_k_;
+  double scale_;
+};
+
+/// E SwiGLU experts as stacked weights: gate, up [E, F, D] and down [E, D, F].
+/// LoRA (§8): kSharedOuter shares gate/up A [r, D] and down B [D, r] across
+/// the experts, with per-expert gate/up B [E, F, r] and down A [E, r, F];
+/// kPerExpert gives every expert its own A and B.
+class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
+ public:
+  ExpertBankImpl(std::int64_t num_experts, std::int64_t dim, std::int64_t ffn, double init_std, double out_std,
+                 Init& init);
+  /// x_sorted [M, D]: rows grouped by expert, counts[e] rows for expert e.
+  torch::Tensor forward(const torch::Tensor& x_sorted, const std::vector<std::int64_t>& counts);
+  void AddLora(const LoraOptions& lora, Init& init) override;
+  void Merge() override;
+  void Unmerge() override;
+  /// Keeps experts [first, first + count) only (expert parallelism): the
+  /// parameters keep their names and shrink to `count` experts in place.
+  /// Requires no LoRA.
+  void KeepExperts(std::int64_t first, std::int64_t count);
+  std::int64_t num_experts() const { return num_experts_; }
+  bool has_lora() const { return gate_.lora_a.defined(); }
+
+ private:
+  struct Matrix {
+    torch::Tensor weight, lora_a, lora_b;  // lora_a [r, in] or [E, r, in]; lora_b [out, r] or [E, out, r]
+  };
+  // One matrix cast to the activation dtype and split per expert: unbind's
+  // backward stacks the expert gradients in one allocation, where indexing
+  // each expert would materialise a full-size gradient per expert.
+  struct Views {
+    std::vector<torch::Tensor> weight, lora_a, lora_b;  // one entry when shared
+  };
+  Views Split(const Matrix& m, c10::ScalarType dtype) const;
+  torch::Tensor Apply(const Views& m, std::int64_t expert, const torch::Tensor& x) const;
+  void AddLoraTo(Matrix& m, const char* name, bool shared_a, bool shared_b, std::int64_t rank, Init& init);
+  void MergeSign(double sign);
+  Matrix gate_, up_, down_;
+  std::int64_t num_experts_;
+  double lora_scale_ = 0;
+  bool merged_ = false;
+};
+
+/// The mixture of experts (§7): sigmoid router, top-k routed SwiGLU experts
+/// (behind LatentMoE's down and up projections when latent_dim > 0), plus
+/// the shared experts on every token.
+class MoeImpl : public ChannelMixer {
+ public:
+  MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
+  torch::Tensor Mix(const torch::Tensor& x, bool record_load) override;
+  RouterImpl& router() { return *router_; }
+  ExpertBankImpl& experts() { return *experts_; }
+  /// Routes through the expert-parallel group `ep` (null: every expert
+  /// local, the default); the bank must already hold only this EP rank's
+  /// experts (runtime/expert_parallel.h: ShardExperts does both).
+  void SetExpertParallel(Communicator* ep) { ep_ = ep; }
+  std::int64_t num_experts() const { return num_experts_; }
+
+ private:
+  std::shared_ptr<RouterImpl> router_;
+  std::shared_ptr<ExpertBankImpl> experts_;
+  std::shared_ptr<SwiGluImpl> shared_;
+  std::shared_ptr<ProjImpl> latent_down_, latent_up_;
+  std::int64_t num_experts_;
+  Communicator* ep_ = nullptr;  // not owned; outlives the model's use
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_MODEL_LAYERS_H_

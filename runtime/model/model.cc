@@ -1,0 +1,386 @@
+#include "runtime/model/model.h"
+
+#include <cmath>
+
+
+namespace kp::runtime {
+
+namespace {
+
+constexpr double kInitStd = 0.02;
+constexpr std::uint64_t kHeadStream = 1'000'000;
+constexpr std::uint64_t kLoraSalt = 0x10a10a10aULL;
+
+// FNV-1a: a platform-independent string hash for per-module seeds.
+std::uint64_t HashName(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Output projections start smaller with depth (GPT-2 / torchtitan style), so
+// the partial sums do not grow with the layer count.
+double OutputStd(const ModelSpec& spec) { return kInitStd / std::sqrt(2.0 * spec.layers); }
+
+// ---------------------------------------------------------------- layer boundary
+
+// What a layer's backward needs: the layer and how to unpack its inputs.
+struct LayerBody : torch::CustomClassHolder {
+  DecoderLayerImpl* layer = nullptr;
+  bool has_partial = false;
+  bool record_load = false;
+  bool recompute = false;
+};
+
+torch::Tensor RunBody(const LayerBody& body, const std::vector<torch::Tensor>& inputs, bool record_load) {
+  const std::size_t n_blocks = inputs.size() - (body.has_partial ? 1 : 0);
+  const std::vector<torch::Tensor> blocks(inputs.begin(), inputs.begin() + n_blocks);
+  return body.layer->Body(blocks, body.has_partial ? inputs.back() : torch::Tensor(), record_load);
+}
+
+// Copies of the inputs that start a graph of their own.
+std::vector<torch::Tensor> DetachedInputs(at::TensorList inputs) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& x : inputs) out.push_back(x.detach().requires_grad_(x.requires_grad()));
+  return out;
+}
+
+// Every decoder layer is one autograd node whose backward differentiates the
+// layer's own graph with torch::autograd::grad. With checkpointing the
+// forward keeps only the inputs and the backward rebuilds that graph by
+// running Body again; without, the forward keeps the graph. Either way the
+// gradient of an input used by several layers is summed over layers by the
+// outer graph in the same order, so checkpointing changes no bit of any
+// gradient (CPU; recomputation is deterministic). The trainable parameters
+// are explicit inputs, so their gradients flow even when no activation input
+// requires grad (LoRA over a frozen embedding). A recomputation never
+// records router load, so the bias update counts each token once.
+class LayerBoundary : public torch::autograd::Function<LayerBoundary> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs, at::TensorList params,
+                               c10::intrusive_ptr<LayerBody> body) {
+    ctx->saved_data["body"] = c10::IValue::make_capsule(body);
+    ctx->saved_data["params"] = params.vec();
+    if (body->recompute) {
+      ctx->save_for_backward(inputs.vec());
+      return RunBody(*body, inputs.vec(), body->record_load);
+    }
+    torch::AutoGradMode enable(true);
+    const std::vector<torch::Tensor> detached = DetachedInputs(inputs);
+    const torch::Tensor out = RunBody(*body, detached, body->record_load);
+    ctx->saved_data["inputs"] = detached;
+    ctx->saved_data["out"] = out;
+    return out.detach();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto body = c10::static_intrusive_pointer_cast<LayerBody>(ctx->saved_data["body"].toCapsule());
+    std::vector<torch::Tensor> inputs;
+    torch::Tensor out;
+    if (body->recompute) {
+      inputs = DetachedInputs(ctx->get_saved_variables());
+      torch::AutoGradMode enable(true);
+      out = RunBody(*body, inputs, /*record_load=*/false);
+    } else {
+      inputs = ctx->saved_data["inputs"].toTensorVector();
+      out = ctx->saved_data["out"].toTensor();
+      ctx->saved_data.erase("out");
+      ctx->saved_data.erase("inputs");
+    }
+    const std::vector<torch::Tensor> params = ctx->saved_data["params"].toTensorVector();
+    std::vector<torch::Tensor> targets;
+    std::vector<std::size_t> slot;  // the gradient slot of each target
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].requires_grad()) {
+        targets.push_back(inputs[i]);
+        slot.push_back(i);
+      }
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      targets.push_back(params[i]);
+      slot.push_back(inputs.size() + i);
+    }
+    // One slot per input tensor, per parameter, and one for the body.
+    torch::autograd::variable_list result(inputs.size() + params.size() + 1);
+    if (!targets.empty() && out.requires_grad()) {
+      const auto grads = torch::autograd::grad({out}, targets, {grad_out[0]}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+      for (std::size_t j = 0; j < grads.size(); ++j) result[slot[j]] = grads[j];
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- layer
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& options, int layer)
+    : index_(layer), block_(spec.attn_res_block), checkpoint_(options.activation_checkpointing) {
+  Init init(options.seed, 1 + static_cast<std::uint64_t>(layer));
+  const std::int64_t d = spec.hidden;
+  const double out_std = OutputStd(spec);
+  // Layer 0's attention read would be over the embedding alone, which is the
+  // identity; Kimi K3 has no parameters for it, nor do we.
+  if (block_ > 0 && layer > 0) attn_res_ = register_module("attn_res", std::make_shared<AttnResImpl>(d, options.norm_eps));
+  if (block_ > 0) ffn_res_ = register_module("ffn_res", std::make_shared<AttnResImpl>(d, options.norm_eps));
+  attn_norm_ = register_module("attn_norm", std::make_shared<RmsNormImpl>(d, options.norm_eps));
+  ffn_norm_ = register_module("ffn_norm", std::make_shared<RmsNormImpl>(d, options.norm_eps));
+  switch (spec.attention[layer]) {
+    case AttentionKind::kKda:
+      attention_ = register_module("attention", std::make_shared<KdaImpl>(spec, options, kInitStd, out_std, init));
+      break;
+    case AttentionKind::kMla:
+      attention_ = register_module("attention", std::make_shared<MlaImpl>(spec, options, kInitStd, out_std, init));
+      break;
+    case AttentionKind::kMha:
+      attention_ = register_module("attention", std::make_shared<MhaImpl>(spec, options, kInitStd, out_std, init));
+      break;
+  }
+  if (spec.is_moe_layer(layer)) {
+    auto moe = std::make_shared<MoeImpl>(spec, options, kInitStd, out_std, init);
+    moe_ = moe.get();
+    ffn_ = register_module("moe", moe);
+  } else {
+    ffn_ = register_module("ffn", std::make_shared<SwiGluImpl>(d, spec.dense_ffn, spec.gated_ffn, kInitStd, out_std,
+                                                               init));
+  }
+}
+
+torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial,
+                                     bool record_load, LayerCache* cache) {
+  // Plain residual (no blocks): partial is the residual stream itself.
+  const torch::Tensor attn_in = attn_res_ ? attn_res_->forward(blocks, partial)
+                                          : (partial.defined() ? partial : blocks.back());
+  const torch::Tensor attn_normed = attn_norm_->forward(attn_in);
+  const torch::Tensor attn_out = cache ? attention_->MixIncremental(attn_normed, *cache) : attention_->Mix(attn_normed);
+  const torch::Tensor prefix = partial.defined() ? partial + attn_out : attn_out;
+  const torch::Tensor ffn_in = ffn_res_ ? ffn_res_->forward(blocks, prefix) : prefix;
+  return prefix + ffn_->Mix(ffn_norm_->forward(ffn_in), record_load);
+}
+
+torch::Tensor DecoderLayerImpl::Commit(ResidualStream& out) const {
+  if (!commits_block()) return out.hidden;
+  out.blocks.push_back(out.hidden);
+  return {};
+}
+
+ResidualStream DecoderLayerImpl::ForwardIncremental(ResidualStream in, LayerCache& cache) {
+  ResidualStream out = std::move(in);
+  const torch::Tensor partial = Commit(out);
+  out.hidden = Body(out.blocks, partial, /*record_load=*/false, &cache);
+  return out;
+}
+
+ResidualStream DecoderLayerImpl::forward(ResidualStream in, const ForwardContext& ctx) {
+  ResidualStream out = std::move(in);
+  const torch::Tensor partial = Commit(out);
+  if (!torch::GradMode::is_enabled()) {
+    out.hidden = Body(out.blocks, partial, ctx.record_router_load);
+    return out;
+  }
+  std::vector<torch::Tensor> inputs = out.blocks;
+  if (partial.defined()) inputs.push_back(partial);
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& p : parameters())
+    if (p.requires_grad()) params.push_back(p);
+  auto body = c10::make_intrusive<LayerBody>();
+  body->layer = this;
+  body->has_partial = partial.defined();
+  body->record_load = ctx.record_router_load;
+  body->recompute = checkpoint_;
+  out.hidden = LayerBoundary::apply(at::TensorList(inputs), at::TensorList(params), body);
+  return out;
+}
+
+// ---------------------------------------------------------------- decode cache
+
+void DecodeCache::Select(const torch::Tensor& index) {
+  for (LayerCache& layer : layers)
+    layer.Map([&](const torch::Tensor& t) { return t.index_select(0, index.to(t.device())); });
+}
+
+void DecodeCache::Repeat(std::int64_t n) {
+  for (LayerCache& layer : layers) layer.Map([&](const torch::Tensor& t) { return t.repeat_interleave(n, 0); });
+}
+
+// ---------------------------------------------------------------- embedding, head
+
+EmbeddingImpl::EmbeddingImpl(const ModelSpec& spec, const ModelOptions& options)
+    : bf16_(options.dtype == DType::kBf16) {
+  Init init(options.seed, 0);
+  weight_ = register_parameter("weight", init.Normal({spec.vocab, spec.hidden}, 1.0));
+}
+
+ResidualStream EmbeddingImpl::forward(const torch::Tensor& tokens) {
+  const torch::Tensor e = torch::embedding(weight_, tokens);
+  return ResidualStream{bf16_ ? e.to(torch::kBFloat16) : e, {}};
+}
+
+HeadImpl::HeadImpl(const ModelSpec& spec, const ModelOptions& options) {
+  Init init(options.seed, kHeadStream);
+  if (spec.attn_res_block > 0)
+    output_res_ = register_module("output_res", std::make_shared<AttnResImpl>(spec.hidden, options.norm_eps));
+  norm_ = register_module("norm", std::make_shared<RmsNormImpl>(spec.hidden, options.norm_eps));
+  lm_head_ = register_module("lm_head", std::make_shared<ProjImpl>(spec.hidden, spec.vocab,
+                                                                   1.0 / std::sqrt(double(spec.hidden)), init, false));
+}
+
+torch::Tensor HeadImpl::forward(const ResidualStream& in) {
+  const torch::Tensor h = output_res_ ? output_res_->forward(in.blocks, in.hidden) : in.hidden;
+  return Upcast(lm_head_->forward(norm_->forward(h)));
+}
+
+// ---------------------------------------------------------------- stage
+
+StageModelImpl::StageModelImpl(const ModelSpec& spec, const ModelOptions& options, const StageLayers& stage)
+    : spec_(spec), stage_(stage) {
+  if (stage.embedding) embedding_ = register_module("embedding", std::make_shared<EmbeddingImpl>(spec, options));
+  layer_list_ = register_module("layers", std::make_shared<torch::nn::Module>("LayerList"));
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
+    layers_.push_back(std::make_shared<DecoderLayerImpl>(spec, options, l));
+    layer_list_->register_module(std::to_string(l), layers_.back());
+  }
+  if (stage.head) head_ = register_module("head", std::make_shared<HeadImpl>(spec, options));
+}
+
+ResidualStream StageModelImpl::Embed(const torch::Tensor& tokens) {
+  TORCH_CHECK(embedding_, "this stage holds no embedding");
+  return embedding_->forward(tokens);
+}
+
+ResidualStream StageModelImpl::RunLayers(ResidualStream in, const ForwardContext& ctx) {
+  for (const auto& layer : layers_) in = layer->forward(std::move(in), ctx);
+  return in;
+}
+
+torch::Tensor StageModelImpl::Head(const ResidualStream& in) {
+  TORCH_CHECK(head_, "this stage holds no head");
+  return head_->forward(in);
+}
+
+torch::Tensor StageModelImpl::forward(const torch::Tensor& tokens, const ForwardContext& ctx) {
+  return Head(RunLayers(Embed(tokens), ctx));
+}
+
+torch::Tensor StageModelImpl::ForwardIncremental(const torch::Tensor& tokens, DecodeCache& cache) {
+  if (cache.layers.empty()) cache.layers.resize(layers_.size());
+  TORCH_CHECK(cache.layers.size() == layers_.size(), "a decode cache of ", cache.layers.size(),
+              " layers for a stage of ", layers_.size());
+  ResidualStream stream = Embed(tokens);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    stream = layers_[i]->ForwardIncremental(std::move(stream), cache.layers[i]);
+  return Head(stream);
+}
+
+void StageModelImpl::SetActivationCheckpointing(bool on) {
+  for (const auto& layer : layers_) layer->set_checkpointing(on);
+}
+
+void StageModelImpl::UpdateRouterBiases(double rate) {
+  for (const auto& layer : layers_)
+    if (layer->moe()) layer->moe()->router().UpdateBias(rate);
+}
+
+void StageModelImpl::EnableLora(const LoraOptions& lora, std::uint64_t seed) {
+  for (const auto& item : named_modules()) {
+    auto* adaptable = dynamic_cast<LoraAdaptable*>(item.value().get());
+    if (!adaptable) continue;
+    Init init(seed ^ kLoraSalt, HashName(item.key()));
+    adaptable->AddLora(lora, init);
+  }
+  for (auto& p : named_parameters()) p.value().set_requires_grad(p.key().find("lora_") != std::string::npos);
+}
+
+void StageModelImpl::MergeLora() {
+  for (const auto& m : modules())
+    if (auto* a = dynamic_cast<LoraAdaptable*>(m.get())) a->Merge();
+}
+
+void StageModelImpl::UnmergeLora() {
+  for (const auto& m : modules())
+    if (auto* a = dynamic_cast<LoraAdaptable*>(m.get())) a->Unmerge();
+}
+
+std::vector<torch::Tensor> StageModelImpl::TrainableParameters() const {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> StageModelImpl::LoraParameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : named_parameters())
+    if (p.key().find("lora_") != std::string::npos) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+Result<std::shared_ptr<StageModelImpl>> BuildStage(const ModelSpec& spec, const ModelOptions& options,
+                                                   const StageLayers& stage) {
+  KP_RETURN_IF_ERROR(ValidateForRuntime(spec));
+  if (stage.first_layer < 0 || stage.end_layer > spec.layers || stage.first_layer > stage.end_layer)
+    return Status::InvalidArgument("stage: layers [" + std::to_string(stage.first_layer) + ", " +
+                                   std::to_string(stage.end_layer) + ") are outside the model's " +
+                                   std::to_string(spec.layers) + " layers");
+  try {
+    return std::make_shared<StageModelImpl>(spec, options, stage);
+  } catch (const c10::Error& e) {
+    return Status::Internal("building the model: " + std::string(e.what_without_backtrace()));
+  }
+}
+
+Result<std::shared_ptr<StageModelImpl>> BuildModel(const ModelSpec& spec, const ModelOptions& options) {
+  return BuildStage(spec, options, StageLayers{0, spec.layers, true, true});
+}
+
+torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(Upcast(logits.reshape({-1, logits.size(-1)})),
+                                              targets.reshape({-1}));
+}
+
+std::int64_t CountElements(const std::vector<torch::Tensor>& tensors) {
+  std::int64_t n = 0;
+  for (const torch::Tensor& t : tensors) n += t.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------- adapters
+
+Status SaveAdapters(const StageModelImpl& model, const std::string& path) {
+  const auto adapters = model.LoraParameters();
+  if (adapters.empty()) return Status::InvalidArgument("--lora-rank: the model has no LoRA adapters to save");
+  try {
+    torch::serialize::OutputArchive archive;
+    for (const auto& [name, tensor] : adapters) archive.write(name, tensor.detach().cpu());
+    archive.save_to(path);
+  } catch (const c10::Error& e) {
+    return Status::IoError("saving adapters to " + path + ": " + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+Status LoadAdapters(StageModelImpl& model, const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& e) {
+    return Status::NotFound("adapters: cannot read " + path);
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, tensor] : model.LoraParameters()) {
+    torch::Tensor loaded;
+    try {
+      archive.read(name, loaded);
+    } catch (const c10::Error&) {
+      return Status::InvalidArgument("adapters: " + path + " has no adapter " + name);
+    }
+    if (loaded.sizes() != tensor.sizes())
+      return Status::InvalidArgument("adapters: " + name + " in " + path + " has shape " +
+                                     c10::str(loaded.sizes()) + ", the model's is " + c10::str(tensor.sizes()));
+    tensor.copy_(loaded);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kp::runtime

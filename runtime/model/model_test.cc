@@ -1,0 +1,472 @@
+// The assembled model: Block Attention Residuals against a naive depth loop
+// written here, stages that compose to the whole model, gradients against
+// finite differences in fp64, activation checkpointing, LoRA, and the
+// parameter count against the planner's independent count.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include <torch/torch.h>
+
+#include "runtime/model/model.h"
+#include "runtime/model/test_util.h"
+#include "specs/param_count.h"
+#include "specs/presets.h"
+
+namespace kp::runtime {
+namespace {
+
+std::shared_ptr<StageModelImpl> Build(const ModelSpec& spec, ModelOptions opts = {}) {
+  auto m = BuildModel(spec, opts);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return *m;
+}
+
+torch::Tensor Tokens(const ModelSpec& spec, std::int64_t b, std::int64_t t, std::uint64_t seed) {
+  Init init(seed);
+  return (init.Uniform({b, t}, 0, spec.vocab).floor().to(torch::kLong)).clamp(0, spec.vocab - 1);
+}
+
+// Gives every depth read a non-trivial query, so the softmax over depth is
+// far from uniform and a mis-ordered stack would show.
+void RandomiseDepthReads(StageModelImpl& model, std::uint64_t seed) {
+  Init init(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters())
+    if (p.key().find("_res.") != std::string::npos) p.value().copy_(init.Normal(p.value().sizes(), 1.0));
+}
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// ------------------------------------------------------------------ naive depth loop
+
+// softmax over depth of RMS-normalised values scored by norm_weight * query,
+// one depth at a time.
+torch::Tensor NaiveRead(const std::vector<torch::Tensor>& values, AttnResImpl& p) {
+  std::vector<torch::Tensor> scores;
+  for (const torch::Tensor& v : values) {
+    const torch::Tensor rms = torch::sqrt(v.pow(2).mean(-1, true) + 1e-6);
+    scores.push_back((v / rms * p.norm_weight() * p.query()).sum(-1, true));
+  }
+  torch::Tensor top = scores[0];
+  for (const auto& s : scores) top = torch::maximum(top, s);
+  torch::Tensor z = torch::zeros_like(top), out = torch::zeros_like(values[0]);
+  for (const auto& s : scores) z = z + torch::exp(s - top);
+  for (std::size_t i = 0; i < values.size(); ++i) out = out + torch::exp(scores[i] - top) / z * values[i];
+  return out;
+}
+
+// The model recomputed from its sub-layers with every sub-layer output kept
+// separately: stack entry 0 is the embedding, entry j the sum of the outputs
+// of block j-1's layers; a layer reads the completed entries of earlier
+// blocks plus the sum of its own block's outputs so far (none for a block's
+// first layer before its attention); the head reads every completed entry
+// plus the last block's sum.
+torch::Tensor NaiveForward(StageModelImpl& model, const torch::Tensor& tokens) {
+  const ModelSpec& spec = model.spec();
+  const int block = spec.attn_res_block;
+  const torch::Tensor e = model.embedding()->forward(tokens).hidden;
+  std::vector<std::pair<int, torch::Tensor>> outputs;  // (layer, sub-layer output)
+  auto block_sum = [&](int b) {
+    torch::Tensor s = torch::zeros_like(e);
+    for (const auto& [layer, y] : outputs)
+      if (layer / block == b) s = s + y;
+    return s;
+  };
+  auto completed = [&](int layer) {
+    std::vector<torch::Tensor> entries = {e};
+    for (int b = 0; b < layer / block; ++b) entries.push_back(block_sum(b));
+    return entries;
+  };
+  for (auto& layer : model.layers()) {
+    const int l = layer->index();
+    std::vector<torch::Tensor> values = completed(l);
+    if (l % block != 0) values.push_back(block_sum(l / block));
+    const torch::Tensor h = NaiveRead(values, l == 0 ? *layer->ffn_res() : *layer->attn_res());
+    outputs.emplace_back(l, layer->attention().Mix(layer->attn_norm().forward(h)));
+    values = completed(l);
+    values.push_back(block_sum(l / block));
+    const torch::Tensor h2 = NaiveRead(values, *layer->ffn_res());
+    outputs.emplace_back(l, layer->ffn().Mix(layer->ffn_norm().forward(h2), false));
+  }
+  std::vector<torch::Tensor> values = completed(spec.layers - 1);
+  values.push_back(block_sum((spec.layers - 1) / block));
+  HeadImpl& head = *model.head();
+  return head.lm_head().forward(head.norm().forward(NaiveRead(values, *head.output_res())));
+}
+
+TEST(BlockAttnResTest, ModelForwardMatchesANaiveDepthLoop) {
+  for (int block : {2, 3}) {  // 5 layers: blocks 2+2+1 or 3+2
+    ModelSpec spec = TinyKimiSpec();
+    spec.attn_res_block = block;
+    auto model = Build(spec);
+    model->to(torch::kDouble);
+    RandomiseDepthReads(*model, 11);
+    const torch::Tensor tokens = Tokens(spec, 2, 7, 12);
+    EXPECT_LT(MaxAbsDiff(model->forward(tokens), NaiveForward(*model, tokens)), 1e-10) << "block " << block;
+  }
+}
+
+TEST(BlockAttnResTest, TheStackHoldsTheEmbeddingAndEveryCompletedBlock) {
+  auto model = Build(TinyKimiSpec());
+  const ResidualStream out = model->RunLayers(model->Embed(Tokens(TinyKimiSpec(), 1, 4, 13)));
+  // Blocks of 2 over 5 layers: e, block 0's sum, block 1's sum; block 2 (layer
+  // 4 alone) is the partial sum the head reads.
+  EXPECT_EQ(out.blocks.size(), 3u);
+}
+
+TEST(StageTest, StagesBuiltAloneComposeToTheWholeModel) {
+  const ModelSpec spec = TinyKimiSpec();
+  auto whole = Build(spec);
+  const torch::Tensor tokens = Tokens(spec, 2, 6, 14);
+  const torch::Tensor want = whole->forward(tokens);
+  auto split = EvenSplit(spec.layers, 3);  // emb,0-1 | 2-3 | 4,head: a block boundary inside no stage
+  ASSERT_TRUE(split.ok());
+  ResidualStream stream;
+  for (const StageLayers& s : split->stages) {
+    auto stage = BuildStage(spec, ModelOptions{}, s);
+    ASSERT_TRUE(stage.ok());
+    if (s.embedding) stream = (*stage)->Embed(tokens);
+    stream = (*stage)->RunLayers(std::move(stream));
+    if (s.head) {
+      EXPECT_TRUE(torch::equal((*stage)->Head(stream), want));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ gradients
+
+TEST(GradientTest, MatchesFiniteDifferencesInFp64) {
+  ModelSpec spec = TinyKimiSpec();
+  spec.layers = 3;
+  spec.attention = {AttentionKind::kKda, AttentionKind::kMla, AttentionKind::kKda};
+  spec.mla.q_lora_rank = 12;  // the low-rank q path
+  ModelOptions opts;
+  opts.kda_chunk = 4;         // 6 tokens: one full chunk and a partial one
+  auto model = Build(spec, opts);
+  model->to(torch::kDouble);
+  RandomiseDepthReads(*model, 21);
+  const torch::Tensor tokens = Tokens(spec, 2, 7, 22);
+  const torch::Tensor in = tokens.narrow(1, 0, 6), target = tokens.narrow(1, 1, 6);
+  auto loss = [&] { return LanguageModelLoss(model->forward(in), target); };
+  loss().backward();
+  Init pick(23);
+  int checked = 0;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    torch::Tensor w = p.value().view({-1});
+    const torch::Tensor grad = p.value().grad().view({-1});
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t at = static_cast<std::int64_t>(pick.Uniform({1}, 0, w.numel()).item<double>());
+      const double saved = w[at].item<double>(), h = 1e-6;
+      w[at].fill_(saved + h);
+      const double up = loss().item<double>();
+      w[at].fill_(saved - h);
+      const double down = loss().item<double>();
+      w[at].fill_(saved);
+      const double fd = (up - down) / (2 * h), an = grad[at].item<double>();
+      EXPECT_NEAR(an, fd, 1e-7 + 1e-5 * std::abs(fd)) << p.key() << "[" << at << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 80);
+}
+
+// Gradients of every parameter after one forward/backward.
+std::vector<torch::Tensor> Grads(StageModelImpl& model, const torch::Tensor& tokens) {
+  model.zero_grad();
+  ForwardContext ctx;
+  ctx.record_router_load = true;
+  LanguageModelLoss(model.forward(tokens.narrow(1, 0, 7), ctx), tokens.narrow(1, 1, 7)).backward();
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : model.parameters())
+    out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  return out;
+}
+
+TEST(CheckpointingTest, GivesBitwiseIdenticalGradientsAndCountsRoutingOnce) {
+  for (bool lora : {false, true}) {
+    const ModelSpec spec = TinyKimiSpec();
+    auto model = Build(spec);
+    if (lora) {
+      model->EnableLora(LoraOptions{4, 8.0, LoraExperts::kSharedOuter}, 5);
+      Init init(6);
+      torch::NoGradGuard no_grad;
+      for (auto& [name, t] : model->LoraParameters()) t.copy_(init.Normal(t.sizes(), 0.1));
+    }
+    const torch::Tensor tokens = Tokens(spec, 2, 8, 31);
+    const auto plain = Grads(*model, tokens);
+    std::vector<torch::Tensor> plain_load;
+    for (auto& layer : model->layers())
+      if (layer->moe()) plain_load.push_back(layer->moe()->router().load().clone());
+    model->UpdateRouterBiases(0.0);  // clears the counts
+    model->SetActivationCheckpointing(true);
+    const auto recomputed = Grads(*model, tokens);
+    int compared = 0;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      ASSERT_EQ(plain[i].defined(), recomputed[i].defined()) << i;
+      if (!plain[i].defined()) continue;
+      EXPECT_TRUE(torch::equal(plain[i], recomputed[i])) << "parameter " << i << (lora ? " (LoRA)" : "");
+      ++compared;
+    }
+    EXPECT_GT(compared, lora ? 20 : 60);
+    std::size_t j = 0;
+    for (auto& layer : model->layers())
+      if (layer->moe()) {
+        EXPECT_TRUE(torch::equal(layer->moe()->router().load(), plain_load[j++]));
+      }
+    EXPECT_EQ(plain_load.front().sum().item<double>(), 2 * 7 * 2);  // tokens x top_k, once
+  }
+}
+
+// ------------------------------------------------------------------ LoRA
+
+TEST(LoraTest, MergedEqualsUnmergedWithinFp32RoundingForBothExpertModes) {
+  for (LoraExperts mode : {LoraExperts::kSharedOuter, LoraExperts::kPerExpert}) {
+    const ModelSpec spec = TinyKimiSpec();
+    auto model = Build(spec);
+    model->EnableLora(LoraOptions{4, 8.0, mode}, 7);
+    Init init(8);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& [name, t] : model->LoraParameters()) t.copy_(init.Normal(t.sizes(), 0.2));
+    }
+    std::vector<torch::Tensor> base;
+    for (auto& p : model->named_parameters())
+      if (p.key().find("lora_") == std::string::npos) base.push_back(p.value().detach().clone());
+    const torch::Tensor tokens = Tokens(spec, 2, 6, 9);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor unmerged = model->forward(tokens);
+    model->MergeLora();
+    const torch::Tensor merged = model->forward(tokens);
+    // Not bitwise: W x + s B (A x) and (W + s B A) x round differently.
+    EXPECT_LT(MaxAbsDiff(merged, unmerged), 1e-4 * unmerged.abs().max().item<double>());
+    EXPECT_GT(MaxAbsDiff(merged, torch::zeros_like(merged)), 0.0);
+    model->UnmergeLora();
+    EXPECT_TRUE(torch::equal(model->forward(tokens), unmerged) ||
+                MaxAbsDiff(model->forward(tokens), unmerged) < 1e-5);
+    std::size_t i = 0;
+    for (auto& p : model->named_parameters())
+      if (p.key().find("lora_") == std::string::npos) {
+        EXPECT_LT(MaxAbsDiff(p.value(), base[i++]), 1e-6) << p.key();
+      }
+  }
+}
+
+TEST(LoraTest, AdaptersCoverAttentionFfnAndExpertsAndOnlyTheyTrain) {
+  const ModelSpec spec = TinyKimiSpec();
+  auto model = Build(spec);
+  model->EnableLora(LoraOptions{2, 4.0, LoraExperts::kSharedOuter}, 3);
+  std::map<std::string, torch::Tensor> lora;
+  for (auto& [name, t] : model->LoraParameters()) lora[name] = t;
+  EXPECT_TRUE(lora.count("layers.0.attention.q_proj.lora_a"));   // KDA
+  EXPECT_TRUE(lora.count("layers.2.attention.kv_b.lora_b"));     // MLA
+  EXPECT_TRUE(lora.count("layers.0.ffn.down.lora_a"));           // dense FFN
+  EXPECT_TRUE(lora.count("layers.1.moe.shared.up.lora_b"));      // shared expert
+  EXPECT_FALSE(lora.count("layers.1.moe.router.lora_a"));
+  EXPECT_FALSE(lora.count("head.lm_head.lora_a"));
+  // Shared-outer: gate/up A and down B shared, the inner sides per expert.
+  EXPECT_EQ(lora["layers.1.moe.experts.gate_lora_a"].sizes(), (std::vector<std::int64_t>{2, 16}));
+  EXPECT_EQ(lora["layers.1.moe.experts.gate_lora_b"].sizes(), (std::vector<std::int64_t>{4, 16, 2}));
+  EXPECT_EQ(lora["layers.1.moe.experts.down_lora_a"].sizes(), (std::vector<std::int64_t>{4, 2, 16}));
+  EXPECT_EQ(lora["layers.1.moe.experts.down_lora_b"].sizes(), (std::vector<std::int64_t>{16, 2}));
+  const auto trainable = model->TrainableParameters();
+  EXPECT_EQ(trainable.size(), lora.size());
+
+  std::vector<torch::Tensor> frozen;
+  for (const torch::Tensor& p : model->parameters())
+    if (!p.requires_grad()) frozen.push_back(p.detach().clone());
+  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(1e-2));
+  const torch::Tensor tokens = Tokens(spec, 2, 7, 4);
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    LanguageModelLoss(model->forward(tokens.narrow(1, 0, 6)), tokens.narrow(1, 1, 6)).backward();
+    opt.step();
+  }
+  std::size_t i = 0;
+  for (const torch::Tensor& p : model->parameters())
+    if (!p.requires_grad()) {
+      EXPECT_TRUE(torch::equal(p, frozen[i++]));
+    }
+  EXPECT_GT(lora["layers.1.moe.experts.down_lora_b"].abs().sum().item<double>(), 0.0);
+}
+
+TEST(LoraTest, AdaptersSaveAloneAndLoadIntoAFreshModel) {
+  const ModelSpec spec = TinyKimiSpec();
+  auto a = Build(spec);
+  a->EnableLora(LoraOptions{2, 4.0, LoraExperts::kPerExpert}, 1);
+  {
+    Init init(2);
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : a->LoraParameters()) t.copy_(init.Normal(t.sizes(), 0.1));
+  }
+  const std::string path = ::testing::TempDir() + "/adapters.pt";
+  ASSERT_TRUE(SaveAdapters(*a, path).ok());
+  auto b = Build(spec);
+  b->EnableLora(LoraOptions{2, 4.0, LoraExperts::kPerExpert}, 99);  // other initial adapters
+  ASSERT_TRUE(LoadAdapters(*b, path).ok());
+  const torch::Tensor tokens = Tokens(spec, 1, 5, 3);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(a->forward(tokens), b->forward(tokens)));
+  auto c = Build(spec);
+  c->EnableLora(LoraOptions{3, 4.0, LoraExperts::kPerExpert}, 1);
+  const Status wrong = LoadAdapters(*c, path);
+  EXPECT_EQ(wrong.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("shape"), std::string::npos) << wrong.message();
+  EXPECT_EQ(LoadAdapters(*b, path + ".missing").code(), Status::Code::kNotFound);
+  std::remove(path.c_str());
+}
+
+// ------------------------------------------------------------------ shapes and precision
+
+// The planner counts the same model from the spec alone (specs/param_count.cc);
+// the runtime differs from it by exactly what the planner leaves out: KDA's
+// per-channel dt_bias, MLA's output gate (Kimi K3), the router bias (a buffer
+// here, not a parameter), and layer 0's attention read (the identity).
+TEST(ShapeTest, ParameterCountMatchesThePlannerUpToNamedDifferences) {
+  RealFileSystem fs;
+  auto spec = PresetCatalog(fs, DefaultPresetDir()).Model("kimi-k3-debug");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto model = Build(*spec);
+  const double planner = CountParams(*spec).total;
+  const ModelSpec& m = *spec;
+  const double dt_bias = m.count(AttentionKind::kKda) * double(m.heads) * m.kda.head_dim_k;
+  const double mla_gate = m.count(AttentionKind::kMla) * double(m.hidden) * m.heads * m.mla.v_head_dim;
+  const double router_bias = m.moe_layer_count() * double(m.moe.num_experts);
+  const double layer0_read = 2.0 * m.hidden;
+  EXPECT_EQ(double(CountElements(model->parameters())), planner + dt_bias + mla_gate - router_bias - layer0_read);
+}
+
+TEST(ShapeTest, Bf16KeepsFp32MasterWeightsAndTracksFp32) {
+  const ModelSpec spec = TinyKimiSpec();
+  ModelOptions bf16;
+  bf16.dtype = DType::kBf16;
+  auto a = Build(spec), b = Build(spec, bf16);
+  for (const torch::Tensor& p : b->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+  const torch::Tensor tokens = Tokens(spec, 2, 6, 5);
+  const torch::Tensor la = LanguageModelLoss(a->forward(tokens), tokens), lb = LanguageModelLoss(b->forward(tokens), tokens);
+  EXPECT_EQ(lb.scalar_type(), torch::kFloat);
+  EXPECT_NEAR(la.item<double>(), lb.item<double>(), 0.05);
+  lb.backward();
+  for (const torch::Tensor& p : b->parameters())
+    if (p.grad().defined()) {
+      EXPECT_EQ(p.grad().scalar_type(), torch::kFloat);
+    }
+}
+
+// A plain-residual GPT: two MHA layers, grouped-query, ungated dense FFNs.
+ModelSpec GptSpec() {
+  ModelSpec m;
+  m.name = "gpt-tiny";
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 4;
+  m.head_dim = 4;
+  m.kv_heads = 2;  // grouped-query
+  m.vocab = 20;
+  m.dense_layers = 2;
+  m.dense_ffn = 32;
+  m.gated_ffn = false;
+  m.attention = {AttentionKind::kMha, AttentionKind::kMha};
+  return m;
+}
+
+TEST(ShapeTest, PlainResidualAndMhaBuildForGptStyleSpecs) {
+  ModelSpec m = GptSpec();
+  auto model = Build(m);
+  const torch::Tensor logits = model->forward(Tokens(m, 1, 5, 1));
+  EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{1, 5, 20}));
+  m.tied_embeddings = true;
+  EXPECT_EQ(BuildModel(m, {}).status().code(), Status::Code::kInvalidArgument);
+}
+
+// ------------------------------------------------------------------ incremental decoding
+
+// KDA + MLA with blocks (the rotary key, low-rank q or not), the plain
+// residual MHA model; chunked KDA so that a long prefill takes the chunked
+// path and a step the recurrent one.
+std::vector<std::pair<ModelSpec, ModelOptions>> DecodeSpecs() {
+  ModelOptions chunked;
+  chunked.kda_chunk = 4;
+  ModelSpec low_rank_q = TinyKimiSpec();
+  low_rank_q.mla.q_lora_rank = 12;
+  low_rank_q.attn_res_block = 3;
+  return {{TinyKimiSpec(), chunked}, {low_rank_q, ModelOptions{}}, {GptSpec(), ModelOptions{}}};
+}
+
+std::shared_ptr<StageModelImpl> BuildFp64(const ModelSpec& spec, const ModelOptions& opts) {
+  auto model = Build(spec, opts);
+  model->to(torch::kDouble);
+  if (spec.attn_res_block > 0) RandomiseDepthReads(*model, 31);
+  return model;
+}
+
+// Logits of `tokens` [B, T]: a prefill of the first `prefill` tokens, then
+// one token per step.
+torch::Tensor DecodeStepwise(StageModelImpl& model, const torch::Tensor& tokens, std::int64_t prefill) {
+  DecodeCache cache;
+  std::vector<torch::Tensor> logits = {model.ForwardIncremental(tokens.narrow(1, 0, prefill), cache)};
+  for (std::int64_t t = prefill; t < tokens.size(1); ++t) {
+    logits.push_back(model.ForwardIncremental(tokens.narrow(1, t, 1), cache));
+    EXPECT_EQ(cache.length(), t + 1);
+  }
+  return torch::cat(logits, 1);
+}
+
+TEST(DecodeTest, PrefillAndStepsEqualTheFullForward) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor tokens = Tokens(spec, 2, 11, 32);
+    const torch::Tensor full = model->forward(tokens);
+    for (std::int64_t prefill : {1, 3, 6}) {
+      const torch::Tensor stepwise = DecodeStepwise(*model, tokens, prefill);
+      ASSERT_EQ(stepwise.sizes(), full.sizes());
+      EXPECT_LT(MaxAbsDiff(stepwise, full), 1e-9) << spec.name << " prefill " << prefill;
+    }
+  }
+}
+
+TEST(DecodeTest, APrefillInTwoChunksEqualsOneChunk) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor tokens = Tokens(spec, 2, 9, 33);
+    DecodeCache one, two;
+    const torch::Tensor whole = model->ForwardIncremental(tokens, one);
+    const torch::Tensor first = model->ForwardIncremental(tokens.narrow(1, 0, 5), two);
+    const torch::Tensor second = model->ForwardIncremental(tokens.narrow(1, 5, 4), two);
+    EXPECT_LT(MaxAbsDiff(torch::cat({first, second}, 1), whole), 1e-9) << spec.name;
+    // The caches continue alike.
+    const torch::Tensor next = Tokens(spec, 2, 1, 34);
+    EXPECT_LT(MaxAbsDiff(model->ForwardIncremental(next, one), model->ForwardIncremental(next, two)), 1e-9);
+  }
+}
+
+TEST(DecodeTest, RepeatedAndSelectedRowsContinueTheirOwnSequences) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor prompt = Tokens(spec, 1, 5, 35);
+    const torch::Tensor continuations = Tokens(spec, 3, 3, 36);  // one per sample row
+    DecodeCache cache;
+    model->ForwardIncremental(prompt, cache);
+    cache.Repeat(3);
+    model->ForwardIncremental(continuations.narrow(1, 0, 2), cache);
+    // Drop row 1; rows 2 and 0 continue, in that order.
+    const torch::Tensor keep = torch::tensor(std::vector<std::int64_t>{2, 0}, torch::kLong);
+    cache.Select(keep);
+    const torch::Tensor last = model->ForwardIncremental(continuations.index_select(0, keep).narrow(1, 2, 1), cache);
+    for (std::int64_t i = 0; i < 2; ++i) {
+      const std::int64_t row = keep[i].item<std::int64_t>();
+      const torch::Tensor sequence = torch::cat({prompt, continuations.narrow(0, row, 1)}, 1);
+      const torch::Tensor want = model->forward(sequence).select(1, 7);
+      EXPECT_LT(MaxAbsDiff(last.select(0, i).select(0, 0), want.select(0, 0)), 1e-9) << spec.name << " row " << row;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kp::runtime

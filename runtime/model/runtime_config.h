@@ -1,0 +1,73 @@
+// How the runtime builds and runs a ModelSpec: precision, activation
+// checkpointing, LoRA, and the flags that scale a preset down to a size a
+// CPU or one GPU can train. Plain data, no LibTorch: the CLI includes it.
+#ifndef KIMI_PLAN_RUNTIME_MODEL_RUNTIME_CONFIG_H_
+#define KIMI_PLAN_RUNTIME_MODEL_RUNTIME_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "specs/model_spec.h"
+
+namespace kp::runtime {
+
+/// The activation dtype. Parameters, optimizer state, norms, softmaxes, the
+/// attention-residual reads, the KDA recurrence and the loss stay fp32.
+enum class DType { kFp32, kBf16 };
+const char* DTypeName(DType d);
+/// "fp32" or "bf16"; anything else is an InvalidArgument naming `field`.
+Result<DType> ParseDType(const std::string& s, const std::string& field = "--dtype");
+
+/// LoRA on the routed experts: `kSharedOuter` shares the gate/up A and the
+/// down B (the sides that face the hidden stream) across a layer's experts;
+/// `kPerExpert` gives every expert its own A and B.
+enum class LoraExperts { kSharedOuter, kPerExpert };
+
+struct LoraOptions {
+  int rank = 0;         ///< 0: no adapters, every parameter trains
+  double alpha = 0;     ///< the update is (alpha / rank) * B A
+  LoraExperts experts = LoraExperts::kSharedOuter;
+  bool enabled() const { return rank > 0; }
+};
+
+/// Runtime knobs that do not change the parameter shapes.
+struct ModelOptions {
+  DType dtype = DType::kFp32;
+  bool activation_checkpointing = false;  ///< recompute each decoder layer in backward
+  int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
+  double route_scale = 2.5;               ///< routed-expert output scale (DeepSeek-V3's routed_scaling_factor)
+  double norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::uint64_t seed = 0;                 ///< parameter initialisation seed
+};
+
+/// Overrides that scale a preset (all optional). Widths that follow the
+/// hidden size (dense_ffn, expert_ffn, shared_ffn, latent_dim, q/kv LoRA
+/// ranks) are scaled by the same ratio; head dimensions are kept.
+struct ScaleFlags {
+  std::optional<int> layers, hidden, heads, experts, top_k, vocab, attn_res_block, dense_layers;
+};
+
+/// The preset with the flags applied, validated for the runtime. With fewer
+/// layers the first layers - 1 keep the preset's attention kinds and the last
+/// layer keeps the preset's last kind (Kimi K3's closing MLA).
+Result<ModelSpec> ScaleModel(const ModelSpec& preset, const ScaleFlags& flags);
+
+/// ModelSpec::Validate plus what this runtime can build: untied head, even
+/// RoPE widths, MHA heads that divide the hidden size. The message names the
+/// field (as a flag where one exists) and what is allowed.
+Status ValidateForRuntime(const ModelSpec& m);
+
+/// The shape-defining fields as one JSON object (stable key order): what a
+/// checkpoint records and a resume compares.
+std::string ModelShapeJson(const ModelSpec& m, const LoraOptions& lora);
+
+/// The first field where two shape JSONs differ, e.g. "hidden: 256 vs 128";
+/// empty when equal.
+std::string FirstShapeDifference(const std::string& a_json, const std::string& b_json);
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_MODEL_RUNTIME_CONFIG_H_

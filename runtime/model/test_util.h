@@ -1,0 +1,44 @@
+// Small model shapes for the runtime tests: every feature of Kimi K3 (KDA,
+// MLA, dense and MoE FFNs, LatentMoE, shared experts, Block Attention
+// Residuals with a partial last block) at a size that trains in seconds.
+#ifndef KIMI_PLAN_RUNTIME_MODEL_TEST_UTIL_H_
+#define KIMI_PLAN_RUNTIME_MODEL_TEST_UTIL_H_
+
+#include "specs/model_spec.h"
+
+namespace kp::runtime {
+
+/// 5 layers (KDA KDA MLA KDA MLA), blocks of 2 (the last one partial),
+/// dense layer 0, 4 experts top-2 in a latent of 16, one shared expert.
+inline ModelSpec TinyKimiSpec() {
+  ModelSpec m;
+  m.name = "tiny-kimi";
+  m.layers = 5;
+  m.hidden = 32;
+  m.heads = 2;
+  m.vocab = 48;
+  m.dense_layers = 1;
+  m.dense_ffn = 48;
+  using K = AttentionKind;
+  m.attention = {K::kKda, K::kKda, K::kMla, K::kKda, K::kMla};
+  m.mla.q_lora_rank = 0;
+  m.mla.kv_lora_rank = 16;
+  m.mla.qk_nope_head_dim = 8;
+  m.mla.qk_rope_head_dim = 4;
+  m.mla.v_head_dim = 8;
+  m.kda.head_dim_k = 8;
+  m.kda.head_dim_v = 8;
+  m.kda.conv_kernel = 3;
+  m.moe.num_experts = 4;
+  m.moe.top_k = 2;
+  m.moe.expert_ffn = 16;
+  m.moe.shared_experts = 1;
+  m.moe.shared_ffn = 16;
+  m.moe.latent_dim = 16;
+  m.attn_res_block = 2;
+  return m;
+}
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_MODEL_TEST_UTIL_H_

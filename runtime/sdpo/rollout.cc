@@ -1,0 +1,158 @@
+#include "runtime/sdpo/rollout.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "common/clock.h"
+
+namespace kp::runtime {
+
+namespace {
+
+torch::Tensor MaskVocab(const torch::Tensor& logits, std::int64_t vocab_limit) {
+  const std::int64_t v = logits.size(-1);
+  if (vocab_limit <= 0 || vocab_limit >= v) return logits;
+  return logits.index_fill(-1, torch::arange(vocab_limit, v, logits.options().dtype(torch::kLong)),
+                           -std::numeric_limits<double>::infinity());
+}
+
+// Zeroes the probabilities outside the nucleus: in descending order (ties by
+// lower id), a token stays while the mass strictly before it is < top_p.
+torch::Tensor KeepNucleus(const torch::Tensor& probs, double top_p) {
+  if (top_p >= 1.0) return probs;
+  const auto [sorted, order] = torch::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+  const torch::Tensor drop_sorted = (sorted.cumsum(-1) - sorted) >= top_p;
+  const torch::Tensor drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
+  return probs.masked_fill(drop, 0.0);
+}
+
+bool IsStop(const SamplingOptions& o, std::int64_t id) {
+  return std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
+}
+
+torch::Device DeviceOf(const StageModelImpl& model) {
+  const auto params = model.parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+
+}  // namespace
+
+Status ValidateSamplingOptions(const SamplingOptions& o) {
+  if (!std::isfinite(o.temperature) || o.temperature < 0)
+    return Status::InvalidArgument("--temperature: must be >= 0 (0 is greedy), got " + std::to_string(o.temperature));
+  if (!(o.top_p > 0 && o.top_p <= 1))
+    return Status::InvalidArgument("--top-p: must be in (0, 1], got " + std::to_string(o.top_p));
+  if (o.max_new_tokens < 1)
+    return Status::InvalidArgument("--max-new-tokens: must be >= 1, got " + std::to_string(o.max_new_tokens));
+  if (o.samples < 1) return Status::InvalidArgument("--samples: must be >= 1, got " + std::to_string(o.samples));
+  if (o.vocab_limit < 0)
+    return Status::InvalidArgument("vocab_limit: must be >= 0 (0: the whole vocabulary), got " +
+                                   std::to_string(o.vocab_limit));
+  return Status::Ok();
+}
+
+SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator) {
+  const torch::Tensor z = MaskVocab(logits, options.vocab_limit);
+  SampledTokens out;
+  if (options.temperature == 0) {
+    out.ids = z.argmax(-1);
+    out.logprobs = torch::log_softmax(z, -1).gather(-1, out.ids.unsqueeze(-1)).squeeze(-1);
+    return out;
+  }
+  const torch::Tensor logp = torch::log_softmax(z / options.temperature, -1);
+  const torch::Tensor probs = KeepNucleus(logp.exp(), options.top_p).to(torch::kCPU, torch::kDouble);
+  out.ids = torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1).to(logits.device());
+  out.logprobs = logp.gather(-1, out.ids.unsqueeze(-1)).squeeze(-1);
+  return out;
+}
+
+RolloutEngine::RolloutEngine(std::shared_ptr<StageModelImpl> model)
+    : model_(std::move(model)), device_(DeviceOf(*model_)) {}
+
+Status RolloutEngine::CheckPrompts(const std::vector<std::vector<std::int64_t>>& prompts) const {
+  const std::int64_t vocab = model_->spec().vocab;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) return Status::InvalidArgument("prompt " + std::to_string(i) + " is empty");
+    for (std::size_t t = 0; t < prompts[i].size(); ++t)
+      if (prompts[i][t] < 0 || prompts[i][t] >= vocab)
+        return Status::InvalidArgument("prompt " + std::to_string(i) + ": id " + std::to_string(prompts[i][t]) +
+                                       " at position " + std::to_string(t) + " is outside the model's vocabulary of " +
+                                       std::to_string(vocab));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<Sample>> RolloutEngine::Generate(const std::vector<std::vector<std::int64_t>>& prompts,
+                                                    const SamplingOptions& options, std::uint64_t seed) {
+  KP_RETURN_IF_ERROR(ValidateSamplingOptions(options));
+  KP_RETURN_IF_ERROR(CheckPrompts(prompts));
+  if (!model_->embedding() || !model_->head())
+    return Status::InvalidArgument("rollout: the model must hold the embedding, every layer and the head");
+  const Stopwatch watch;
+  stats_ = {};
+  std::map<std::size_t, std::vector<int>> groups;  // prompt length -> prompt indices, in order
+  for (std::size_t i = 0; i < prompts.size(); ++i) groups[prompts[i].size()].push_back(static_cast<int>(i));
+  std::vector<Sample> out(prompts.size() * options.samples);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].prompt = static_cast<int>(i / options.samples);
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  try {
+    for (const auto& [length, group] : groups) GenerateGroup(prompts, group, options, generator, out);
+  } catch (const c10::Error& e) {
+    return Status::Internal("rollout: " + std::string(e.what_without_backtrace()));
+  }
+  stats_.seconds = watch.Seconds();
+  return out;
+}
+
+void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<int>& group,
+                                  const SamplingOptions& options, at::Generator& generator, std::vector<Sample>& out) {
+  const int n = options.samples;
+  const auto length = static_cast<std::int64_t>(prompts[group.front()].size());
+  torch::Tensor tokens = torch::empty({static_cast<std::int64_t>(group.size()), length}, torch::kLong);
+  std::vector<Sample*> rows;  // the sample each batch row writes
+  for (std::size_t g = 0; g < group.size(); ++g) {
+    tokens[g].copy_(torch::tensor(prompts[group[g]], torch::kLong));
+    for (int j = 0; j < n; ++j) rows.push_back(&out[static_cast<std::size_t>(group[g]) * n + j]);
+  }
+  DecodeCache cache;
+  torch::Tensor logits = model_->ForwardIncremental(tokens.to(device_), cache).select(1, length - 1);
+  ++stats_.forward_calls;
+  cache.Repeat(n);
+  logits = logits.repeat_interleave(n, 0);
+  for (int step = 0;; ++step) {
+    const SampledTokens drawn = SampleToken(logits, options, generator);
+    const torch::Tensor ids_cpu = drawn.ids.cpu(), logprobs_cpu = drawn.logprobs.to(torch::kCPU, torch::kFloat);
+    const auto ids = ids_cpu.accessor<std::int64_t, 1>();
+    const auto logprobs = logprobs_cpu.accessor<float, 1>();
+    std::vector<std::int64_t> keep;
+    std::vector<Sample*> kept_rows;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const std::int64_t id = ids[static_cast<std::int64_t>(r)];
+      rows[r]->response.push_back(id);
+      rows[r]->logprobs.push_back(logprobs[static_cast<std::int64_t>(r)]);
+      rows[r]->stopped = IsStop(options, id);
+      if (rows[r]->stopped) continue;
+      keep.push_back(static_cast<std::int64_t>(r));
+      kept_rows.push_back(rows[r]);
+    }
+    stats_.generated_tokens += static_cast<std::int64_t>(rows.size());
+    if (keep.empty() || step + 1 == options.max_new_tokens) return;
+    torch::Tensor next = drawn.ids;
+    if (keep.size() < rows.size()) {
+      const torch::Tensor index = torch::tensor(keep, torch::kLong).to(device_);
+      cache.Select(index);
+      next = next.index_select(0, index);
+      rows = std::move(kept_rows);
+    }
+    logits = model_->ForwardIncremental(next.unsqueeze(1), cache).select(1, 0);
+    ++stats_.forward_calls;
+  }
+}
+
+}  // namespace kp::runtime

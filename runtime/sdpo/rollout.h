@@ -1,0 +1,87 @@
+// The SDPO loop's rollout engine: n sampled responses per prompt from the
+// current policy, decoded with the model's KV cache (StageModelImpl::
+// ForwardIncremental). Rules: docs/runtime.md §16.
+//
+// Invariants: prompts of equal length are decoded together, one prefill per
+// prompt repeated to its n sample rows, so no batch is ever padded; a row
+// that emits a stop id is dropped from the batch (DecodeCache::Select);
+// randomness comes only from one CPU generator seeded by Generate's `seed`,
+// so the same model, prompts, options and seed give the same samples on any
+// device that computes the same probabilities.
+// Device: the model's. Logits, temperature, masks, softmax and top-p stay on
+// it; only the small [rows, V] probabilities move to the CPU for the draw.
+// Thread-safety: an engine and its model are used from one thread.
+#ifndef KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_
+#define KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/status.h"
+#include "runtime/model/model.h"
+#include "runtime/sdpo/sampling_options.h"
+#include "runtime/tasks/tokenizer.h"
+
+namespace kp::runtime {
+
+
+struct Sample {
+  int prompt = 0;                        ///< index into the prompts given to Generate
+  std::vector<std::int64_t> response;    ///< sampled ids, the stop id included when one ended it
+  std::vector<float> logprobs;           ///< log pi(y_t | ...) under the sampling distribution (after temperature, before top-p renormalisation)
+  bool stopped = false;                  ///< ended by a stop id (else by max_new_tokens)
+};
+
+struct GenerationStats {
+  std::int64_t generated_tokens = 0;  ///< sum of the response lengths
+  double seconds = 0;                 ///< wall time of the whole Generate call
+  std::int64_t forward_calls = 0;     ///< ForwardIncremental calls: one prefill per length group plus the steps
+};
+
+/// One token per row of `logits` [B, V] (any device, fp32 or fp64):
+///   z = logits with ids >= vocab_limit set to -inf (when vocab_limit > 0),
+///   logp = log_softmax(z / temperature)  (temperature 0: log_softmax(z), ids = argmax z, lowest id on ties),
+///   ids drawn from exp(logp) restricted to the nucleus (the most likely ids, ties by lower id, up to and
+///   including the first whose cumulative mass reaches top_p) and renormalised.
+/// The draw uses `generator` (a CPU generator) on the probabilities moved to
+/// the CPU in fp64. Returns ids [B] (int64) and logp at ids [B] (logits'
+/// dtype), both on logits' device: the sampled id's log-probability before
+/// the top-p renormalisation.
+struct SampledTokens {
+  torch::Tensor ids;
+  torch::Tensor logprobs;
+};
+SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);
+
+class RolloutEngine {
+ public:
+  /// Uses `model` (a whole model: embedding, all layers, head) for inference only (NoGradGuard, eval).
+  explicit RolloutEngine(std::shared_ptr<StageModelImpl> model);
+  /// prompts[i] are token ids (BOS ... SEP from ByteTokenizer::EncodePrompt). Returns prompts.size() * samples
+  /// samples, sample j of prompt i at index i * samples + j. Prompts of equal length are decoded together in one
+  /// batch (rows of all their samples), so a batch never needs padding; the KV cache is prefilled once per prompt and
+  /// repeated to its n rows. Finished rows stop being computed. Deterministic given `seed`
+  /// (a CPU torch::Generator seeded with it; the same seed gives the same samples).
+  /// InvalidArgument for bad options, an empty prompt or an id outside the vocabulary; Internal for a LibTorch error.
+  Result<std::vector<Sample>> Generate(const std::vector<std::vector<std::int64_t>>& prompts,
+                                       const SamplingOptions& options, std::uint64_t seed);
+  const GenerationStats& last_stats() const { return stats_; }
+  StageModelImpl& model() { return *model_; }
+
+ private:
+  // Decodes every sample of `group` (indices of prompts of one length) into `out`.
+  void GenerateGroup(const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<int>& group,
+                     const SamplingOptions& options, at::Generator& generator, std::vector<Sample>& out);
+  Status CheckPrompts(const std::vector<std::vector<std::int64_t>>& prompts) const;
+
+  std::shared_ptr<StageModelImpl> model_;
+  torch::Device device_;
+  GenerationStats stats_;
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_

@@ -1,0 +1,173 @@
+#include "runtime/train/dist_trainer.h"
+
+#include "runtime/comm/c10d_communicator.h"
+#include "runtime/comm/device.h"
+#include "runtime/comm/rank_groups.h"
+#include "runtime/model/expert_parallel.h"
+#include "runtime/train/pipeline_runtime.h"
+#include "runtime/train/pipeline_stage.h"
+#include "runtime/train/trainer_internal.h"
+
+namespace kp::runtime {
+
+namespace {
+
+std::string Str(int v) { return std::to_string(v); }
+
+}  // namespace
+
+bool RunsPipeline() { return true; }
+
+Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) {
+  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1)
+    return Status::InvalidArgument("--pp/--vp/--dp/--ep: must be positive");
+  if (l.world() != world)
+    return Status::InvalidArgument("--nproc: " + Str(world) + " ranks, but the layout needs pp x dp = " + Str(l.pp) +
+                                   " x " + Str(l.dp) + " = " + Str(l.world()));
+  if (l.dp % l.ep != 0)
+    return Status::InvalidArgument("--ep: " + Str(l.ep) + " must divide --dp " + Str(l.dp) +
+                                   " (expert parallelism folds into data parallelism)");
+  if (l.ep > 1 && c.model.moe.num_experts % l.ep != 0)
+    return Status::InvalidArgument("--ep: " + Str(l.ep) + " does not divide the model's " +
+                                   Str(c.model.moe.num_experts) + " routed experts");
+  if (l.ep > 1 && c.model.moe.num_experts == 0)
+    return Status::InvalidArgument("--ep: the model has no routed experts");
+  if (l.ep > 1 && c.lora.enabled())
+    return Status::InvalidArgument("--ep: expert parallelism with --lora-rank is not supported yet");
+  if (c.batch % l.dp != 0)
+    return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences do not split evenly over dp " + Str(l.dp));
+  if ((l.pp > 1 || l.vp > 1) && (c.batch / l.dp) % l.pp != 0)
+    return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences over dp " + Str(l.dp) + " give each replica " +
+                                   Str(c.batch / l.dp) + " (one per micro-batch), which must be a multiple of pp " +
+                                   Str(l.pp));
+  return Status::Ok();
+}
+
+// The rank's stages run as a PipelineRank (the one step) over its
+// replica's pipeline group; without a pipeline that group is this rank
+// alone and the whole model is its one stage.
+struct DistTrainSession::Impl {
+  TrainConfig config;
+  ParallelLayout layout;
+  const FileSystem* fs = nullptr;
+  torch::Device device{torch::kCPU};
+  std::unique_ptr<Communicator> world;
+  RankGroups groups;  // pipeline, DP, EP and expert-DP (rank_groups.h)
+  std::unique_ptr<TokenSource> data;
+  std::unique_ptr<PipelineRank> pipeline;
+
+  bool Pipelined() const { return layout.pp > 1 || layout.vp > 1; }
+  Status BuildPipeline();
+  Result<std::vector<TrafficRow>> GatherTraffic(const std::vector<PipelineTraffic>& mine);
+  Result<DistStepMetrics> Step();
+};
+
+// The simulator's action lists for this rank over its replica's pipeline
+// group, one sequence per micro-batch of the replica's rows (the replica's
+// rows at once without a pipeline), the stages on this rank's device,
+// their gradients averaged over the stage's DP group.
+Status DistTrainSession::Impl::BuildPipeline() {
+  PipelineRankConfig pc;
+  pc.train = config;
+  pc.train.device = device.str();
+  KP_ASSIGN_OR_RETURN(pc.schedule, ParseSchedule(layout.schedule));
+  pc.pp = layout.pp;
+  pc.vp = layout.vp;
+  pc.microbatches = Pipelined() ? config.batch / layout.dp : 1;
+  pc.attnres_cache = layout.attnres_cache;
+  pc.replicas = PipelineReplicas{layout.dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get()};
+  if (groups.pipeline == nullptr)  // pp 1 with dp > 1: a pipeline of this rank alone
+    groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();
+  KP_ASSIGN_OR_RETURN(pipeline, PipelineRank::Create(pc, *groups.pipeline));
+  return Status::Ok();
+}
+
+// Every rank learns every stage's traffic of its replica (the replicas send
+// alike): each fills the rows of its own stages and a sum over the pipeline
+// group (one contributor per slot) completes them.
+Result<std::vector<TrafficRow>> DistTrainSession::Impl::GatherTraffic(const std::vector<PipelineTraffic>& mine) {
+  std::vector<TrafficRow> rows;
+  if (!Pipelined()) return rows;
+  const int stages = layout.pp * layout.vp;
+  torch::Tensor table = torch::zeros({stages, 2, 2}, torch::kDouble);
+  for (const PipelineTraffic& x : mine) {
+    table[x.stage][x.forward ? 0 : 1][0] += static_cast<double>(x.entries);
+    table[x.stage][x.forward ? 0 : 1][1] += static_cast<double>(x.entry_bytes + x.hidden_bytes);
+  }
+  table = table.to(device);
+  KP_RETURN_IF_ERROR(groups.pipeline->AllReduceSum(table));
+  table = table.cpu();
+  for (int s = 0; s < stages; ++s)
+    for (int d = 0; d < 2; ++d)
+      if (table[s][d][1].item<double>() > 0)
+        rows.push_back(TrafficRow{s, d == 0 ? "forward" : "backward",
+                                  static_cast<std::int64_t>(table[s][d][0].item<double>()),
+                                  static_cast<std::int64_t>(table[s][d][1].item<double>())});
+  return rows;
+}
+
+Result<DistStepMetrics> DistTrainSession::Impl::Step() {
+  // The whole batch is a pure function of (seed, step); each DP replica keeps its rows.
+  const std::vector<std::int64_t> tokens = data->Batch(pipeline->step(), config.batch, config.seq_len + 1);
+  KP_ASSIGN_OR_RETURN(const PipelineStepResult r, pipeline->TrainStep(tokens));
+  DistStepMetrics out;
+  out.step = StepMetricsOf(r, config, PeakMemoryBytes(device, *fs));
+  KP_ASSIGN_OR_RETURN(out.traffic, GatherTraffic(r.traffic));
+  return out;
+}
+
+DistTrainSession::DistTrainSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DistTrainSession::~DistTrainSession() = default;
+
+Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainConfig& config,
+                                                                   const ParallelLayout& layout,
+                                                                   const Rendezvous& rendezvous,
+                                                                   const C10dOptions& c10d, const FileSystem& fs) {
+  KP_RETURN_IF_ERROR(ValidateTrainConfig(config));
+  KP_RETURN_IF_ERROR(ValidateForRuntime(config.model));
+  KP_RETURN_IF_ERROR(ValidateLayout(layout, rendezvous.world_size, config));
+  if (!config.resume.empty()) return Status::InvalidArgument("--resume: not supported by `run` yet");
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->config.options.seed = config.seed;
+  impl->layout = layout;
+  impl->fs = &fs;
+  KP_ASSIGN_OR_RETURN(impl->device, ParseDevice(config.device));
+  if (impl->device.is_cuda() && impl->device.index() < 0)
+    impl->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rendezvous.local_rank));
+  KP_ASSIGN_OR_RETURN(impl->data, OpenTokenSource(config, fs));
+  try {
+    torch::manual_seed(config.seed);
+    KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
+    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, layout.pp, layout.dp, layout.ep));
+    KP_RETURN_IF_ERROR(impl->BuildPipeline());
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());
+  }
+  return std::unique_ptr<DistTrainSession>(new DistTrainSession(std::move(impl)));
+}
+
+Result<DistStepMetrics> DistTrainSession::Step() {
+  try {
+    return impl_->Step();
+  } catch (const CommunicationError& e) {
+    return Status::IoError(e.what());
+  } catch (const c10::Error& e) {
+    return Status::Internal("step " + Str(impl_->pipeline->step() + 1) + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::IoError("step " + Str(impl_->pipeline->step() + 1) + ": " + e.what());
+  }
+}
+
+int DistTrainSession::rank() const { return impl_->world->rank(); }
+int DistTrainSession::world_size() const { return impl_->world->size(); }
+int DistTrainSession::step() const { return impl_->pipeline->step(); }
+std::string DistTrainSession::backend() const { return impl_->world->backend(); }
+std::int64_t DistTrainSession::local_parameter_count() const {
+  std::int64_t n = 0;
+  for (int s : impl_->pipeline->stages()) n += CountElements(impl_->pipeline->stage_module(s).TrainableParameters());
+  return n;
+}
+std::string DistTrainSession::data_description() const { return impl_->data->Describe(); }
+
+}  // namespace kp::runtime

@@ -1,0 +1,103 @@
+// One rank of the distributed trainer (`kimi-plan run`): the model of
+// trainer.h trained over c10d with pipeline parallelism (the simulator's
+// action lists, pipeline_runtime.h), data parallelism (gradient all-reduce,
+// reproducible norm) and expert parallelism (all-to-all token dispatch),
+// composed. No LibTorch in this header: the CLI includes it.
+//
+// Rank layout (Megatron / torchtitan, pipeline outermost): world = pp x dp,
+// rank = p * dp + d for pipeline rank p and DP rank d. The DP groups are one
+// stage's replicas {p * dp + d : d}, the pipeline groups one replica's
+// stages {p * dp + d : p}; EP folds into DP (ep divides dp): the EP groups
+// are ep consecutive ranks of a DP group and the expert-DP groups the ranks
+// of a DP group with the same d % ep. E.g. pp 2 x dp 2: DP {0,1} {2,3},
+// pipelines {0,2} {1,3}.
+//
+// Every rank reads the whole step batch from the deterministic source
+// (data.h) and keeps its DP slice: rows [d * b / dp, (d + 1) * b / dp); a
+// pipeline runs that slice as b / dp micro-batches of one sequence, then
+// each stage's gradients are averaged over its DP group, and the norm is
+// summed in the whole model's parameter order over the pipeline group. The
+// reported loss is the mean of the slices' losses, the same on every rank.
+// Thread-safety: one thread.
+#ifndef KIMI_PLAN_RUNTIME_TRAIN_DIST_TRAINER_H_
+#define KIMI_PLAN_RUNTIME_TRAIN_DIST_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/file_system.h"
+#include "common/status.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/train/trainer.h"
+
+namespace kp::runtime {
+
+/// The parallel layout a run executes (the planner's names).
+struct ParallelLayout {
+  int pp = 1;                      ///< pipeline stages (ranks)
+  int vp = 1;                      ///< virtual stages per pipeline rank
+  int dp = 1;                      ///< data-parallel replicas
+  int ep = 1;                      ///< expert parallelism, folded into dp (ep divides dp)
+  std::string schedule = "1f1b";   ///< the simulator's schedule name
+  bool attnres_cache = false;      ///< the cached AttnRes transport of PR #4312
+  int world() const { return pp * dp; }
+};
+
+/// Checks the layout against the world size, the model and the batch; the
+/// message names the flag: --nproc (world != pp x dp), --ep (must divide
+/// --dp and the routed experts), --batch (must split evenly over dp),
+/// --batch (a pipeline replica's b / dp sequences must be a multiple of pp).
+Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
+
+/// Whether this build executes pipelines (pp > 1 or vp > 1), composed with
+/// DP and EP: true.
+bool RunsPipeline();
+
+/// Per step, pipeline stage and direction ("forward" activations, "backward"
+/// gradients): the AttnRes block entries and the bytes this rank sent.
+struct TrafficRow {
+  int stage = 0;
+  std::string direction;
+  std::int64_t entries = 0;
+  std::int64_t bytes = 0;
+};
+
+struct DistStepMetrics {
+  StepMetrics step;                      ///< loss and grad norm are global (same on every rank)
+  std::vector<TrafficRow> traffic;  ///< every stage's sends of one replica, the same on every rank; empty without a pipeline
+};
+
+class DistTrainSession {
+ public:
+  /// Meets the other ranks (ConnectC10d), builds the groups of `layout`, the
+  /// model (experts sharded over EP) and the optimizer. Errors name the
+  /// flag (InvalidArgument) or the rendezvous (IoError).
+  static Result<std::unique_ptr<DistTrainSession>> Create(const TrainConfig& config, const ParallelLayout& layout,
+                                                          const Rendezvous& rendezvous, const C10dOptions& c10d,
+                                                          const FileSystem& fs);
+  ~DistTrainSession();
+  DistTrainSession(const DistTrainSession&) = delete;
+  DistTrainSession& operator=(const DistTrainSession&) = delete;
+
+  /// One optimizer step over the global batch. A peer that died or hung is
+  /// an IoError naming it and the operation.
+  Result<DistStepMetrics> Step();
+
+  int rank() const;
+  int world_size() const;
+  int step() const;
+  std::string backend() const;
+  std::int64_t local_parameter_count() const;  ///< this rank's share (experts sharded)
+  std::string data_description() const;
+
+ private:
+  struct Impl;
+  explicit DistTrainSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_TRAIN_DIST_TRAINER_H_

@@ -1,0 +1,192 @@
+// The pipeline composed with data and expert parallelism, and the pipeline's
+// gradients over real processes.
+//
+// In-process ranks (threads): pp 2 x dp 2, step 1 bitwise and several steps
+// identical to the single-process reference that accumulates each replica's
+// micro-batches apart and averages the replicas in DP-rank order; pp 2 x
+// dp 2 x ep 2 against the same micro-batches run without a pipeline, the
+// experts sharded over EP (EpReference).
+//
+// Gloo processes: PipelineProcess.X spawns pp x dp copies of this binary,
+// each running PipelineProcessRank.Step1 for the shape named in
+// KIMI_PLAN_TEST_PIPELINE: it meets its peers over c10d Gloo (FileStore on
+// 127.0.0.1), runs step 1 and compares every gradient of its stages, the
+// loss and the norm with the reference it computes itself.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "runtime/comm/dist_test_util.h"
+#include "runtime/train/pipeline_test_util.h"
+
+namespace kp::runtime {
+namespace {
+
+using testing::Config;
+using testing::DebugSpec;
+using testing::EpReference;
+using testing::ExpectSameGrads;
+using testing::Pipeline;
+using testing::Reference;
+using testing::RunResult;
+
+constexpr int kSteps = 4;
+
+TEST(PipelineDpTest, Pp2Dp2BitwiseAndIdenticalSteps) {
+  for (bool cache : {false, true}) {
+    const PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, cache, /*dp=*/2);
+    const RunResult ref = Reference(c, kSteps, 2);
+    auto got = Pipeline(c, kSteps, {}, 2, 1);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    const std::string what = cache ? "pp2 x dp2 cached" : "pp2 x dp2 naive";
+    ExpectSameGrads(ref.grads, got->grads, 0, what);
+    for (const PipelineStepResult& r : got->step1) {  // every rank reports the global values
+      EXPECT_EQ(r.loss, ref.losses[0]) << what;
+      EXPECT_EQ(r.grad_norm, ref.norms[0]) << what;
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      EXPECT_EQ(ref.losses[step], got->losses[step]) << what << " step " << step + 1;
+      EXPECT_EQ(ref.norms[step], got->norms[step]) << what << " step " << step + 1;
+    }
+  }
+}
+
+// Interleaved stages on each replica: two stages per rank, cache off.
+TEST(PipelineDpTest, Pp2Vp2Dp2Bitwise) {
+  const PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::kInterleaved1F1B, 2, 2, false, 2);
+  const RunResult ref = Reference(c, 2, 2);
+  auto got = Pipeline(c, 2, {}, 2, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ExpectSameGrads(ref.grads, got->grads, 0, "pp2 x vp2 x dp2");
+  EXPECT_EQ(ref.losses, got->losses);
+  EXPECT_EQ(ref.norms, got->norms);
+}
+
+// EP inside the stages: each stage's 4 experts split 2 + 2 over the stage's
+// two replicas. Clipping off (see EpReference); the norm, a sum over shards,
+// agrees to fp64 rounding.
+TEST(PipelineDpTest, Pp2Dp2Ep2EqualsExpertParallelWithoutPipeline) {
+  PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, false, 2);
+  c.train.grad_clip = 1e9;
+  auto ref = EpReference(c, kSteps, 2, 2);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  auto got = Pipeline(c, kSteps, {}, 2, 2);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ExpectSameGrads(ref->grads, got->grads, 0, "pp2 x dp2 x ep2");
+  EXPECT_EQ(ref->losses, got->losses);
+  // The whole model's norm: the single-process reference's, to rounding.
+  const RunResult dense = Reference(c, 1, 2);
+  EXPECT_NEAR(got->norms[0], dense.norms[0], 1e-5 * dense.norms[0]);
+  EXPECT_NEAR(got->losses[0], dense.losses[0], 1e-6 * dense.losses[0]);
+}
+
+TEST(PipelineDpTest, BatchThatDoesNotSplitOverReplicasIsRefused) {
+  PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, false, 2);
+  c.microbatches = 3;  // 4 rows per replica
+  auto got = Pipeline(c, 1, {}, 2, 1);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("--microbatches: 3 must be positive and divide the 4 sequences of a replica"),
+            std::string::npos)
+      << got.status().message();
+}
+
+// ---------------------------------------------------------------- Gloo processes
+
+struct ProcessShape {
+  const char* name;
+  ScheduleKind kind;
+  int pp, vp, dp, ep, layers;
+  const char* split;  // "" = the even split
+  bool cache;
+};
+
+const ProcessShape kProcessShapes[] = {
+    {"pp2", ScheduleKind::k1F1B, 2, 1, 1, 1, 8, "", false},
+    {"pp4", ScheduleKind::k1F1B, 4, 1, 1, 1, 8, "", false},
+    {"pp2xvp2", ScheduleKind::kInterleaved1F1B, 2, 2, 1, 1, 8, "", false},
+    {"pp4xvp4", ScheduleKind::kInterleaved1F1B, 4, 4, 1, 1, 17, "1,2,2,1,1,1,1,1,1,1,1,1,1,1,1,0", false},
+    {"pp2-cached", ScheduleKind::k1F1B, 2, 1, 1, 1, 8, "", true},
+    {"pp4-cached", ScheduleKind::k1F1B, 4, 1, 1, 1, 8, "", true},
+    {"pp2xdp2", ScheduleKind::k1F1B, 2, 1, 2, 1, 8, "", false},
+    {"pp2xdp2xep2", ScheduleKind::k1F1B, 2, 1, 2, 2, 8, "", false},
+};
+
+constexpr const char* kShapeVariable = "KIMI_PLAN_TEST_PIPELINE";
+
+const ProcessShape* FindShape(const std::string& name) {
+  for (const ProcessShape& s : kProcessShapes)
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+PipelineRankConfig ShapeConfig(const ProcessShape& shape) {
+  const ModelSpec spec = DebugSpec(shape.layers);
+  PipelineRankConfig c = Config(spec, shape.kind, shape.pp, shape.vp, shape.cache, shape.dp);
+  if (*shape.split) {
+    auto split = ParseSplit(shape.split, spec.layers);
+    EXPECT_TRUE(split.ok()) << split.status().message();
+    if (split.ok()) c.split = *split;
+  }
+  if (shape.ep > 1) c.train.grad_clip = 1e9;  // see EpReference
+  return c;
+}
+
+TEST(PipelineProcessRank, Step1) {
+  if (!testing::IsRankProcess() || std::getenv(kShapeVariable) == nullptr)
+    GTEST_SKIP() << "a rank of PipelineProcess.*";
+  const ProcessShape* shape = FindShape(std::getenv(kShapeVariable));
+  ASSERT_NE(shape, nullptr) << std::getenv(kShapeVariable);
+  at::set_num_threads(1);  // the reference and the rank alike; the ranks share the cores
+  std::unique_ptr<Communicator> world = testing::ConnectThisRank();
+  ASSERT_NE(world, nullptr);
+  const PipelineRankConfig c = ShapeConfig(*shape);
+  RunResult got;
+  std::mutex mu;
+  const Status s = testing::ComposedRank(*world, c, shape->dp, shape->ep, 1, {}, got, mu);
+  ASSERT_TRUE(s.ok()) << s.message();
+  RunResult ref;
+  if (shape->ep > 1) {
+    auto r = EpReference(c, 1, shape->dp, shape->ep);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ref = *r;
+  } else {
+    ref = Reference(c, 1, shape->dp);
+  }
+  const std::string what = std::string(shape->name) + " rank " + std::to_string(world->rank());
+  ASSERT_EQ(got.step1.size(), 1u);
+  EXPECT_FALSE(got.grads.empty()) << what;
+  ExpectSameGrads(ref.grads, got.grads, 0, what, /*only_got=*/true);
+  EXPECT_EQ(got.step1[0].loss, ref.losses[0]) << what;
+  if (shape->ep == 1) {
+    EXPECT_EQ(got.step1[0].grad_norm, ref.norms[0]) << what;
+  }
+}
+
+void RunShapes(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const ProcessShape* shape = FindShape(name);
+    ASSERT_NE(shape, nullptr) << name;
+    const int world = shape->pp * shape->dp;
+    EXPECT_EQ(testing::RunRanks("PipelineProcessRank.Step1", world, {std::string(kShapeVariable) + "=" + name}),
+              std::vector<int>(world, 0))
+        << name << ": a rank failed (its output above names the gradient)";
+  }
+}
+
+TEST(PipelineProcess, Step1GradientsBitwiseOverGlooCacheOff) {
+  if (testing::IsRankProcess()) GTEST_SKIP();
+  RunShapes({"pp2", "pp4", "pp2xvp2", "pp4xvp4"});
+}
+
+TEST(PipelineProcess, Step1GradientsBitwiseOverGlooCacheOn) {
+  if (testing::IsRankProcess()) GTEST_SKIP();
+  RunShapes({"pp2-cached", "pp4-cached"});
+}
+
+TEST(PipelineProcess, Step1ComposedWithDataAndExpertParallelOverGloo) {
+  if (testing::IsRankProcess()) GTEST_SKIP();
+  RunShapes({"pp2xdp2", "pp2xdp2xep2"});
+}
+
+}  // namespace
+}  // namespace kp::runtime

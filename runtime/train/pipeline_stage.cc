@@ -1,0 +1,92 @@
+#include "runtime/train/pipeline_stage.h"
+
+
+namespace kp::runtime {
+
+namespace {
+
+// The model's own pieces: the same modules, names and initial values as the
+// single-process model, so a split changes where they run, not what they are.
+class ModelStage : public PipelineStageModule {
+ public:
+  explicit ModelStage(std::shared_ptr<StageModelImpl> model) : model_(std::move(model)) {}
+
+  ResidualStream Embed(const torch::Tensor& tokens) override { return model_->Embed(tokens); }
+
+  ResidualStream RunLayers(ResidualStream in, bool record_load) override {
+    ForwardContext ctx;
+    ctx.record_router_load = record_load;
+    return model_->RunLayers(std::move(in), ctx);
+  }
+
+  torch::Tensor Loss(const ResidualStream& in, const torch::Tensor& targets) override {
+    return LanguageModelLoss(model_->Head(in), targets);
+  }
+
+  torch::Tensor Logits(const ResidualStream& in) override { return model_->Head(in); }
+
+  std::vector<torch::Tensor> TrainableParameters() override { return model_->TrainableParameters(); }
+
+  void AfterStep(double rate) override {
+    if (rate > 0) model_->UpdateRouterBiases(rate);
+  }
+
+  StageModelImpl* model() { return model_.get(); }
+
+ private:
+  std::shared_ptr<StageModelImpl> model_;
+};
+
+}  // namespace
+
+torch::Tensor PipelineStageModule::Logits(const ResidualStream&) {
+  TORCH_CHECK(false, "this stage module has no head logits (a stand-in: it has Loss only)");
+  return {};
+}
+
+Result<std::shared_ptr<PipelineStageModule>> MakeModelStage(const ModelSpec& spec, const ModelOptions& options,
+                                                            const StageLayers& layers) {
+  KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildStage(spec, options, layers));
+  model->train();
+  return std::shared_ptr<PipelineStageModule>(std::make_shared<ModelStage>(std::move(model)));
+}
+
+StageModelImpl* ModelOfStage(PipelineStageModule& module) {
+  auto* stage = dynamic_cast<ModelStage*>(&module);
+  return stage ? stage->model() : nullptr;
+}
+
+// The squares stay on the device until one copy brings them all over: one
+// host sync per step, not one per parameter.
+std::vector<double> GradSquares(const std::vector<torch::Tensor>& params) {
+  if (params.empty()) return {};
+  std::vector<torch::Tensor> squares;
+  squares.reserve(params.size());
+  for (const torch::Tensor& p : params)
+    squares.push_back(p.grad().defined() ? p.grad().to(torch::kDouble).square().sum()
+                                         : torch::zeros({}, p.options().dtype(torch::kDouble)));
+  const torch::Tensor host = torch::stack(squares).cpu().contiguous();
+  const double* d = host.data_ptr<double>();
+  return std::vector<double>(d, d + host.numel());
+}
+
+double SumInOrder(const std::vector<double>& squares) {
+  double total = 0;
+  for (double s : squares) total += s;
+  return total;
+}
+
+void ClipGradients(const std::vector<torch::Tensor>& params, double total_norm, double max_norm) {
+  const double coef = max_norm / (total_norm + 1e-6);
+  if (coef >= 1) return;
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& p : params)
+    if (p.grad().defined()) p.grad().mul_(coef);
+}
+
+torch::Tensor MicroBatchRows(const torch::Tensor& tokens, int m, int M) {
+  const std::int64_t rows = tokens.size(0) / M;
+  return tokens.narrow(0, m * rows, rows);
+}
+
+}  // namespace kp::runtime

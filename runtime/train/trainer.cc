@@ -1,0 +1,347 @@
+#include "runtime/train/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/comm/device.h"
+#include "runtime/comm/in_process_communicator.h"
+#include "runtime/model/model.h"
+#include "runtime/train/pipeline_stage.h"
+#include "runtime/train/trainer_internal.h"
+#include "specs/json_fields.h"
+#include "specs/presets.h"
+
+namespace kp::runtime {
+
+namespace {
+
+Status Positive(const char* flag, double v) {
+  if (v > 0) return Status::Ok();
+  std::ostringstream o;
+  o << "--" << flag << ": must be positive, got " << v;
+  return Status::InvalidArgument(o.str());
+}
+
+}  // namespace
+
+// Matrices decay; vectors (norm weights, depth-read queries, gate biases,
+// decay parameters) do not.
+std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<torch::Tensor>& params,
+                                                           const TrainConfig& c) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const torch::Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.adam_eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(c.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return groups;
+}
+
+Result<std::unique_ptr<TokenSource>> OpenTokenSource(const TrainConfig& c, const FileSystem& fs) {
+  if (c.data.source == "synthetic")
+    return std::unique_ptr<TokenSource>(std::make_unique<SyntheticCorpus>(c.model.vocab, c.seed ^ kDataSalt));
+  KP_ASSIGN_OR_RETURN(auto file, TokenFile::Open(fs, c.data.source, c.data.token_bytes, c.model.vocab,
+                                                 c.seq_len + 1, c.seed ^ kDataSalt));
+  return std::unique_ptr<TokenSource>(std::move(file));
+}
+
+std::unique_ptr<Communicator> PipelineOfOne() { return MakeInProcessCommunicator(MakeInProcessWorld(1), 0); }
+
+StepMetrics StepMetricsOf(const PipelineStepResult& r, const TrainConfig& c, double peak_memory_bytes) {
+  StepMetrics m;
+  m.step = r.step;
+  m.loss = r.loss;
+  m.grad_norm = r.grad_norm;
+  m.lr = r.lr;
+  m.step_seconds = r.step_seconds;
+  m.tokens_per_s = c.batch * c.seq_len / std::max(r.step_seconds, 1e-9);
+  m.peak_memory_bytes = peak_memory_bytes;
+  return m;
+}
+
+namespace {
+
+std::string ShapeNames(const torch::nn::Module& m) {
+  std::ostringstream o;
+  for (const auto& p : m.named_parameters()) o << p.key() << c10::str(p.value().sizes()) << ";";
+  return o.str();
+}
+
+}  // namespace
+
+double LearningRate(const TrainConfig& c, int step) {
+  if (step < c.warmup) return c.lr * (step + 1) / c.warmup;
+  const double span = std::max(1, c.steps - c.warmup);
+  const double progress = std::min(1.0, (step - c.warmup) / span);
+  const double floor = c.lr * c.min_lr_ratio;
+  return floor + (c.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+Status ValidateTrainConfig(const TrainConfig& c) {
+  KP_RETURN_IF_ERROR(Positive("steps", c.steps));
+  KP_RETURN_IF_ERROR(Positive("batch", c.batch));
+  KP_RETURN_IF_ERROR(Positive("seq-len", c.seq_len));
+  KP_RETURN_IF_ERROR(Positive("lr", c.lr));
+  KP_RETURN_IF_ERROR(Positive("grad-clip", c.grad_clip));
+  if (c.warmup < 0) return Status::InvalidArgument("--warmup: must be >= 0, got " + std::to_string(c.warmup));
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1))
+    return Status::InvalidArgument("--min-lr-ratio: must be in [0, 1], got " + std::to_string(c.min_lr_ratio));
+  if (c.lora.rank < 0) return Status::InvalidArgument("--lora-rank: must be >= 0, got " + std::to_string(c.lora.rank));
+  if (c.lora.enabled() && c.lora.alpha <= 0) return Status::InvalidArgument("--lora-alpha: must be positive");
+  if (c.options.kda_chunk < 0) return Status::InvalidArgument("--kda-chunk: must be >= 0");
+  return Status::Ok();
+}
+
+std::string TrainConfigJson(const TrainConfig& c) {
+  nlohmann::json j = nlohmann::json::parse(ModelShapeJson(c.model, c.lora));
+  j["model_name"] = c.model.name;
+  j["dtype"] = DTypeName(c.options.dtype);
+  j["activation_checkpointing"] = c.options.activation_checkpointing;
+  j["kda_chunk"] = c.options.kda_chunk;
+  j["route_scale"] = c.options.route_scale;
+  j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
+  j["steps"] = c.steps;
+  j["batch"] = c.batch;
+  j["seq_len"] = c.seq_len;
+  j["lr"] = c.lr;
+  j["min_lr_ratio"] = c.min_lr_ratio;
+  j["warmup"] = c.warmup;
+  j["weight_decay"] = c.weight_decay;
+  j["betas"] = {c.beta1, c.beta2};
+  j["adam_eps"] = c.adam_eps;
+  j["grad_clip"] = c.grad_clip;
+  j["bias_update_rate"] = c.bias_update_rate;
+  j["deterministic"] = c.deterministic;
+  j["device"] = c.device;
+  j["seed"] = c.seed;
+  j["resume"] = c.resume;
+  return j.dump();
+}
+
+// A one-rank pipeline of the whole model (PipelineRank does the step); what
+// is left here is the data and the checkpoint.
+namespace {
+
+Status ReadModel(Fields& f, const nlohmann::json& j, const PresetCatalog& catalog, TrainConfig* c) {
+  std::string name;
+  KP_RETURN_IF_ERROR(f.String("model_name", &name));
+  KP_ASSIGN_OR_RETURN(const ModelSpec preset, catalog.Model(name, f.Name("model_name")));
+  // The shape's fields: read to check their types, compared as a whole below.
+  std::int64_t ignored = 0;
+  bool gated = false;
+  for (const char* key : {"layers", "hidden", "heads", "head_dim", "kv_heads", "vocab", "dense_layers", "dense_ffn",
+                          "attn_res_block"})
+    KP_RETURN_IF_ERROR(f.Int(key, &ignored, 0, std::numeric_limits<std::int64_t>::max()));
+  KP_RETURN_IF_ERROR(f.Bool("gated_ffn", &gated));
+  KP_RETURN_IF_ERROR(f.Array("attention", /*required=*/true).status());
+  for (const char* key : {"mla", "kda", "moe", "lora"}) KP_RETURN_IF_ERROR(f.Object(key, /*required=*/true).status());
+  Fields moe(j.at("moe"), f.Name("moe")), lora(j.at("lora"), f.Name("lora"));
+  ScaleFlags scale;
+  int value = 0;
+  const std::pair<const char*, std::optional<int> ScaleFlags::*> top[] = {
+      {"layers", &ScaleFlags::layers}, {"hidden", &ScaleFlags::hidden}, {"heads", &ScaleFlags::heads},
+      {"vocab", &ScaleFlags::vocab}, {"attn_res_block", &ScaleFlags::attn_res_block},
+      {"dense_layers", &ScaleFlags::dense_layers}};
+  for (const auto& [key, field] : top) {
+    KP_RETURN_IF_ERROR(f.Int(key, &value, 0, std::numeric_limits<int>::max()));
+    scale.*field = value;
+  }
+  KP_RETURN_IF_ERROR(moe.Int("num_experts", &value, 0, std::numeric_limits<int>::max()));
+  scale.experts = value;
+  KP_RETURN_IF_ERROR(moe.Int("top_k", &value, 0, std::numeric_limits<int>::max()));
+  scale.top_k = value;
+  KP_ASSIGN_OR_RETURN(c->model, ScaleModel(preset, scale));
+  std::string experts;
+  KP_RETURN_IF_ERROR(lora.Int("rank", &c->lora.rank, 0, std::numeric_limits<int>::max()));
+  KP_RETURN_IF_ERROR(lora.Number("alpha", &c->lora.alpha, 0, 1e12));
+  KP_RETURN_IF_ERROR(lora.String("experts", &experts));
+  if (experts != "shared-outer" && experts != "per-expert")
+    return Status::InvalidArgument(lora.Name("experts") + ": must be shared-outer or per-expert");
+  c->lora.experts = experts == "per-expert" ? LoraExperts::kPerExpert : LoraExperts::kSharedOuter;
+  nlohmann::json recorded = nlohmann::json::parse(ModelShapeJson(c->model, c->lora));
+  for (auto it = recorded.begin(); it != recorded.end(); ++it) it.value() = j.at(it.key());
+  const std::string diff = FirstShapeDifference(recorded.dump(), ModelShapeJson(c->model, c->lora));
+  if (!diff.empty())
+    return Status::InvalidArgument(f.Name("model_name") + ": the recorded shape is not " + name +
+                                   " scaled by flags (" + diff + "; recorded vs scaled)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) {
+  const nlohmann::json& j = f.object();
+  KP_RETURN_IF_ERROR(ReadModel(f, j, catalog, c));
+  std::string dtype;
+  KP_RETURN_IF_ERROR(f.String("dtype", &dtype));
+  KP_ASSIGN_OR_RETURN(c->options.dtype, ParseDType(dtype, f.Name("dtype")));
+  KP_RETURN_IF_ERROR(f.Bool("activation_checkpointing", &c->options.activation_checkpointing));
+  KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
+  KP_RETURN_IF_ERROR(f.Number("route_scale", &c->options.route_scale, 0, 1e6));
+  KP_ASSIGN_OR_RETURN(const nlohmann::json* data, f.Object("data", /*required=*/true));
+  Fields d(*data, f.Name("data"));
+  KP_RETURN_IF_ERROR(d.String("source", &c->data.source));
+  KP_RETURN_IF_ERROR(d.Int("token_bytes", &c->data.token_bytes, 2, 4));
+  KP_RETURN_IF_ERROR(d.NoUnknownKeys());
+  KP_RETURN_IF_ERROR(f.Int("steps", &c->steps, 1, std::numeric_limits<int>::max()));
+  KP_RETURN_IF_ERROR(f.Int("batch", &c->batch, 1, std::numeric_limits<int>::max()));
+  KP_RETURN_IF_ERROR(f.Int("seq_len", &c->seq_len, 1, std::numeric_limits<int>::max()));
+  KP_RETURN_IF_ERROR(f.Number("lr", &c->lr, 0, 1e6));
+  KP_RETURN_IF_ERROR(f.Number("min_lr_ratio", &c->min_lr_ratio, 0, 1));
+  KP_RETURN_IF_ERROR(f.Int("warmup", &c->warmup, 0, std::numeric_limits<int>::max()));
+  KP_RETURN_IF_ERROR(f.Number("weight_decay", &c->weight_decay, 0, 1e6));
+  KP_ASSIGN_OR_RETURN(const nlohmann::json* betas, f.Array("betas", /*required=*/true));
+  if (betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number())
+    return Status::InvalidArgument(f.Name("betas") + ": must be a list of two numbers");
+  c->beta1 = (*betas)[0].get<double>();
+  c->beta2 = (*betas)[1].get<double>();
+  KP_RETURN_IF_ERROR(f.Number("adam_eps", &c->adam_eps, 0, 1));
+  KP_RETURN_IF_ERROR(f.Number("grad_clip", &c->grad_clip, 0, 1e12));
+  KP_RETURN_IF_ERROR(f.Number("bias_update_rate", &c->bias_update_rate, 0, 1));
+  KP_RETURN_IF_ERROR(f.Bool("deterministic", &c->deterministic));
+  KP_RETURN_IF_ERROR(f.String("device", &c->device));
+  std::int64_t seed = 0;
+  KP_RETURN_IF_ERROR(f.Int("seed", &seed, 0, std::numeric_limits<std::int64_t>::max()));
+  c->seed = static_cast<std::uint64_t>(seed);
+  c->options.seed = c->seed;
+  return f.String("resume", &c->resume);
+}
+
+struct TrainSession::Impl {
+  TrainConfig config;
+  const FileSystem* fs = nullptr;
+  torch::Device device{torch::kCPU};
+  std::unique_ptr<Communicator> alone;  // the pipeline group: this process
+  std::unique_ptr<PipelineRank> rank;
+  std::unique_ptr<TokenSource> data;
+  std::string shape_json;
+
+  StageModelImpl& model() const { return *ModelOfStage(rank->stage_module(0)); }
+  Status Resume(const std::string& path);
+  Status Save(const std::string& path) const;
+};
+
+Status TrainSession::Impl::Resume(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error&) {
+    return Status::NotFound("--resume: cannot read a checkpoint at " + path);
+  }
+  c10::IValue shape;
+  if (!archive.try_read("shape", shape) || !shape.isString())
+    return Status::InvalidArgument("--resume: " + path + " is not a kimi-plan checkpoint");
+  const std::string diff = FirstShapeDifference(shape.toStringRef(), shape_json);
+  if (!diff.empty())
+    return Status::InvalidArgument("--resume: " + path + " is a checkpoint of another shape (" + diff +
+                                   "; checkpoint vs this run)");
+  StageModelImpl& m = model();
+  const std::string before = ShapeNames(m);
+  int step = 0;
+  torch::serialize::InputArchive optimizer_archive;
+  try {
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    m.load(model_archive);
+    torch::Tensor step_t, rng;
+    archive.read("step", step_t);
+    archive.read("rng", rng);
+    step = static_cast<int>(step_t.item<std::int64_t>());
+    torch::NoGradGuard no_grad;
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    return Status::InvalidArgument("--resume: " + path + " does not fit this model: " + e.what_without_backtrace());
+  }
+  // load() replaces tensors wholesale; a changed shape would slip through.
+  if (ShapeNames(m) != before)
+    return Status::InvalidArgument("--resume: " + path + " holds parameters of other shapes than this model's");
+  m.to(device);
+  const Status loaded = rank->LoadOptimizer(optimizer_archive, step);
+  if (!loaded.ok()) return Status::InvalidArgument("--resume: " + path + ": " + loaded.message());
+  if (step > config.steps)
+    return Status::InvalidArgument("--steps: the checkpoint is already at step " + std::to_string(step) +
+                                   ", beyond --steps " + std::to_string(config.steps));
+  return Status::Ok();
+}
+
+Status TrainSession::Impl::Save(const std::string& path) const {
+  try {
+    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+    model().save(model_archive);
+    rank->SaveOptimizer(optimizer_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("step", torch::tensor(static_cast<std::int64_t>(rank->step())));
+    archive.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+    archive.write("shape", c10::IValue(shape_json));
+    archive.write("config", c10::IValue(TrainConfigJson(config)));
+    // Written aside and renamed, so a run killed mid-save keeps the last
+    // complete checkpoint.
+    const std::string tmp = path + ".tmp";
+    archive.save_to(tmp);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError("--checkpoint-dir: cannot write " + path);
+  } catch (const c10::Error& e) {
+    return Status::IoError("--checkpoint-dir: cannot write " + path + ": " + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+TrainSession::TrainSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrainSession::~TrainSession() = default;
+
+Result<std::unique_ptr<TrainSession>> TrainSession::Create(const TrainConfig& config, const FileSystem& fs) {
+  KP_RETURN_IF_ERROR(ValidateTrainConfig(config));
+  KP_RETURN_IF_ERROR(ValidateForRuntime(config.model));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->config.options.seed = config.seed;
+  impl->fs = &fs;
+  KP_ASSIGN_OR_RETURN(impl->device, ParseDevice(config.device));
+  KP_ASSIGN_OR_RETURN(impl->data, OpenTokenSource(config, fs));
+  try {
+    torch::manual_seed(config.seed);
+    impl->alone = PipelineOfOne();
+    PipelineRankConfig whole;
+    whole.train = impl->config;
+    KP_ASSIGN_OR_RETURN(impl->rank, PipelineRank::Create(whole, *impl->alone));
+    impl->shape_json = ModelShapeJson(config.model, config.lora);
+    if (!config.resume.empty()) KP_RETURN_IF_ERROR(impl->Resume(config.resume));
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());
+  }
+  return std::unique_ptr<TrainSession>(new TrainSession(std::move(impl)));
+}
+
+Result<StepMetrics> TrainSession::Step() {
+  const TrainConfig& c = impl_->config;
+  const std::vector<std::int64_t> tokens = impl_->data->Batch(impl_->rank->step(), c.batch, c.seq_len + 1);
+  KP_ASSIGN_OR_RETURN(const PipelineStepResult r, impl_->rank->TrainStep(tokens));
+  return StepMetricsOf(r, c, PeakMemoryBytes(impl_->device, *impl_->fs));
+}
+
+Status TrainSession::SaveCheckpoint(const std::string& path) const { return impl_->Save(path); }
+
+Status TrainSession::SaveAdapters(const std::string& path) const { return runtime::SaveAdapters(impl_->model(), path); }
+
+int TrainSession::step() const { return impl_->rank->step(); }
+
+std::int64_t TrainSession::parameter_count() const { return CountElements(impl_->model().parameters()); }
+
+std::int64_t TrainSession::trainable_count() const { return CountElements(impl_->model().TrainableParameters()); }
+
+std::string TrainSession::data_description() const { return impl_->data->Describe(); }
+
+}  // namespace kp::runtime

@@ -1,0 +1,119 @@
+// Single-process training of the runtime's model: AdamW with gradient-norm
+// clipping, a warmup-cosine learning rate, the router-bias update after each
+// step, checkpoints that resume exactly. No LibTorch in this header: the CLI
+// includes it, the implementation (trainer.cc) owns the tensors.
+//
+// Determinism: a batch is a pure function of (seed, step) (runtime/data.h), a
+// checkpoint holds the model (parameters and router biases), the optimizer
+// state, the step and the RNG state, so a resumed fp32 run on the same machine
+// repeats the uninterrupted run's losses exactly.
+// Thread-safety: a session is used from one thread.
+#ifndef KIMI_PLAN_RUNTIME_TRAIN_TRAINER_H_
+#define KIMI_PLAN_RUNTIME_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/file_system.h"
+#include "common/status.h"
+#include "runtime/model/runtime_config.h"
+#include "specs/model_spec.h"
+
+namespace kp {
+class Fields;
+class PresetCatalog;
+}  // namespace kp
+
+namespace kp::runtime {
+
+struct DataOptions {
+  std::string source = "synthetic";  ///< "synthetic", or the path of a token file
+  int token_bytes = 2;               ///< a token file's width: 2 (uint16) or 4 (uint32)
+};
+
+struct TrainConfig {
+  ModelSpec model;
+  ModelOptions options;      ///< options.seed is overwritten by `seed`
+  LoraOptions lora;
+  DataOptions data;
+  int steps = 100;           ///< train until this many optimizer steps in total
+  int batch = 8;             ///< sequences per step
+  int seq_len = 64;          ///< tokens per sequence (plus one for the last target)
+  double lr = 3e-3;          ///< peak learning rate
+  double min_lr_ratio = 0.1; ///< the cosine ends at lr * min_lr_ratio at `steps`
+  int warmup = 10;           ///< linear warmup steps
+  double weight_decay = 0.1; ///< on matrices only; norms, queries and vectors are not decayed
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;    ///< max global L2 norm of the gradients
+  double bias_update_rate = 1e-3;  ///< router-bias step per optimizer step (0: frozen)
+  bool deterministic = true; ///< deterministic algorithms (and cuBLAS workspace on CUDA)
+  std::string device = "cpu";
+  std::uint64_t seed = 0;    ///< initialisation, data order and LibTorch's RNG
+  std::string resume;        ///< a checkpoint file to continue from; empty: start fresh
+};
+
+/// Checks the training fields (the model is checked when it is built); the
+/// message names the flag.
+Status ValidateTrainConfig(const TrainConfig& c);
+
+/// The learning rate of optimizer step `step` (0-based): linear warmup to
+/// c.lr over c.warmup steps, then a cosine down to c.lr * c.min_lr_ratio at
+/// c.steps. A function of the step alone, so resumed and pipelined runs
+/// follow it.
+double LearningRate(const TrainConfig& c, int step);
+
+/// The whole configuration as JSON: what the `runs` table records.
+std::string TrainConfigJson(const TrainConfig& c);
+
+/// Reads back, from the object `f` reads, every field TrainConfigJson
+/// writes (other keys are the caller's). The model is the preset
+/// `model_name` from `catalog` scaled to the recorded shape (layers, hidden,
+/// heads, experts, top-k, vocab, AttnRes block, dense layers); a recorded
+/// shape no scaling of that preset gives is refused, naming the first
+/// field that differs. Errors name the field ("config.lr: ...").
+Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c);
+
+/// What one optimizer step measured.
+struct StepMetrics {
+  int step = 0;                 ///< 1-based: the number of optimizer steps taken after this one
+  double loss = 0;              ///< mean next-token cross entropy of the step's batch (nats)
+  double grad_norm = 0;         ///< global L2 norm before clipping
+  double lr = 0;
+  double tokens_per_s = 0;
+  double step_seconds = 0;
+  double peak_memory_bytes = 0; ///< peak RSS on CPU, peak allocated CUDA memory on GPU
+};
+
+class TrainSession {
+ public:
+  /// Builds the model, the optimizer and the data source, and loads
+  /// config.resume when set. Errors: a shape the model cannot take, a missing
+  /// or truncated token file, an unreadable checkpoint or one of another shape
+  /// are InvalidArgument / NotFound naming the flag.
+  static Result<std::unique_ptr<TrainSession>> Create(const TrainConfig& config, const FileSystem& fs);
+  ~TrainSession();
+  TrainSession(const TrainSession&) = delete;
+  TrainSession& operator=(const TrainSession&) = delete;
+
+  /// One optimizer step on the next batch.
+  Result<StepMetrics> Step();
+  /// Writes model, optimizer, step and RNG state to `path` (atomically).
+  Status SaveCheckpoint(const std::string& path) const;
+  /// Writes the LoRA adapters alone (requires lora.rank > 0).
+  Status SaveAdapters(const std::string& path) const;
+
+  int step() const;                       ///< optimizer steps taken so far
+  std::int64_t parameter_count() const;   ///< every parameter of the model
+  std::int64_t trainable_count() const;   ///< those the optimizer updates
+  std::string data_description() const;
+
+ private:
+  struct Impl;
+  explicit TrainSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_TRAIN_TRAINER_H_
