@@ -36,6 +36,10 @@ struct CliEnv {
   /// Reads an environment variable (null when unset): `run` learns its rank
   /// from the torchrun-style environment; tests substitute a map.
   std::function<const char*(const char*)> getenv = [](const char* name) { return std::getenv(name); };
+  /// Sets an environment variable of this process unless it is set (main's
+  /// real one; by default nothing is set): a deterministic run on CUDA needs
+  /// cuBLAS's workspace fixed before LibTorch's first product.
+  std::function<void(const char* name, const char* value)> setenv = [](const char*, const char*) {};
   /// Names this process in the runs it records (train, run, sdpo) and tells
   /// `report` whether a run still marked running has lost its process; null:
   /// runs record no process and every running run reads as running.

@@ -241,6 +241,7 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(const TrainConfig config, BuildRunConfig(vm, env));
+  PrepareDevice(config, env);
   const char* rank = env.getenv("RANK");
   if (rank == nullptr || *rank == '\0') {
     if (!vm.count("nproc"))

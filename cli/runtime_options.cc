@@ -7,6 +7,7 @@
 #include "common/limits.h"
 #include "common/proc_file.h"
 #include "common/table.h"
+#include "runtime/comm/environment.h"
 #include "runtime/model/runtime_config.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
@@ -118,6 +119,11 @@ Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const Cl
     << (copies > 1 ? " x " + std::to_string(copies) + " ranks" : std::string()) << "), more than the "
     << FormatGB(*available) << " this machine has available; scale it with --layers --hidden or take kimi-k3-debug";
   return Status::InvalidArgument(o.str());
+}
+
+void PrepareDevice(const runtime::TrainConfig& config, const CliEnv& env) {
+  if (config.deterministic && config.device.rfind("cuda", 0) == 0)
+    env.setenv(runtime::kDeterministicCublas.name, runtime::kDeterministicCublas.value);
 }
 
 }  // namespace kp

@@ -47,6 +47,11 @@ runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::strin
 /// numbers.
 Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env);
 
+/// Before anything touches the device: a deterministic run on CUDA has
+/// cuBLAS's workspace fixed (kDeterministicCublas, through env.setenv); any
+/// other run keeps cuBLAS's faster default.
+void PrepareDevice(const runtime::TrainConfig& config, const CliEnv& env);
+
 }  // namespace kp
 
 #endif  // KIMI_PLAN_CLI_RUNTIME_OPTIONS_H_

@@ -355,6 +355,7 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
     return Status::Ok();
   }
   KP_RETURN_IF_ERROR(CheckTrainMemory(config.train, 1, env));
+  PrepareDevice(config.train, env);
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);
   const char* rank = env.getenv("RANK");
   if (rank == nullptr || *rank == '\0') {

@@ -203,6 +203,7 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "save-adapters", /*create_parent=*/false));
   KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
+  PrepareDevice(config, env);
   KP_RETURN_IF_ERROR(CheckTrainMemory(config, 1, env));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session, runtime::TrainSession::Create(config, env.fs));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));

@@ -32,5 +32,6 @@ int main(int argc, char** argv) {
   kp::RealProcessTable process_table;
   kp::CliEnv env{std::cout, std::cerr, fs, clock, kp::DefaultPresetDir(), &processes, ProgramPath(argv[0])};
   env.process_table = &process_table;
+  env.setenv = [](const char* name, const char* value) { setenv(name, value, /*overwrite=*/0); };
   return kp::RunCli(std::vector<std::string>(argv + 1, argv + argc), env);
 }

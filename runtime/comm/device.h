@@ -19,8 +19,8 @@ Result<torch::Device> ParseDevice(const std::string& name);
 
 /// Deterministic algorithms for this process (LibTorch's flags are global):
 /// deterministic kernels and cuDNN, no cuDNN autotuning. On CUDA, cuBLAS
-/// also needs CUBLAS_WORKSPACE_CONFIG before its first use, which `main`
-/// sets (runtime/comm/environment.h).
+/// also needs CUBLAS_WORKSPACE_CONFIG before its first use, which the
+/// caller's main sets (kDeterministicCublas, runtime/comm/environment.h).
 void UseDeterministicAlgorithms();
 
 /// The peak memory of this process on `device`: the CUDA caching

@@ -56,18 +56,20 @@ StageModelImpl* ModelOfStage(PipelineStageModule& module) {
   return stage ? stage->model() : nullptr;
 }
 
-// The squares stay on the device until one copy brings them all over: one
-// host sync per step, not one per parameter.
+// One norm kernel per gradient, in its own dtype (no fp64 copy of every
+// gradient), the norms brought over in one copy and squared in fp64 here.
 std::vector<double> GradSquares(const std::vector<torch::Tensor>& params) {
   if (params.empty()) return {};
-  std::vector<torch::Tensor> squares;
-  squares.reserve(params.size());
+  std::vector<torch::Tensor> norms;
+  norms.reserve(params.size());
   for (const torch::Tensor& p : params)
-    squares.push_back(p.grad().defined() ? p.grad().to(torch::kDouble).square().sum()
-                                         : torch::zeros({}, p.options().dtype(torch::kDouble)));
-  const torch::Tensor host = torch::stack(squares).cpu().contiguous();
+    norms.push_back(p.grad().defined() ? p.grad().norm().to(torch::kFloat)
+                                       : torch::zeros({}, p.options().dtype(torch::kFloat)));
+  const torch::Tensor host = torch::stack(norms).to(torch::kDouble).cpu().contiguous();
   const double* d = host.data_ptr<double>();
-  return std::vector<double>(d, d + host.numel());
+  std::vector<double> squares(d, d + host.numel());
+  for (double& x : squares) x *= x;
+  return squares;
 }
 
 double SumInOrder(const std::vector<double>& squares) {

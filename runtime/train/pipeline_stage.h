@@ -62,8 +62,9 @@ Result<std::shared_ptr<PipelineStageModule>> MakeModelStage(const ModelSpec& spe
 StageModelImpl* ModelOfStage(PipelineStageModule& module);
 
 
-/// Each parameter's squared gradient norm in fp64, in the given order
-/// (0 where the gradient is undefined).
+/// Each parameter's squared gradient norm, in the given order (0 where the
+/// gradient is undefined): the norm reduced on the device in the gradient's
+/// dtype, squared in fp64.
 std::vector<double> GradSquares(const std::vector<torch::Tensor>& params);
 /// The fixed-order fp64 sum of GradSquares over the whole model's parameter
 /// order: the pipeline reduces exactly this, so a single process and any
