@@ -12,6 +12,18 @@ const std::vector<std::string>& LogLevels() {
   return kLevels;
 }
 
+namespace {
+
+// "trace, debug, info, warn, error or off".
+std::string AllowedLevels() {
+  const std::vector<std::string>& all = LogLevels();
+  std::string out;
+  for (std::size_t i = 0; i < all.size(); ++i) out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i];
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> TakeLogLevel(std::vector<std::string>& args) {
   std::string level = "info";
   std::vector<std::string> rest;
@@ -24,7 +36,7 @@ Result<std::string> TakeLogLevel(std::vector<std::string>& args) {
       continue;
     }
     if (a == "--log-level") {
-      if (i + 1 == args.size()) return Status::InvalidArgument("--log-level: needs a level (trace, debug, info, warn, error, off)");
+      if (i + 1 == args.size()) return Status::InvalidArgument("--log-level: needs a level: " + AllowedLevels());
       level = args[++i];
     } else if (a.rfind("--log-level=", 0) == 0) {
       level = a.substr(12);
@@ -34,8 +46,7 @@ Result<std::string> TakeLogLevel(std::vector<std::string>& args) {
     }
     const std::vector<std::string>& all = LogLevels();
     if (std::find(all.begin(), all.end(), level) == all.end())
-      return Status::InvalidArgument("--log-level: must be trace, debug, info, warn, error or off, got \"" + level +
-                                     "\"");
+      return Status::InvalidArgument("--log-level: must be " + AllowedLevels() + ", got \"" + level + "\"");
   }
   args = std::move(rest);
   return level;

@@ -4,24 +4,19 @@
 #include "runtime/sdpo/sdpo_loop.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "common/clock.h"
-#include "runtime/comm/in_process_communicator.h"
 #include "runtime/model/model.h"
 #include "runtime/sdpo/rollout.h"
 #include "runtime/sdpo/sdpo_loop_internal.h"
 #include "runtime/sdpo/sdpo_loss.h"
 #include "runtime/sdpo/weight_sync.h"
-#include "simulator/schedule_generators.h"
-#include "specs/schedule_kind.h"
 
 namespace kp::runtime {
 

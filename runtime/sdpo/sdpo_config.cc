@@ -2,23 +2,14 @@
 // whole SdpoConfig, the actor's stages and ranks, and the JSON a run records.
 #include "runtime/sdpo/sdpo_loop.h"
 
-#include <algorithm>
-#include <cmath>
 #include <limits>
-#include <memory>
-#include <numeric>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "common/clock.h"
-#include "runtime/comm/in_process_communicator.h"
-#include "runtime/model/model.h"
-#include "runtime/sdpo/rollout.h"
 #include "runtime/sdpo/sdpo_loop_internal.h"
 #include "runtime/sdpo/sdpo_loss.h"
-#include "runtime/sdpo/weight_sync.h"
 #include "simulator/schedule_generators.h"
 #include "specs/json_fields.h"
 #include "specs/presets.h"

@@ -31,9 +31,9 @@
 
 #include "common/clock.h"
 #include "runtime/comm/c10d_communicator.h"
+#include "runtime/comm/device.h"
 #include "runtime/sdpo/sdpo_loop.h"
 #include "runtime/sdpo/sdpo_loop_internal.h"
-#include "runtime/comm/device.h"
 #include "runtime/sdpo/weight_sync.h"
 
 namespace kp::runtime {

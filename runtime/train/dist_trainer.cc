@@ -16,8 +16,6 @@ std::string Str(int v) { return std::to_string(v); }
 
 }  // namespace
 
-bool RunsPipeline() { return true; }
-
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) {
   if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1)
     return Status::InvalidArgument("--pp/--vp/--dp/--ep: must be positive");

@@ -51,10 +51,6 @@ struct ParallelLayout {
 /// --batch (a pipeline replica's b / dp sequences must be a multiple of pp).
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
 
-/// Whether this build executes pipelines (pp > 1 or vp > 1), composed with
-/// DP and EP: true.
-bool RunsPipeline();
-
 /// Per step, pipeline stage and direction ("forward" activations, "backward"
 /// gradients): the AttnRes block entries and the bytes this rank sent.
 struct TrafficRow {

@@ -152,6 +152,7 @@ struct PipelineRank::Impl {
   int Tag(int from_stage, int m, bool forward) const { return (from_stage * M() + m) * 2 + (forward ? 0 : 1); }
 
   Status Setup(StageModuleFactory factory);
+  Status EnableLora(const LoraOptions& lora, std::uint64_t seed);
   Status PlaceStages();
   void CollectParameters();
   Status BeginPhase(const TrainConfig& train);

@@ -77,18 +77,27 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   return Status::Ok();
 }
 
-// Adds the LoRA adapters a run starts with (initialised by name, so every
-// split gets the single-process model's), shards each model stage's experts
-// over EP and moves it to the device.
-Status PipelineRank::Impl::PlaceStages() {
+// LoRA adapters on every stage, initialised by name so that every split gets
+// the single-process model's; a stand-in stage cannot take them.
+Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t seed) {
+  for (auto& [s, module] : modules)
+    if (ModelOfStage(*module) == nullptr)
+      return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
   for (auto& [s, module] : modules) {
     StageModelImpl* model = ModelOfStage(*module);
-    if (model == nullptr) {
-      if (config.train.lora.enabled())
-        return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
-      continue;
-    }
-    if (config.train.lora.enabled()) model->EnableLora(config.train.lora, config.train.seed);
+    model->EnableLora(lora, seed);
+    model->to(device);
+  }
+  return Status::Ok();
+}
+
+// The adapters a run starts with, then each model stage's experts sharded
+// over EP and the stage moved to the device.
+Status PipelineRank::Impl::PlaceStages() {
+  if (config.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(config.train.lora, config.train.seed));
+  for (auto& [s, module] : modules) {
+    StageModelImpl* model = ModelOfStage(*module);
+    if (model == nullptr) continue;
     KP_RETURN_IF_ERROR(ShardExperts(*model, config.replicas.ep));
     model->to(device);
   }
@@ -131,17 +140,9 @@ Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
   const bool add_lora = t.lora.enabled() && !config.train.lora.enabled();
   if (!t.lora.enabled() && config.train.lora.enabled())
     return Status::InvalidArgument("--lora-rank: a phase cannot drop the LoRA adapters the last one trained");
-  for (auto& [s, module] : modules)
-    if (add_lora && ModelOfStage(*module) == nullptr)
-      return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
+  if (add_lora) KP_RETURN_IF_ERROR(EnableLora(t.lora, t.seed));
   // The last phase's gradients go: a frozen base would keep them resident.
   for (const torch::Tensor& p : params) p.mutable_grad() = torch::Tensor();
-  if (add_lora)
-    for (auto& [s, module] : modules) {
-      StageModelImpl* model = ModelOfStage(*module);
-      model->EnableLora(t.lora, t.seed);
-      model->to(device);
-    }
   config.train = t;
   CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());

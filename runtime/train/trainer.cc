@@ -129,19 +129,17 @@ std::string TrainConfigJson(const TrainConfig& c) {
   return j.dump();
 }
 
-// A one-rank pipeline of the whole model (PipelineRank does the step); what
-// is left here is the data and the checkpoint.
 namespace {
 
 Status ReadModel(Fields& f, const nlohmann::json& j, const PresetCatalog& catalog, TrainConfig* c) {
   std::string name;
   KP_RETURN_IF_ERROR(f.String("model_name", &name));
   KP_ASSIGN_OR_RETURN(const ModelSpec preset, catalog.Model(name, f.Name("model_name")));
-  // The shape's fields: read to check their types, compared as a whole below.
+  // The shape's fields the scaling does not take: read for their types,
+  // compared with the scaled model's as a whole below.
   std::int64_t ignored = 0;
   bool gated = false;
-  for (const char* key : {"layers", "hidden", "heads", "head_dim", "kv_heads", "vocab", "dense_layers", "dense_ffn",
-                          "attn_res_block"})
+  for (const char* key : {"head_dim", "kv_heads", "dense_ffn"})
     KP_RETURN_IF_ERROR(f.Int(key, &ignored, 0, std::numeric_limits<std::int64_t>::max()));
   KP_RETURN_IF_ERROR(f.Bool("gated_ffn", &gated));
   KP_RETURN_IF_ERROR(f.Array("attention", /*required=*/true).status());
@@ -218,6 +216,8 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   return f.String("resume", &c->resume);
 }
 
+// A one-rank pipeline of the whole model (PipelineRank does the step); what
+// is left here is the data and the checkpoint.
 struct TrainSession::Impl {
   TrainConfig config;
   const FileSystem* fs = nullptr;
