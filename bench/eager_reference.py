@@ -568,7 +568,7 @@ def bench(args, shape):
           f"MFU {mfu * 100:.1f}% of the measured peak, peak memory {mem:.1f} GB")
     print(f"RESULT impl=python adamw={args.adamw} median_step_ms={med * 1e3:.3f} tokens_per_s={tps:.1f} mfu={mfu:.4f} "
           f"flops_per_token={args.flops_per_token:.6e} peak_tflops={peak:.2f} own_peak_tflops={own_peak:.2f} "
-          f"params={n_params} last_loss={last_loss:.4f}")
+          f"params={n_params} last_loss={last_loss:.4f} peak_gb={mem:.2f}")
     return 0
 
 

@@ -7,7 +7,12 @@
 //
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
-//       [--peak-tflops X] [--dry-run] [--dump-dir DIR]
+//       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--dry-run] [--dump-dir DIR]
+//
+// --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
+// products and decode, the grouped expert GEMM): the A/B switch. --profile N
+// runs N more steps under LibTorch's Kineto profiler and prints the top GPU
+// kernels and each kernel family's share of the kernel time.
 //
 // --dry-run builds the model on the CPU and prints its shape, parameter counts
 // and FLOPs per token only. --dump-dir writes the fp32 initial weights, a fixed
@@ -32,9 +37,11 @@
 #include <torch/torch.h>
 
 #include "bench/bench_util.h"
+#include "bench/kernel_profile.h"
 #include "common/file_system.h"
 #include "common/status.h"
 #include "planner/step_time.h"
+#include "runtime/model/kda_kernel.h"
 #include "runtime/model/model.h"
 #include "runtime/model/runtime_config.h"
 #include "runtime/train/trainer.h"
@@ -51,7 +58,7 @@ using kp::Status;
 
 struct Args {
   std::string shape;
-  int batch = 16, seq_len = 1024, warmup = 3, steps = 10, kda_chunk = 16;
+  int batch = 16, seq_len = 1024, warmup = 3, steps = 10, kda_chunk = 16, fused = 1, profile = 0;
   std::string device = "cuda", dtype = "bf16", dump_dir;
   double peak_tflops = 0;  // 0: measure
   bool dry_run = false;
@@ -68,6 +75,8 @@ Result<Args> ParseArgs(int argc, char** argv) {
       else if (k == "warmup") a.warmup = std::stoi(v);
       else if (k == "steps") a.steps = std::stoi(v);
       else if (k == "kda-chunk") a.kda_chunk = std::stoi(v);
+      else if (k == "fused") a.fused = std::stoi(v);
+      else if (k == "profile") a.profile = std::stoi(v);
       else if (k == "device") a.device = v;
       else if (k == "dtype") a.dtype = v;
       else if (k == "peak-tflops") a.peak_tflops = std::stod(v);
@@ -78,8 +87,9 @@ Result<Args> ParseArgs(int argc, char** argv) {
     return Status::InvalidArgument("a numeric option is not a number");
   }
   if (a.shape.empty()) return Status::InvalidArgument("--shape FILE is required");
-  if (a.batch <= 0 || a.seq_len <= 0 || a.steps <= 0 || a.warmup < 0)
-    return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup >= 0");
+  if (a.batch <= 0 || a.seq_len <= 0 || a.steps <= 0 || a.warmup < 0 || a.profile < 0)
+    return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup and --profile >= 0");
+  if (a.fused != 0 && a.fused != 1) return Status::InvalidArgument("--fused: must be 0 or 1");
   return a;
 }
 
@@ -133,6 +143,39 @@ Status DumpForCheck(const kp::FileSystem& fs, const kp::ModelSpec& spec, const k
   return Status::Ok();
 }
 
+// `steps` more steps under the profiler: the top kernels, then the share of
+// the kernel time of each family.
+int PrintProfile(kp::runtime::TrainSession& session, const torch::Device& device, int steps) {
+  Status failed = Status::Ok();
+  Result<std::vector<kp::bench::KernelTime>> kernels = kp::bench::ProfileKernels([&] {
+    for (int i = 0; i < steps && failed.ok(); ++i)
+      if (Result<kp::runtime::StepMetrics> m = session.Step(); !m.ok()) failed = m.status();
+    Synchronize(device);
+  });
+  if (!kernels.ok() || !failed.ok()) {
+    std::cerr << (kernels.ok() ? failed : kernels.status()).message() << "\n";
+    return kernels.ok() ? 1 : 2;
+  }
+  double total = 0;
+  std::map<std::string, double> by_family;
+  for (const auto& k : *kernels) {
+    total += k.ms;
+    by_family[k.family] += k.ms;
+  }
+  std::printf("profile: %d steps, %.1f ms of GPU kernel time per step, %zu distinct kernels\n", steps,
+              total / steps, kernels->size());
+  std::printf("%-10s %9s %7s %6s  %s\n", "family", "ms/step", "share", "calls", "kernel");
+  for (std::size_t i = 0; i < std::min<std::size_t>(20, kernels->size()); ++i) {
+    const auto& k = (*kernels)[i];
+    std::printf("%-10s %9.2f %6.1f%% %6d  %.110s\n", k.family.c_str(), k.ms / steps, 100 * k.ms / total,
+                k.calls / steps, k.name.c_str());
+  }
+  std::printf("PROFILE");
+  for (const auto& [family, ms] : by_family) std::printf(" %s=%.4f", family.c_str(), ms / total);
+  std::printf(" kernel_ms_per_step=%.3f\n", total / steps);
+  return 0;
+}
+
 int Run(const Args& args) {
   kp::RealFileSystem fs;
   kp::PresetCatalog catalog(fs, kp::DefaultPresetDir());
@@ -160,6 +203,7 @@ int Run(const Args& args) {
 
   kp::runtime::ModelOptions options;
   options.kda_chunk = args.kda_chunk;
+  options.fused_kernels = args.fused == 1;
   if (!args.dump_dir.empty()) {
     if (Status s = DumpForCheck(fs, spec, options, args.dump_dir); !s.ok()) {
       std::cerr << s.message() << "\n";
@@ -206,9 +250,9 @@ int Run(const Args& args) {
     return 2;
   }
   std::printf("runtime parameters: %lld (all trainable, fp32 master weights), dtype %s, %d x %d tokens per step, "
-              "KDA chunk %d\n",
+              "KDA chunk %d, fused kernels %s (built: %s)\n",
               static_cast<long long>((*session)->parameter_count()), args.dtype.c_str(), args.batch, args.seq_len,
-              args.kda_chunk);
+              args.kda_chunk, args.fused ? "on" : "off", kp::runtime::KdaKernelsBuilt() ? "yes" : "no");
   std::vector<double> seconds;
   double last_loss = 0, peak_mem = 0;
   for (int i = 0; i < args.warmup + args.steps; ++i) {
@@ -235,9 +279,10 @@ int Run(const Args& args) {
               *std::max_element(seconds.begin(), seconds.end()) * 1e3, args.steps, tokens_per_s,
               flops_per_token * tokens_per_s / 1e12, mfu * 100, peak_mem / 1e9);
   std::printf("RESULT impl=cpp median_step_ms=%.3f tokens_per_s=%.1f mfu=%.4f flops_per_token=%.6e "
-              "peak_tflops=%.2f params=%lld last_loss=%.4f\n",
+              "peak_tflops=%.2f params=%lld last_loss=%.4f peak_gb=%.2f fused=%d\n",
               median * 1e3, tokens_per_s, mfu, flops_per_token, peak,
-              static_cast<long long>((*session)->parameter_count()), last_loss);
+              static_cast<long long>((*session)->parameter_count()), last_loss, peak_mem / 1e9, args.fused);
+  if (args.profile > 0) return PrintProfile(**session, device, args.profile);
   return 0;
 }
 

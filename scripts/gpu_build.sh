@@ -13,11 +13,14 @@ gpu_build() {
   build=/tmp/kp-build-rt
   local cfg=(-G Ninja -DKIMI_PLAN_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$prefix")
   [ -n "$json_inc" ] && cfg+=("-DKIMI_PLAN_JSON_INCLUDE=$json_inc")
+  # GoogleTest's sources (Debian's /usr/src/googletest), carried in
+  # .gpu-carry/googletest, give this tree the kernels' tests.
+  [ -f "$root/.gpu-carry/googletest/CMakeLists.txt" ] && cfg+=("-DKIMI_PLAN_GTEST_SOURCE=$root/.gpu-carry/googletest")
   command -v nvcc >/dev/null && cfg+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)")
   echo "== configure and build (ninja -j$jobs): $*"
   t0=$SECONDS
   cmake -S "$root" -B "$build" "${cfg[@]}" >"$out/build.log" 2>&1 &&
-    ninja -C "$build" -j"$jobs" "$@" >>"$out/build.log" 2>&1
+    ninja -C "$build" -j"$jobs" -k 0 "$@" >>"$out/build.log" 2>&1
   build_rc=$?
   echo "build rc $build_rc in $((SECONDS - t0)) s"
   [ $build_rc -ne 0 ] && grep -E "error|Error|CMake" "$out/build.log" | head -40

@@ -27,6 +27,13 @@ void UseDeterministicAlgorithms() {
   at::globalContext().setBenchmarkCuDNN(false);
 }
 
+void ResetPeakMemory(torch::Device device) {
+#ifdef KIMI_PLAN_TORCH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+#endif
+  (void)device;
+}
+
 double PeakMemoryBytes(torch::Device device, const FileSystem& fs) {
 #ifdef KIMI_PLAN_TORCH_CUDA
   if (device.is_cuda()) {

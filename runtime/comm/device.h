@@ -29,6 +29,10 @@ void UseDeterministicAlgorithms();
 /// unknown.
 double PeakMemoryBytes(torch::Device device, const FileSystem& fs);
 
+/// Starts PeakMemoryBytes's GPU peak afresh (no effect on the CPU, whose
+/// high-water mark cannot be reset).
+void ResetPeakMemory(torch::Device device);
+
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_COMM_DEVICE_H_

@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <torch/version.h>
+
+#include "runtime/model/kda_kernel.h"
 
 namespace kp::runtime {
 
@@ -28,6 +31,22 @@ torch::Tensor Chunked(const torch::Tensor& x, std::int64_t chunk, std::int64_t p
   shape[2] = padded / chunk;
   shape.insert(shape.begin() + 3, chunk);
   return y.reshape(shape);
+}
+
+// KdaChunked's A (strict lower) and P (lower inclusive) from the chunked q,
+// k and cumulative log decay [.., C, dk], through the decay tensor
+// exp(G_t - G_s) [.., C, C, dk], masked to 0 above the diagonal before the
+// exp so nothing overflows.
+std::pair<torch::Tensor, torch::Tensor> IntraChunkProducts(const torch::Tensor& qc, const torch::Tensor& kc,
+                                                           const torch::Tensor& cum) {
+  const std::int64_t chunk = qc.size(-2);
+  const torch::Tensor lower_incl = torch::ones({chunk, chunk}, qc.options().dtype(torch::kBool)).tril();
+  const torch::Tensor diff = cum.unsqueeze(-2) - cum.unsqueeze(-3);           // [.., t, s, dk]
+  const torch::Tensor decay = torch::exp(diff.masked_fill(lower_incl.logical_not().unsqueeze(-1),
+                                                          -std::numeric_limits<double>::infinity()));
+  const torch::Tensor kk = (kc.unsqueeze(-2) * kc.unsqueeze(-3) * decay).sum(-1);  // [.., t, s]
+  const torch::Tensor qk = (qc.unsqueeze(-2) * kc.unsqueeze(-3) * decay).sum(-1);
+  return {kk * torch::ones({chunk, chunk}, qc.options()).tril(-1), qk};
 }
 
 // The causal convolution of the new inputs x [B, T, C] continued from
@@ -77,7 +96,7 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 
 torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
-                         const torch::Tensor& initial_state, torch::Tensor* final_state) {
+                         const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused) {
   const std::int64_t b = q.size(0), t_len = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
   const std::int64_t n = (t_len + chunk - 1) / chunk, padded = n * chunk;
   // Padding tokens have k = 0, beta = 0 and g = 0: they leave the state alone.
@@ -85,17 +104,9 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
   const torch::Tensor vc = Chunked(v, chunk, padded), gc = Chunked(g, chunk, padded);
   const torch::Tensor bc = Chunked(beta.unsqueeze(-1), chunk, padded);        // [B, H, n, C, 1]
   const torch::Tensor cum = gc.cumsum(3);                                     // G_t, inclusive
-  // exp(G_t - G_s) for s <= t, 0 above the diagonal; masked before exp so
-  // nothing overflows.
-  const auto opts = q.options().dtype(torch::kBool);
-  const torch::Tensor lower_incl = torch::ones({chunk, chunk}, opts).tril();
-  const torch::Tensor diff = cum.unsqueeze(-2) - cum.unsqueeze(-3);           // [.., t, s, dk]
-  const torch::Tensor decay = torch::exp(diff.masked_fill(lower_incl.logical_not().unsqueeze(-1),
-                                                          -std::numeric_limits<double>::infinity()));
-  const torch::Tensor kk = (kc.unsqueeze(-2) * kc.unsqueeze(-3) * decay).sum(-1);  // [.., t, s]
-  const torch::Tensor qk = (qc.unsqueeze(-2) * kc.unsqueeze(-3) * decay).sum(-1);
+  const auto [strict, qk] =
+      fused && KdaIntraKernelApplies(qc) ? KdaIntraChunk(qc, kc, cum) : IntraChunkProducts(qc, kc, cum);
   const torch::Tensor eye = torch::eye(chunk, q.options());
-  const torch::Tensor strict = kk * torch::ones({chunk, chunk}, q.options()).tril(-1);
   const torch::Tensor tri = eye + bc * strict;  // I + Diag(beta) A, unit lower triangular
   const torch::Tensor w = torch::linalg_solve_triangular(tri, bc * vc, /*upper=*/false, /*left=*/true,
                                                           /*unitriangular=*/true);
@@ -103,8 +114,16 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
   const torch::Tensor q_decayed = qc * torch::exp(cum);
   const torch::Tensor last = cum.narrow(3, chunk - 1, 1);                     // G_C [.., 1, dk]
   const torch::Tensor k_to_end = kc * torch::exp(last - cum);
-  const torch::Tensor chunk_decay = torch::exp(last).transpose(-1, -2);      // [.., dk, 1]
   torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, q.options());
+  if (fused && KdaScanKernelApplies(w, y)) {
+    // The sequential loop below as one kernel; the outputs of all chunks at
+    // once from the states it leaves at the chunk starts.
+    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, torch::exp(last).squeeze(-2), s);
+    if (final_state) *final_state = scan.final_state;
+    const torch::Tensor out = torch::matmul(q_decayed, scan.starts) + torch::matmul(qk, scan.u);  // [B, H, n, C, dv]
+    return out.reshape({b, h, padded, dv}).narrow(2, 0, t_len).transpose(1, 2);
+  }
+  const torch::Tensor chunk_decay = torch::exp(last).transpose(-1, -2);      // [.., dk, 1]
   std::vector<torch::Tensor> outs;
   outs.reserve(n);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -156,7 +175,7 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, co
 
 KdaImpl::KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
     : heads_(spec.heads), dk_(spec.kda.head_dim_k), dv_(spec.kda.head_dim_v), chunk_(options.kda_chunk),
-      eps_(options.norm_eps) {
+      eps_(options.norm_eps), fused_(options.fused_kernels) {
   const std::int64_t d = spec.hidden, hk = heads_ * dk_, hv = heads_ * dv_, kernel = spec.kda.conv_kernel;
   auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std, bool lora) {
     return register_module(name, std::make_shared<ProjImpl>(in, out, std, init, lora));
@@ -205,12 +224,16 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
   const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
   torch::Tensor o;
   if (!cache) {
-    o = chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_) : KdaRecurrent(q, k, v, g, beta);
+    o = chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_, {}, nullptr, fused_) : KdaRecurrent(q, k, v, g, beta);
   } else {
     // A decode step is one token: the recurrent form; a long prefill is chunked.
     const torch::Tensor s0 = cache->state;
-    o = chunk_ > 0 && t >= chunk_ ? KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state)
-                                  : KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
+    if (chunk_ > 0 && t >= chunk_)
+      o = KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state, fused_);
+    else if (fused_ && KdaRecurrentKernelApplies(q, v))
+      o = KdaRecurrentKernel(q, k, v, g, beta, s0, &cache->state);
+    else
+      o = KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
     cache->length += t;
   }
   const torch::Tensor gate = Upcast(g_b_->forward(g_a_->forward(x))).view({b, t, heads_, dv_});

@@ -59,9 +59,13 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 /// delta-rule updates are one unit-lower-triangular solve, across chunks the
 /// state is carried. Equal to KdaRecurrent up to rounding; about `chunk`
 /// times fewer sequential steps. T need not be a multiple of `chunk`.
+/// With `fused` and where the CUDA kernel applies (kda_kernel.h: fp32 on a
+/// GPU, chunk 16/32/64), the intra-chunk products come from the kernel
+/// instead of a [.., C, C, dk] decay tensor; the rest is the same torch code.
 torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
-                         const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr);
+                         const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr,
+                         bool fused = true);
 
 /// A depthwise causal convolution over time: x [B, T, C], weight [C, K];
 /// y[t] = sum_j weight[:, j] * x[t - K + 1 + j] (zeros before the start).
@@ -95,6 +99,7 @@ class KdaImpl : public TokenMixer {
   torch::Tensor q_conv_, k_conv_, v_conv_, a_log_, dt_bias_, o_norm_;
   std::int64_t heads_, dk_, dv_, chunk_;
   double eps_;
+  bool fused_;
 };
 
 /// Multi-head latent attention (DeepSeek-V3 shapes): low-rank q (or full

@@ -3,9 +3,19 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <stdexcept>
+
+#include <torch/version.h>
 
 #include "common/splitmix.h"
 #include "runtime/model/expert_parallel.h"
+
+// at::_grouped_mm (bf16, sm90+, with autograd) arrived in PyTorch 2.8.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+#define KP_HAS_GROUPED_MM 1
+#else
+#define KP_HAS_GROUPED_MM 0
+#endif
 
 namespace kp::runtime {
 
@@ -122,6 +132,13 @@ torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
 
 // ------------------------------------------------------------------ router
 
+torch::Tensor ExpertCounts(const torch::Tensor& experts, std::int64_t num_experts) {
+  // A comparison against every id rather than bincount, which on a GPU
+  // reads the largest id back to the host: this stays on the device.
+  const torch::Tensor ids = torch::arange(num_experts, experts.options());
+  return (experts.reshape({-1, 1}) == ids).sum(0);
+}
+
 Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale) {
   Routing r;
   r.experts = std::get<1>(torch::topk(scores + bias, top_k, /*dim=*/-1, /*largest=*/true, /*sorted=*/true));
@@ -142,7 +159,7 @@ Routing RouterImpl::forward(const torch::Tensor& x, bool record_load) {
   Routing r = RouteFromScores(scores, bias_, top_k_, scale_);
   if (record_load) {
     torch::NoGradGuard no_grad;
-    load_.add_(torch::bincount(r.experts.reshape(-1), {}, load_.size(0)).to(load_.scalar_type()));
+    load_.add_(ExpertCounts(r.experts, load_.size(0)).to(load_.scalar_type()));
   }
   return r;
 }
@@ -204,6 +221,29 @@ torch::Tensor ExpertBankImpl::forward(const torch::Tensor& x_sorted, const std::
   return torch::cat(outs, 0);
 }
 
+bool ExpertBankImpl::GroupedApplies(const torch::Tensor& x_sorted) const {
+#if KP_HAS_GROUPED_MM
+  // The grouped GEMM takes bf16 on the GPU; an unmerged LoRA keeps the loop.
+  return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 && !(gate_.lora_a.defined() && !merged_);
+#else
+  return false;
+#endif
+}
+
+torch::Tensor ExpertBankImpl::ForwardGrouped(const torch::Tensor& x_sorted, const torch::Tensor& ends) {
+#if KP_HAS_GROUPED_MM
+  const auto dt = x_sorted.scalar_type();
+  // [M, in] x [E, in, out] with expert e's rows ending at ends[e]: one GEMM
+  // launch per projection for every expert, sizes read on the device.
+  auto grouped = [&](const Matrix& m, const torch::Tensor& x) {
+    return at::_grouped_mm(x, m.weight.to(dt).transpose(1, 2), ends);
+  };
+  return grouped(down_, torch::silu(grouped(gate_, x_sorted)) * grouped(up_, x_sorted));
+#else
+  throw std::logic_error("ExpertBankImpl::ForwardGrouped: this LibTorch has no grouped GEMM");
+#endif
+}
+
 void ExpertBankImpl::KeepExperts(std::int64_t first, std::int64_t count) {
   torch::NoGradGuard no_grad;
   // set_data keeps the registered parameter objects, so names, the module
@@ -258,7 +298,7 @@ void ExpertBankImpl::Unmerge() {
 // ------------------------------------------------------------------ MoE
 
 MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
-    : num_experts_(spec.moe.num_experts) {
+    : num_experts_(spec.moe.num_experts), fused_(options.fused_kernels) {
   const std::int64_t d = spec.hidden, latent = spec.moe.latent_dim;
   router_ = register_module("router", std::make_shared<RouterImpl>(d, num_experts_, spec.moe.top_k,
                                                                     options.route_scale, init));
@@ -282,15 +322,24 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
   // Group the (token, slot) pairs by expert with a stable sort, so the order
   // inside an expert, and with it every sum, is fixed.
   const torch::Tensor flat = r.experts.reshape(-1);
-  const torch::Tensor order = std::get<1>(torch::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
-  const torch::Tensor counts_t = torch::bincount(flat, {}, num_experts_).cpu();
-  const std::vector<std::int64_t> counts(counts_t.data_ptr<std::int64_t>(),
-                                         counts_t.data_ptr<std::int64_t>() + num_experts_);
+  const auto [sorted_ids, order] = torch::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false);
   const torch::Tensor token_of = order.div(k, "floor");
   const torch::Tensor routed_in = latent_down_ ? latent_down_->forward(xf) : xf;
   const torch::Tensor x_sorted = routed_in.index({token_of});
-  const torch::Tensor y_sorted =
-      ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
+  torch::Tensor y_sorted;
+  if (!ep_ && fused_ && experts_->GroupedApplies(x_sorted)) {
+    // Expert e's rows end where the sorted ids pass e: no host sync.
+    const torch::Tensor ends = torch::searchsorted(sorted_ids, torch::arange(1, num_experts_ + 1, flat.options()),
+                                                   /*out_int32=*/true);
+    y_sorted = experts_->ForwardGrouped(x_sorted, ends);
+  } else {
+    // The loop over experts (and the all-to-all's sizes) need the counts on
+    // the host: one sync per layer.
+    const torch::Tensor counts_t = ExpertCounts(flat, num_experts_).cpu();
+    const std::vector<std::int64_t> counts(counts_t.data_ptr<std::int64_t>(),
+                                           counts_t.data_ptr<std::int64_t>() + num_experts_);
+    y_sorted = ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
+  }
   const torch::Tensor y_slots = torch::zeros_like(y_sorted).index_copy(0, order, y_sorted);
   // The weighted combination is a reduction: fp32.
   torch::Tensor y = (Upcast(y_slots).view({n, k, -1}) * r.weights.unsqueeze(-1)).sum(1).to(x.scalar_type());

@@ -130,6 +130,10 @@ class SwiGluImpl : public ChannelMixer {
   std::shared_ptr<ProjImpl> gate_, up_, down_;
 };
 
+/// The number of routing slots per expert [num_experts] (int64) of the
+/// expert ids `experts` (any shape), counted on their device.
+torch::Tensor ExpertCounts(const torch::Tensor& experts, std::int64_t num_experts);
+
 /// The routing of N tokens: expert ids [N, k] (int64) and weights [N, k] (fp32).
 struct Routing {
   torch::Tensor experts;
@@ -172,6 +176,12 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
                  Init& init);
   /// x_sorted [M, D]: rows grouped by expert, counts[e] rows for expert e.
   torch::Tensor forward(const torch::Tensor& x_sorted, const std::vector<std::int64_t>& counts);
+  /// True when ForwardGrouped takes x_sorted: a LibTorch with the grouped
+  /// GEMM (2.8+), bf16 on a GPU, no unmerged LoRA.
+  bool GroupedApplies(const torch::Tensor& x_sorted) const;
+  /// forward's result with one grouped GEMM per projection for all experts;
+  /// ends [E] int32 on x's device: expert e's rows are [ends[e-1], ends[e]).
+  torch::Tensor ForwardGrouped(const torch::Tensor& x_sorted, const torch::Tensor& ends);
   void AddLora(const LoraOptions& lora, Init& init) override;
   void Merge() override;
   void Unmerge() override;
@@ -223,6 +233,7 @@ class MoeImpl : public ChannelMixer {
   std::shared_ptr<SwiGluImpl> shared_;
   std::shared_ptr<ProjImpl> latent_down_, latent_up_;
   std::int64_t num_experts_;
+  bool fused_;
   Communicator* ep_ = nullptr;  // not owned; outlives the model's use
 };
 

@@ -37,6 +37,7 @@ struct ModelOptions {
   DType dtype = DType::kFp32;
   bool activation_checkpointing = false;  ///< recompute each decoder layer in backward
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
+  bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
   double route_scale = 2.5;               ///< routed-expert output scale (DeepSeek-V3's routed_scaling_factor)
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;

@@ -18,6 +18,7 @@
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/model.h"
 #include "runtime/train/data_parallel.h"
+#include "runtime/train/multi_tensor_adamw.h"
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
 #include "simulator/pipeline_schedule.h"
@@ -119,7 +120,7 @@ struct PipelineRank::Impl {
   std::vector<torch::Tensor> params;  // this rank's, in stage order
   std::vector<int> slots;             // each param's index in the whole model's order
   int global_params = 0;
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<MultiTensorAdamW> optimizer;
   torch::ScalarType act_dtype = torch::kFloat;
   torch::Device device{torch::kCPU};
   SplitParameters split;  // params as dense / expert, for the DP average

@@ -72,7 +72,7 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   KP_RETURN_IF_ERROR(PlaceStages());
   CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  optimizer = std::make_unique<torch::optim::AdamW>(ParamGroups(params, config.train),
+  optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
                                                     torch::optim::AdamWOptions(config.train.lr));
   return Status::Ok();
 }
@@ -146,7 +146,7 @@ Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
   config.train = t;
   CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  optimizer = std::make_unique<torch::optim::AdamW>(ParamGroups(params, config.train),
+  optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
                                                     torch::optim::AdamWOptions(config.train.lr));
   step = 0;
   return Status::Ok();

@@ -1,0 +1,159 @@
+// kimi-plan-kda-bench: KDA's chunked gated delta rule alone, the torch form
+// (a [.., C, C, dk] decay tensor) against the CUDA intra-chunk kernel
+// (runtime/model/kda_kernel.h), forward and forward + backward, in ms and
+// peak GB, at the kimi-1b layer shape by default. docs/benchmarks.md has the
+// command and the numbers.
+//
+//   kimi-plan-kda-bench [--batch 16] [--seq-len 1024] [--heads 8] [--dk 128]
+//       [--dv 128] [--iters 10] [--device cuda]
+//
+// Output: a table, then one `RESULT` line per row. Exit 2 on bad arguments.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "bench/bench_util.h"
+#include "common/file_system.h"
+#include "runtime/comm/device.h"
+#include "runtime/model/attention.h"
+#include "runtime/model/kda_kernel.h"
+#include "runtime/model/layers.h"
+
+namespace {
+
+using kp::Result;
+using kp::Status;
+using kp::bench::Median;
+using kp::bench::Synchronize;
+
+struct Args {
+  int batch = 16, seq_len = 1024, heads = 8, dk = 128, dv = 128, iters = 10;
+  std::string device = "cuda";
+};
+
+Result<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  bool help = false;
+  KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "help", &help));
+  if (help)
+    return Status::InvalidArgument(
+        "usage: kimi-plan-kda-bench [--batch 16] [--seq-len 1024] [--heads 8] [--dk 128] [--dv 128] [--iters 10] "
+        "[--device cuda]");
+  try {
+    for (const auto& [k, v] : kv) {
+      if (k == "batch") a.batch = std::stoi(v);
+      else if (k == "seq-len") a.seq_len = std::stoi(v);
+      else if (k == "heads") a.heads = std::stoi(v);
+      else if (k == "dk") a.dk = std::stoi(v);
+      else if (k == "dv") a.dv = std::stoi(v);
+      else if (k == "iters") a.iters = std::stoi(v);
+      else if (k == "device") a.device = v;
+      else return Status::InvalidArgument("unknown option --" + k);
+    }
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("a numeric option is not a number");
+  }
+  if (a.batch <= 0 || a.seq_len <= 0 || a.heads <= 0 || a.dk <= 0 || a.dv <= 0 || a.iters <= 0)
+    return Status::InvalidArgument("--batch, --seq-len, --heads, --dk, --dv, --iters must be positive");
+  return a;
+}
+
+struct Inputs {
+  std::vector<torch::Tensor> qkvgb;  // q, k, v, g, beta
+};
+
+// As KdaImpl makes them: unit k, q / sqrt(dk), g = -softplus(.) <= 0, beta in (0, 1).
+Inputs MakeInputs(const Args& a, const torch::Device& d) {
+  kp::runtime::Init init(17);
+  auto normal = [&](std::vector<std::int64_t> shape) { return init.Normal(shape, 1.0).to(d); };
+  auto unit = [](const torch::Tensor& x) { return x / x.norm(2, -1, true); };
+  const std::int64_t b = a.batch, t = a.seq_len, h = a.heads;
+  Inputs in;
+  in.qkvgb = {unit(normal({b, t, h, a.dk})) / std::sqrt(double(a.dk)), unit(normal({b, t, h, a.dk})),
+              normal({b, t, h, a.dv}), -torch::softplus(normal({b, t, h, a.dk}) - 2.0),
+              torch::sigmoid(normal({b, t, h}))};
+  return in;
+}
+
+struct Row {
+  std::string name;
+  int chunk;
+  bool fused;
+};
+
+struct Timing {
+  double forward_ms, train_ms, forward_gb, train_gb;
+};
+
+Timing Measure(const Row& row, const Inputs& in, const torch::Device& d, int iters) {
+  kp::RealFileSystem fs;
+  std::vector<torch::Tensor> leaves;
+  for (const torch::Tensor& x : in.qkvgb) leaves.push_back(x.detach().requires_grad_(true));
+  auto forward = [&] {
+    return kp::runtime::KdaChunked(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], row.chunk, {}, nullptr,
+                                   row.fused);
+  };
+  auto time = [&](const std::function<void()>& f, double* peak_gb) {
+    f();  // warm-up (and the first call's allocations)
+    Synchronize(d);
+    kp::runtime::ResetPeakMemory(d);
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      Synchronize(d);
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      Synchronize(d);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    *peak_gb = kp::runtime::PeakMemoryBytes(d, fs) / 1e9;
+    return Median(ms);
+  };
+  Timing t{};
+  t.forward_ms = time(
+      [&] {
+        torch::NoGradGuard no_grad;
+        forward();
+      },
+      &t.forward_gb);
+  t.train_ms = time(
+      [&] {
+        const torch::Tensor o = forward();
+        torch::autograd::grad({o.sum()}, leaves);
+      },
+      &t.train_gb);
+  return t;
+}
+
+int Run(const Args& a) {
+  const torch::Device d(a.device);
+  const Inputs in = MakeInputs(a, d);
+  Synchronize(d);
+  kp::RealFileSystem fs;
+  const double inputs_gb = kp::runtime::PeakMemoryBytes(d, fs) / 1e9;
+  std::printf("KDA layer: %d x %d tokens, %d heads, dk %d, dv %d, fp32; kernels built: %s; inputs %.2f GB\n",
+              a.batch, a.seq_len, a.heads, a.dk, a.dv, kp::runtime::KdaKernelsBuilt() ? "yes" : "no", inputs_gb);
+  const std::vector<Row> rows = {{"torch C=16", 16, false}, {"torch C=32", 32, false}, {"kernel C=16", 16, true},
+                                 {"kernel C=32", 32, true},  {"kernel C=64", 64, true}};
+  std::printf("%-12s %12s %10s %14s %10s\n", "form", "forward ms", "peak GB", "fwd+bwd ms", "peak GB");
+  for (const Row& row : rows) {
+    if (row.fused && !kp::runtime::KdaIntraKernelApplies(torch::zeros({1, row.chunk, a.dk}, in.qkvgb[0].options()))) {
+      std::printf("%-12s (the kernel does not apply on this device or build)\n", row.name.c_str());
+      continue;
+    }
+    const Timing t = Measure(row, in, d, a.iters);
+    std::printf("%-12s %12.2f %10.2f %14.2f %10.2f\n", row.name.c_str(), t.forward_ms, t.forward_gb, t.train_ms,
+                t.train_gb);
+    std::printf("RESULT form=%s chunk=%d fused=%d forward_ms=%.3f forward_peak_gb=%.3f train_ms=%.3f "
+                "train_peak_gb=%.3f\n",
+                row.fused ? "kernel" : "torch", row.chunk, row.fused ? 1 : 0, t.forward_ms, t.forward_gb, t.train_ms,
+                t.train_gb);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), "", Run); }

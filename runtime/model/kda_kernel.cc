@@ -1,0 +1,192 @@
+#include "runtime/model/kda_kernel.h"
+
+#include <stdexcept>
+
+#ifdef KIMI_PLAN_KDA_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "runtime/model/kda_cuda.h"
+#endif
+
+namespace kp::runtime {
+
+#ifdef KIMI_PLAN_KDA_CUDA
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void Check(cudaError_t err, const char* what) { TORCH_CHECK(err == cudaSuccess, what, ": ", cudaGetErrorString(err)); }
+
+bool OnCudaInFp32(const torch::Tensor& t) { return t.is_cuda() && t.scalar_type() == torch::kFloat; }
+
+cuda::KdaChunks ChunksOf(const torch::Tensor& q) {
+  return {q.numel() / (q.size(-2) * q.size(-1)), static_cast<int>(q.size(-2)), static_cast<int>(q.size(-1))};
+}
+
+// [..., C, dk] -> [..., C, C]
+std::vector<std::int64_t> SquareShape(const torch::Tensor& q) {
+  auto shape = q.sizes().vec();
+  shape.back() = q.size(-2);
+  return shape;
+}
+
+const float* In(const torch::Tensor& t) { return t.data_ptr<float>(); }
+float* Out(torch::Tensor& t) { return t.data_ptr<float>(); }
+
+class KdaIntraFunction : public torch::autograd::Function<KdaIntraFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& g_cum) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), gc = g_cum.contiguous();
+    torch::Tensor a = torch::empty(SquareShape(qc), qc.options()), p = torch::empty(SquareShape(qc), qc.options());
+    Check(cuda::KdaIntraForward(ChunksOf(qc), In(qc), In(kc), In(gc), Out(a), Out(p),
+                                c10::cuda::getCurrentCUDAStream()),
+          "KDA intra-chunk forward");
+    ctx->save_for_backward({qc, kc, gc});
+    return {a, p};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &g = saved[2];
+    const c10::cuda::CUDAGuard guard(q.device());
+    auto grad_or_zero = [&](const torch::Tensor& t) {
+      return t.defined() ? t.contiguous() : torch::zeros(SquareShape(q), q.options());
+    };
+    const torch::Tensor da = grad_or_zero(grads[0]), dp = grad_or_zero(grads[1]);
+    torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k), dg = torch::empty_like(g);
+    Check(cuda::KdaIntraBackward(ChunksOf(q), In(q), In(k), In(g), In(da), In(dp), Out(dq), Out(dk), Out(dg),
+                                 c10::cuda::getCurrentCUDAStream()),
+          "KDA intra-chunk backward");
+    return {dq, dk, dg};
+  }
+};
+
+cuda::KdaScan ScanOf(const torch::Tensor& w, const torch::Tensor& y) {
+  return {w.size(0) * w.size(1), static_cast<int>(w.size(2)), static_cast<int>(w.size(3)),
+          static_cast<int>(y.size(4)), static_cast<int>(w.size(4))};
+}
+
+const float* InOrNull(const torch::Tensor& t) { return t.defined() ? In(t) : nullptr; }
+
+class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& w, const torch::Tensor& y,
+                               const torch::Tensor& k_to_end, const torch::Tensor& decay, const torch::Tensor& s0) {
+    const c10::cuda::CUDAGuard guard(w.device());
+    const torch::Tensor wc = w.contiguous(), yc = y.contiguous(), kc = k_to_end.contiguous(),
+                        dc = decay.contiguous(), sc = s0.contiguous();
+    const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
+    torch::Tensor u = torch::empty_like(wc), starts = torch::empty({b, h, n, dk, dv}, wc.options()),
+                  last = torch::empty({b, h, dk, dv}, wc.options());
+    Check(cuda::KdaChunkScan(ScanOf(wc, yc), /*reverse=*/false, /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(wc), In(yc),
+                             In(kc), In(dc), nullptr, In(sc), Out(u), Out(starts), Out(last),
+                             c10::cuda::getCurrentCUDAStream()),
+          "KDA chunk scan");
+    ctx->save_for_backward({yc, kc, dc, u, starts});
+    return {u, starts, last};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &y = saved[0], &k = saved[1], &decay = saved[2], &u = saved[3], &starts = saved[4];
+    const c10::cuda::CUDAGuard guard(u.device());
+    const torch::Tensor du = grads[0].defined() ? grads[0].contiguous() : torch::zeros_like(u);
+    const torch::Tensor dstarts = grads[1].defined() ? grads[1].contiguous() : torch::Tensor();
+    const torch::Tensor dlast = grads[2].defined() ? grads[2].contiguous() : torch::Tensor();
+    torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),
+                  ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options());
+    // The same recurrence on the gradients, last chunk first: x = dU + K dS
+    // is U's whole gradient, `starts` the gradient of each chunk's end state.
+    Check(cuda::KdaChunkScan(ScanOf(u, y), /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
+                             In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), Out(dends), Out(ds0),
+                             c10::cuda::getCurrentCUDAStream()),
+          "KDA chunk scan backward");
+    const torch::Tensor dy = -torch::matmul(du_total, starts.transpose(-1, -2));
+    const torch::Tensor dk = torch::matmul(u, dends.transpose(-1, -2));
+    const torch::Tensor ddecay = (starts * dends).sum(-1);
+    return {du_total, dy, dk, ddecay, ds0};
+  }
+};
+
+}  // namespace
+
+bool KdaKernelsBuilt() { return true; }
+
+bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
+  return OnCudaInFp32(w) && w.dim() == 5 && y.dim() == 5 &&
+         cuda::KdaScanSupports(static_cast<int>(w.size(3)), static_cast<int>(y.size(4)), static_cast<int>(w.size(4)));
+}
+
+KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
+                           const torch::Tensor& decay, const torch::Tensor& s0) {
+  TORCH_CHECK(KdaScanKernelApplies(w, y) && OnCudaInFp32(k_to_end) && OnCudaInFp32(decay) && OnCudaInFp32(s0) &&
+                  k_to_end.sizes() == y.sizes() && decay.dim() == 4 && s0.dim() == 4,
+              "KdaStateScan: fp32 CUDA tensors of a supported shape");
+  const variable_list out = KdaScanFunction::apply(w, y, k_to_end, decay, s0);
+  return {out[0], out[1], out[2]};
+}
+
+bool KdaIntraKernelApplies(const torch::Tensor& q) {
+  return OnCudaInFp32(q) && q.dim() >= 2 &&
+         cuda::KdaIntraSupports(static_cast<int>(q.size(-2)), static_cast<int>(q.size(-1)));
+}
+
+std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor& q, const torch::Tensor& k,
+                                                      const torch::Tensor& g_cum) {
+  TORCH_CHECK(KdaIntraKernelApplies(q) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && k.sizes() == q.sizes() &&
+                  g_cum.sizes() == q.sizes(),
+              "KdaIntraChunk: q, k and g_cum must be equal-shaped fp32 CUDA tensors of a supported shape");
+  const variable_list out = KdaIntraFunction::apply(q, k, g_cum);
+  return {out[0], out[1]};
+}
+
+bool KdaRecurrentKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
+  return !torch::GradMode::is_enabled() && OnCudaInFp32(q) && q.dim() == 4 && v.dim() == 4 &&
+         cuda::KdaRecurrentSupports(static_cast<int>(q.size(3)), static_cast<int>(v.size(3)));
+}
+
+torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
+                                 torch::Tensor* final_state) {
+  TORCH_CHECK(KdaRecurrentKernelApplies(q, v), "KdaRecurrentKernel: unsupported tensors");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), gc = g.contiguous(),
+                      bc = beta.contiguous();
+  const std::int64_t b = q.size(0), t = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
+  torch::Tensor s0;
+  if (initial_state.defined()) s0 = initial_state.to(torch::kFloat).contiguous();
+  torch::Tensor o = torch::empty({b, t, h, dv}, vc.options()), s1 = torch::empty({b, h, dk, dv}, vc.options());
+  const cuda::KdaTokens shape{b, t, static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv)};
+  Check(cuda::KdaRecurrentForward(shape, In(qc), In(kc), In(vc), In(gc), In(bc), s0.defined() ? In(s0) : nullptr,
+                                  Out(o), Out(s1), c10::cuda::getCurrentCUDAStream()),
+        "KDA recurrent steps");
+  if (final_state) *final_state = s1;
+  return o;
+}
+
+#else  // no CUDA kernels in this build
+
+bool KdaKernelsBuilt() { return false; }
+bool KdaIntraKernelApplies(const torch::Tensor&) { return false; }
+std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor&, const torch::Tensor&,
+                                                      const torch::Tensor&) {
+  throw std::logic_error("KdaIntraChunk: this build has no CUDA KDA kernels");
+}
+bool KdaScanKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+KdaScanResult KdaStateScan(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                           const torch::Tensor&) {
+  throw std::logic_error("KdaStateScan: this build has no CUDA KDA kernels");
+}
+bool KdaRecurrentKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+torch::Tensor KdaRecurrentKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                 const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, torch::Tensor*) {
+  throw std::logic_error("KdaRecurrentKernel: this build has no CUDA KDA kernels");
+}
+
+#endif
+
+}  // namespace kp::runtime

@@ -1,0 +1,226 @@
+// The GPU kernels against the torch forms they replace, computed in fp64 on
+// the CPU: KDA's chunked form with the intra-chunk and chunk-scan kernels
+// (outputs, final state and every gradient), the recurrent decode kernel,
+// and the grouped expert GEMM against the per-expert loop. Tests that need a GPU and this
+// build's kernels skip with a message elsewhere; the CPU ones always run.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "runtime/model/attention.h"
+#include "runtime/model/kda_kernel.h"
+#include "runtime/model/layers.h"
+
+namespace kp::runtime {
+namespace {
+
+torch::Tensor Random(at::IntArrayRef shape, std::uint64_t seed) { return Init(seed).Normal(shape, 1.0).to(torch::kDouble); }
+
+double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
+  const torch::Tensor w = want.to(torch::kCPU, torch::kDouble);
+  return (got.to(torch::kCPU, torch::kDouble) - w).norm().item<double>() / w.norm().item<double>();
+}
+
+#define SKIP_WITHOUT_KDA_KERNELS()                                                   \
+  if (!KdaKernelsBuilt() || !torch::cuda::is_available())                            \
+  GTEST_SKIP() << "needs a CUDA build of the KDA kernels and a GPU (scripts/gpu_build.sh)"
+
+// Inputs as KdaImpl makes them: unit k, q scaled by 1/sqrt(dk), g <= 0 from a
+// softplus, beta in (0, 1); `decay` scales g (20: e^-160 per step at worst).
+struct KdaInputs {
+  torch::Tensor q, k, v, g, beta, s0;
+  std::vector<torch::Tensor> All() const { return {q, k, v, g, beta, s0}; }
+};
+
+KdaInputs RandomKda(std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t dk, std::int64_t dv, double decay,
+                    std::uint64_t seed) {
+  auto unit = [](const torch::Tensor& x) { return x / x.norm(2, -1, true); };
+  KdaInputs in;
+  in.q = unit(Random({b, t, h, dk}, seed)) / std::sqrt(double(dk));
+  in.k = unit(Random({b, t, h, dk}, seed + 1));
+  in.v = Random({b, t, h, dv}, seed + 2);
+  in.g = -torch::softplus(Random({b, t, h, dk}, seed + 3) - 2.0) * decay;
+  in.beta = torch::sigmoid(Random({b, t, h}, seed + 4));
+  in.s0 = Random({b, h, dk, dv}, seed + 5) * 0.1;
+  return in;
+}
+
+KdaInputs To(const KdaInputs& in, torch::Device device, torch::Dtype dtype) {
+  auto to = [&](const torch::Tensor& x) { return x.to(device, dtype).detach().requires_grad_(true); };
+  return {to(in.q), to(in.k), to(in.v), to(in.g), to(in.beta), to(in.s0)};
+}
+
+struct KdaResult {
+  torch::Tensor out, state;
+  std::vector<torch::Tensor> grads;  // q, k, v, g, beta, s0
+};
+
+// L = <o, R1> + <S_T, R2> with fixed random R1, R2: every output and the
+// final state carry gradient.
+KdaResult RunChunked(const KdaInputs& in, std::int64_t chunk, bool fused) {
+  KdaResult r;
+  r.out = KdaChunked(in.q, in.k, in.v, in.g, in.beta, chunk, in.s0, &r.state, fused);
+  const auto opts = r.out.options();
+  const torch::Tensor w1 = Random(r.out.sizes(), 90).to(opts), w2 = Random(r.state.sizes(), 91).to(opts);
+  const torch::Tensor loss = (r.out * w1).sum() + (r.state * w2).sum();
+  r.grads = torch::autograd::grad({loss}, in.All());
+  return r;
+}
+
+TEST(KdaKernelTest, ChunkedFormWithTheKernelMatchesFp64InOutputsStateAndGradients) {
+  SKIP_WITHOUT_KDA_KERNELS();
+  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+  struct Case {
+    std::int64_t t, dk, dv, chunk;
+  };
+  // Partial last chunks, one short chunk, and the kimi-1b head shape.
+  for (const Case& c : {Case{37, 64, 64, 16}, Case{100, 128, 128, 32}, Case{130, 128, 96, 64}, Case{20, 64, 32, 64}}) {
+    const auto cuda = torch::device(torch::kCUDA);
+    ASSERT_TRUE(KdaIntraKernelApplies(torch::zeros({1, c.chunk, c.dk}, cuda)));
+    ASSERT_TRUE(KdaScanKernelApplies(torch::zeros({1, 1, 1, c.chunk, c.dv}, cuda),
+                                     torch::zeros({1, 1, 1, c.chunk, c.dk}, cuda)));
+    const KdaInputs base = RandomKda(2, c.t, 3, c.dk, c.dv, 1.0, 7 + c.t);
+    const KdaResult want = RunChunked(To(base, torch::kCPU, torch::kDouble), c.chunk, false);
+    const KdaResult got = RunChunked(To(base, torch::kCUDA, torch::kFloat), c.chunk, true);
+    const std::string where = "T " + std::to_string(c.t) + " dk " + std::to_string(c.dk) + " chunk " +
+                              std::to_string(c.chunk);
+    EXPECT_LT(RelativeError(got.out, want.out), 1e-5) << where;
+    EXPECT_LT(RelativeError(got.state, want.state), 1e-5) << where;
+    for (std::size_t i = 0; i < want.grads.size(); ++i)
+      EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-4) << names[i] << ", " << where;
+  }
+}
+
+// No initial state and no final state wanted (the training forward's case:
+// the scan's backward starts from zeros), and a chunk of 8, which no kernel
+// takes: the torch form runs on the GPU.
+TEST(KdaKernelTest, WithoutStatesAndInTheTorchFallback) {
+  SKIP_WITHOUT_KDA_KERNELS();
+  const KdaInputs base = RandomKda(2, 45, 2, 128, 64, 1.0, 13);
+  for (std::int64_t chunk : {32, 8}) {
+    std::vector<torch::Tensor> grads[2];
+    torch::Tensor outs[2];
+    int i = 0;
+    for (const KdaInputs& in : {To(base, torch::kCPU, torch::kDouble), To(base, torch::kCUDA, torch::kFloat)}) {
+      outs[i] = KdaChunked(in.q, in.k, in.v, in.g, in.beta, chunk, {}, nullptr, /*fused=*/i == 1);
+      const torch::Tensor w = Random(outs[i].sizes(), 92).to(outs[i].options());
+      grads[i] = torch::autograd::grad({(outs[i] * w).sum()}, {in.q, in.k, in.v, in.g, in.beta});
+      ++i;
+    }
+    EXPECT_LT(RelativeError(outs[1], outs[0]), 1e-5) << "chunk " << chunk;
+    for (std::size_t g = 0; g < grads[0].size(); ++g)
+      EXPECT_LT(RelativeError(grads[1][g], grads[0][g]), 1e-4) << "chunk " << chunk << " grad " << g;
+  }
+}
+
+TEST(KdaKernelTest, StrongDecayStaysFiniteAndExact) {
+  SKIP_WITHOUT_KDA_KERNELS();
+  const KdaInputs base = RandomKda(1, 70, 2, 64, 64, 20.0, 3);
+  const KdaResult want = RunChunked(To(base, torch::kCPU, torch::kDouble), 64, false);
+  const KdaResult got = RunChunked(To(base, torch::kCUDA, torch::kFloat), 64, true);
+  EXPECT_TRUE(torch::isfinite(got.out).all().item<bool>());
+  for (const torch::Tensor& g : got.grads) EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+  EXPECT_LT(RelativeError(got.out, want.out), 1e-5);
+  EXPECT_LT(RelativeError(got.grads[3], want.grads[3]), 1e-4);  // dg, where the exponentials are
+}
+
+TEST(KdaKernelTest, IsDeterministic) {
+  SKIP_WITHOUT_KDA_KERNELS();
+  const KdaInputs base = RandomKda(2, 96, 2, 128, 128, 1.0, 11);
+  const KdaResult a = RunChunked(To(base, torch::kCUDA, torch::kFloat), 32, true);
+  const KdaResult b = RunChunked(To(base, torch::kCUDA, torch::kFloat), 32, true);
+  EXPECT_TRUE(torch::equal(a.out, b.out));
+  for (std::size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(torch::equal(a.grads[i], b.grads[i])) << i;
+}
+
+TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
+  SKIP_WITHOUT_KDA_KERNELS();
+  torch::NoGradGuard no_grad;
+  const KdaInputs base = RandomKda(3, 9, 2, 128, 64, 1.0, 5);
+  torch::Tensor want_state;
+  const torch::Tensor want = KdaRecurrent(base.q, base.k, base.v, base.g, base.beta, base.s0, &want_state);
+  const KdaInputs gpu = To(base, torch::kCUDA, torch::kFloat);
+  ASSERT_TRUE(KdaRecurrentKernelApplies(gpu.q, gpu.v));
+  // Four tokens at once, then one at a time, as a rollout decodes.
+  torch::Tensor state;
+  std::vector<torch::Tensor> outs = {KdaRecurrentKernel(
+      gpu.q.narrow(1, 0, 4), gpu.k.narrow(1, 0, 4), gpu.v.narrow(1, 0, 4), gpu.g.narrow(1, 0, 4),
+      gpu.beta.narrow(1, 0, 4), gpu.s0, &state)};
+  for (std::int64_t t = 4; t < 9; ++t)
+    outs.push_back(KdaRecurrentKernel(gpu.q.narrow(1, t, 1), gpu.k.narrow(1, t, 1), gpu.v.narrow(1, t, 1),
+                                      gpu.g.narrow(1, t, 1), gpu.beta.narrow(1, t, 1), state, &state));
+  EXPECT_LT(RelativeError(torch::cat(outs, 1), want), 1e-6);
+  EXPECT_LT(RelativeError(state, want_state), 1e-6);
+}
+
+// ------------------------------------------------------------------ experts
+
+TEST(ExpertCountsTest, EqualsBincount) {
+  const torch::Tensor ids = torch::randint(0, 7, {50, 3}, torch::kLong);
+  EXPECT_TRUE(torch::equal(ExpertCounts(ids, 9), torch::bincount(ids.reshape(-1), {}, 9)));
+}
+
+ModelSpec WideMoeSpec() {
+  ModelSpec m;
+  m.hidden = 64;
+  m.moe.num_experts = 8;
+  m.moe.top_k = 2;
+  m.moe.expert_ffn = 96;
+  m.moe.shared_experts = 1;
+  m.moe.shared_ffn = 32;
+  m.moe.latent_dim = 48;
+  return m;
+}
+
+struct MoeRun {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;
+};
+
+// The MoE with experts 0 and 5 never chosen (a router bias of -1e4) and an
+// uneven load on the rest, bf16 on the GPU, grouped or looped.
+MoeRun RunMoe(bool fused) {
+  Init init(21);
+  ModelOptions opts;
+  opts.fused_kernels = fused;
+  MoeImpl moe(WideMoeSpec(), opts, 0.2, 0.2, init);
+  {
+    torch::NoGradGuard no_grad;
+    torch::Tensor bias = moe.router().named_buffers()["bias"];
+    bias.copy_(torch::tensor({-1e4, 0.3, 0.0, 0.1, -0.2, -1e4, 0.5, 0.0}));
+  }
+  moe.to(torch::kCUDA);  // fp32 parameters, bf16 activations: as the model runs
+  const torch::Tensor x = Random({3, 41, 64}, 8).to(torch::kCUDA, torch::kBFloat16).requires_grad_(true);
+  MoeRun r;
+  r.out = moe.Mix(x, false);
+  std::vector<torch::Tensor> wrt = {x};
+  for (const auto& p : moe.parameters()) wrt.push_back(p);
+  const torch::Tensor w = Random(r.out.sizes(), 9).to(r.out.options());
+  r.grads = torch::autograd::grad({(r.out.to(torch::kFloat) * w.to(torch::kFloat)).sum()}, wrt);
+  return r;
+}
+
+TEST(GroupedExpertsTest, EqualThePerExpertLoopWithEmptyAndUnevenExperts) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  {
+    Init init(1);
+    ExpertBankImpl probe(2, 8, 8, 0.1, 0.1, init);
+    if (!probe.GroupedApplies(torch::zeros({1, 8}, torch::dtype(torch::kBFloat16).device(torch::kCUDA))))
+      GTEST_SKIP() << "this LibTorch has no grouped GEMM (PyTorch 2.8+)";
+  }
+  const MoeRun looped = RunMoe(false), grouped = RunMoe(true);
+  // Both are bf16 GEMMs with fp32 accumulation over the same rows: they
+  // differ by the order inside each dot product and the final bf16 rounding.
+  EXPECT_LT(RelativeError(grouped.out, looped.out), 1e-2);
+  ASSERT_EQ(grouped.grads.size(), looped.grads.size());
+  for (std::size_t i = 0; i < looped.grads.size(); ++i) {
+    if (looped.grads[i].abs().max().item<double>() == 0) {
+      EXPECT_EQ(grouped.grads[i].abs().max().item<double>(), 0) << "grad " << i;
+      continue;
+    }
+    EXPECT_LT(RelativeError(grouped.grads[i], looped.grads[i]), 2e-2) << "grad " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kp::runtime

@@ -1,0 +1,99 @@
+#include "runtime/train/multi_tensor_adamw.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+namespace kp::runtime {
+
+namespace {
+
+// The optimizer's state map is keyed by the TensorImpl address printed to a
+// string (as LibTorch 1.13's c10::guts::to_string prints it) in older
+// LibTorch and by the address itself in newer: whichever this is.
+template <typename Map>
+typename Map::mapped_type& StateOf(Map& state, const torch::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return state[key.str()];
+  } else {
+    return state[p.unsafeGetTensorImpl()];
+  }
+}
+
+// The tensors of one update: parameters whose state has the same step
+// count (they share the bias corrections) and the same options.
+struct Bucket {
+  std::vector<torch::Tensor> params, grads, exp_avg, exp_avg_sq;
+  std::int64_t elements = 0;
+};
+
+// At most this many elements per foreach call, so the denominators'
+// temporaries stay ~256 MB (fp32) however large the model.
+constexpr std::int64_t kBucketElements = std::int64_t{1} << 26;
+
+void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  if (o.weight_decay() != 0) at::_foreach_mul_(b.params, 1 - o.lr() * o.weight_decay());
+  at::_foreach_mul_(b.exp_avg, beta1);
+  at::_foreach_add_(b.exp_avg, b.grads, 1 - beta1);
+  at::_foreach_mul_(b.exp_avg_sq, beta2);
+  at::_foreach_addcmul_(b.exp_avg_sq, b.grads, b.grads, 1 - beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(b.exp_avg_sq);
+  at::_foreach_div_(denom, std::sqrt(bias_correction2));
+  at::_foreach_add_(denom, o.eps());
+  at::_foreach_addcdiv_(b.params, b.exp_avg, denom, -o.lr() / bias_correction1);
+  b = Bucket{};
+}
+
+}  // namespace
+
+MultiTensorAdamW::MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
+                                   torch::optim::AdamWOptions defaults)
+    : torch::optim::AdamW(std::move(groups), std::move(defaults)) {}
+
+torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss = {};
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!options.amsgrad(), "MultiTensorAdamW: AMSGrad is not supported");
+    std::map<std::int64_t, Bucket> by_step;  // ordered: a fixed order of updates
+    for (const torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      TORCH_CHECK(!p.grad().is_sparse(), "MultiTensorAdamW: sparse gradients are not supported");
+      auto& slot = StateOf(state_, p);
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      state.step(state.step() + 1);
+      Bucket& b = by_step[state.step()];
+      b.params.push_back(p);
+      b.grads.push_back(p.grad());
+      b.exp_avg.push_back(state.exp_avg());
+      b.exp_avg_sq.push_back(state.exp_avg_sq());
+      b.elements += p.numel();
+      if (b.elements >= kBucketElements) Update(b, options, state.step());
+    }
+    for (auto& [step, b] : by_step)
+      if (!b.params.empty()) Update(b, options, step);
+  }
+  return loss;
+}
+
+}  // namespace kp::runtime
