@@ -1,6 +1,6 @@
 // kimi-plan-kda-bench: KDA's chunked gated delta rule alone, the torch form
 // (a [.., C, C, dk] decay tensor) against the CUDA intra-chunk kernel
-// (runtime/model/kda_kernel.h), forward and forward + backward, in ms and
+// (runtime/model/cuda_kernels.h), forward and forward + backward, in ms and
 // peak GB, at the kimi-1b layer shape by default. docs/benchmarks.md has the
 // command and the numbers.
 //
@@ -19,7 +19,7 @@
 #include "common/file_system.h"
 #include "runtime/comm/device.h"
 #include "runtime/model/attention.h"
-#include "runtime/model/kda_kernel.h"
+#include "runtime/model/cuda_kernels.h"
 #include "runtime/model/layers.h"
 
 namespace {
@@ -134,7 +134,7 @@ int Run(const Args& a) {
   kp::RealFileSystem fs;
   const double inputs_gb = kp::runtime::PeakMemoryBytes(d, fs) / 1e9;
   std::printf("KDA layer: %d x %d tokens, %d heads, dk %d, dv %d, fp32; kernels built: %s; inputs %.2f GB\n",
-              a.batch, a.seq_len, a.heads, a.dk, a.dv, kp::runtime::KdaKernelsBuilt() ? "yes" : "no", inputs_gb);
+              a.batch, a.seq_len, a.heads, a.dk, a.dv, kp::runtime::CudaKernelsBuilt() ? "yes" : "no", inputs_gb);
   const std::vector<Row> rows = {{"torch C=16", 16, false}, {"torch C=32", 32, false}, {"kernel C=16", 16, true},
                                  {"kernel C=32", 32, true},  {"kernel C=64", 64, true}};
   std::printf("%-12s %12s %10s %14s %10s\n", "form", "forward ms", "peak GB", "fwd+bwd ms", "peak GB");

@@ -15,7 +15,7 @@ namespace kp::bench {
 
 std::string KernelFamily(const std::string& name) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("kp::runtime::cuda")) return "kda";
+  if (has("kp::runtime::cuda")) return "kp";
   if (has("flash") || has("fmha") || has("attention") || has("Attention")) return "attention";
   if (has("gemm") || has("Gemm") || has("cutlass") || has("nvjet") || has("xmma") || has("sm90_") ||
       has("GroupedMM") || has("grouped"))

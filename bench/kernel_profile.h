@@ -19,9 +19,9 @@ struct KernelTime {
   int calls = 0;
 };
 
-/// The family of a CUDA kernel by its name: "gemm", "attention", "kda"
-/// (this project's KDA kernels), "elementwise", "reduction", "copy",
-/// "optimizer" (multi-tensor apply) or "other".
+/// The family of a CUDA kernel by its name: "gemm", "attention", "kp" (this
+/// project's kernels: KDA, the depth read, RMSNorm), "elementwise",
+/// "reduction", "copy", "optimizer" (multi-tensor apply) or "other".
 std::string KernelFamily(const std::string& kernel_name);
 
 /// Runs `work` under the profiler and returns its GPU kernels, longest total

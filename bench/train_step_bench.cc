@@ -41,7 +41,7 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "planner/step_time.h"
-#include "runtime/model/kda_kernel.h"
+#include "runtime/model/cuda_kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/runtime_config.h"
 #include "runtime/train/trainer.h"
@@ -252,7 +252,7 @@ int Run(const Args& args) {
   std::printf("runtime parameters: %lld (all trainable, fp32 master weights), dtype %s, %d x %d tokens per step, "
               "KDA chunk %d, fused kernels %s (built: %s)\n",
               static_cast<long long>((*session)->parameter_count()), args.dtype.c_str(), args.batch, args.seq_len,
-              args.kda_chunk, args.fused ? "on" : "off", kp::runtime::KdaKernelsBuilt() ? "yes" : "no");
+              args.kda_chunk, args.fused ? "on" : "off", kp::runtime::CudaKernelsBuilt() ? "yes" : "no");
   std::vector<double> seconds;
   double last_loss = 0, peak_mem = 0;
   for (int i = 0; i < args.warmup + args.steps; ++i) {

@@ -8,7 +8,8 @@
 #
 #   scripts/gpu_kernels_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), CHUNK (64),
-# STEPS (10), PARTS ("tests kda train eager"), BUDGET_S (540), JOBS (16).
+# STEPS (10), PARTS ("tests kda train eager"; also "wide" and "curve"),
+# WIDE_BATCH (8), CURVE_BATCH (4), CURVE_REFERENCE, BUDGET_S (540), JOBS (16).
 set -u -o pipefail
 out=${1:?usage: gpu_kernels_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
@@ -57,7 +58,10 @@ if want wide; then  # hidden 4096, 64 experts: where GEMMs dominate
   run_train wide --shape "$root/bench/kimi-wide.json" --batch "${WIDE_BATCH:-8}" --fused 1 --kda-chunk "$C" --profile 1
 fi
 if want curve; then  # 200 steps each, kernels on (chunk C) and off (chunk 16)
-  for f in 1 0; do
+  # CURVE_REFERENCE: an earlier run's kernels-off curve, not run again.
+  runs="1 0"
+  [ -n "${CURVE_REFERENCE:-}" ] && { runs=1; cp "$CURVE_REFERENCE" "$out/curve_0.txt"; }
+  for f in $runs; do
     [ "$(left)" -gt 100 ] || { echo "skip curve $f: budget"; continue; }
     chunk=$C; [ $f = 0 ] && chunk=16
     echo "== loss curve, fused $f"

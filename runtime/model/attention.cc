@@ -6,7 +6,7 @@
 
 #include <torch/version.h>
 
-#include "runtime/model/kda_kernel.h"
+#include "runtime/model/cuda_kernels.h"
 
 namespace kp::runtime {
 
@@ -237,7 +237,9 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
     cache->length += t;
   }
   const torch::Tensor gate = Upcast(g_b_->forward(g_a_->forward(x))).view({b, t, heads_, dv_});
-  const torch::Tensor normed = RmsNormalize(o, eps_) * o_norm_ * torch::sigmoid(gate);
+  const torch::Tensor rms = fused_ && RmsNormKernelApplies(o) ? RmsNormKernel(o, o_norm_, eps_)
+                                                               : RmsNormalize(o, eps_) * o_norm_;
+  const torch::Tensor normed = rms * torch::sigmoid(gate);
   return o_proj_->forward(normed.reshape({b, t, heads_ * dv_}).to(x.scalar_type()));
 }
 
@@ -252,13 +254,13 @@ MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init
   };
   if (q_rank > 0) {
     q_a_ = proj("q_a", d, q_rank, init_std);
-    q_norm_ = register_module("q_norm", std::make_shared<RmsNormImpl>(q_rank, options.norm_eps));
+    q_norm_ = register_module("q_norm", std::make_shared<RmsNormImpl>(q_rank, options.norm_eps, options.fused_kernels));
     q_b_ = proj("q_b", q_rank, heads_ * qk, init_std);
   } else {
     q_ = proj("q", d, heads_ * qk, init_std);
   }
   kv_a_ = proj("kv_a", d, kv_rank_ + rope_, init_std);
-  kv_norm_ = register_module("kv_norm", std::make_shared<RmsNormImpl>(kv_rank_, options.norm_eps));
+  kv_norm_ = register_module("kv_norm", std::make_shared<RmsNormImpl>(kv_rank_, options.norm_eps, options.fused_kernels));
   kv_b_ = proj("kv_b", kv_rank_, heads_ * (nope_ + v_dim_), init_std);
   gate_ = proj("gate", d, heads_ * v_dim_, init_std);
   o_proj_ = proj("o_proj", heads_ * v_dim_, d, out_std);

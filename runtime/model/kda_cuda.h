@@ -1,7 +1,7 @@
 // The CUDA kernels of KDA's gated delta rule (docs/runtime.md §5): the
 // intra-chunk products of the chunked form, forward and backward, and the
 // recurrent steps of a decode. Plain pointers and a stream, no LibTorch:
-// kda_kernel.cc wraps them as tensors and autograd.
+// cuda_kernels.cc wraps them as tensors and autograd.
 //
 // Every kernel is deterministic (no atomics; each sum in a fixed order), all
 // arithmetic is fp32, and every exponential is of a difference of cumulative

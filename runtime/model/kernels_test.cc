@@ -1,14 +1,15 @@
 // The GPU kernels against the torch forms they replace, computed in fp64 on
 // the CPU: KDA's chunked form with the intra-chunk and chunk-scan kernels
 // (outputs, final state and every gradient), the recurrent decode kernel,
-// and the grouped expert GEMM against the per-expert loop. Tests that need a GPU and this
-// build's kernels skip with a message elsewhere; the CPU ones always run.
+// the attention-residual depth read, RMSNorm, and the grouped expert GEMM
+// against the per-expert loop. Tests that need a GPU and this build's
+// kernels skip with a message elsewhere; the CPU ones always run.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include "runtime/model/attention.h"
-#include "runtime/model/kda_kernel.h"
+#include "runtime/model/cuda_kernels.h"
 #include "runtime/model/layers.h"
 
 namespace kp::runtime {
@@ -16,13 +17,16 @@ namespace {
 
 torch::Tensor Random(at::IntArrayRef shape, std::uint64_t seed) { return Init(seed).Normal(shape, 1.0).to(torch::kDouble); }
 
+// ||got - want|| / ||want||; where `want` is exactly zero (a read over one
+// value has no gradient for its query), the largest |got| instead.
 double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
-  const torch::Tensor w = want.to(torch::kCPU, torch::kDouble);
-  return (got.to(torch::kCPU, torch::kDouble) - w).norm().item<double>() / w.norm().item<double>();
+  const torch::Tensor w = want.to(torch::kCPU, torch::kDouble), g = got.to(torch::kCPU, torch::kDouble);
+  const double norm = w.norm().item<double>();
+  return norm == 0 ? g.abs().max().item<double>() : (g - w).norm().item<double>() / norm;
 }
 
-#define SKIP_WITHOUT_KDA_KERNELS()                                                   \
-  if (!KdaKernelsBuilt() || !torch::cuda::is_available())                            \
+#define SKIP_WITHOUT_CUDA_KERNELS()                                                   \
+  if (!CudaKernelsBuilt() || !torch::cuda::is_available())                            \
   GTEST_SKIP() << "needs a CUDA build of the KDA kernels and a GPU (scripts/gpu_build.sh)"
 
 // Inputs as KdaImpl makes them: unit k, q scaled by 1/sqrt(dk), g <= 0 from a
@@ -68,7 +72,7 @@ KdaResult RunChunked(const KdaInputs& in, std::int64_t chunk, bool fused) {
 }
 
 TEST(KdaKernelTest, ChunkedFormWithTheKernelMatchesFp64InOutputsStateAndGradients) {
-  SKIP_WITHOUT_KDA_KERNELS();
+  SKIP_WITHOUT_CUDA_KERNELS();
   const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
   struct Case {
     std::int64_t t, dk, dv, chunk;
@@ -95,7 +99,7 @@ TEST(KdaKernelTest, ChunkedFormWithTheKernelMatchesFp64InOutputsStateAndGradient
 // the scan's backward starts from zeros), and a chunk of 8, which no kernel
 // takes: the torch form runs on the GPU.
 TEST(KdaKernelTest, WithoutStatesAndInTheTorchFallback) {
-  SKIP_WITHOUT_KDA_KERNELS();
+  SKIP_WITHOUT_CUDA_KERNELS();
   const KdaInputs base = RandomKda(2, 45, 2, 128, 64, 1.0, 13);
   for (std::int64_t chunk : {32, 8}) {
     std::vector<torch::Tensor> grads[2];
@@ -114,7 +118,7 @@ TEST(KdaKernelTest, WithoutStatesAndInTheTorchFallback) {
 }
 
 TEST(KdaKernelTest, StrongDecayStaysFiniteAndExact) {
-  SKIP_WITHOUT_KDA_KERNELS();
+  SKIP_WITHOUT_CUDA_KERNELS();
   const KdaInputs base = RandomKda(1, 70, 2, 64, 64, 20.0, 3);
   const KdaResult want = RunChunked(To(base, torch::kCPU, torch::kDouble), 64, false);
   const KdaResult got = RunChunked(To(base, torch::kCUDA, torch::kFloat), 64, true);
@@ -125,7 +129,7 @@ TEST(KdaKernelTest, StrongDecayStaysFiniteAndExact) {
 }
 
 TEST(KdaKernelTest, IsDeterministic) {
-  SKIP_WITHOUT_KDA_KERNELS();
+  SKIP_WITHOUT_CUDA_KERNELS();
   const KdaInputs base = RandomKda(2, 96, 2, 128, 128, 1.0, 11);
   const KdaResult a = RunChunked(To(base, torch::kCUDA, torch::kFloat), 32, true);
   const KdaResult b = RunChunked(To(base, torch::kCUDA, torch::kFloat), 32, true);
@@ -134,7 +138,7 @@ TEST(KdaKernelTest, IsDeterministic) {
 }
 
 TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
-  SKIP_WITHOUT_KDA_KERNELS();
+  SKIP_WITHOUT_CUDA_KERNELS();
   torch::NoGradGuard no_grad;
   const KdaInputs base = RandomKda(3, 9, 2, 128, 64, 1.0, 5);
   torch::Tensor want_state;
@@ -151,6 +155,87 @@ TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
                                       gpu.g.narrow(1, t, 1), gpu.beta.narrow(1, t, 1), state, &state));
   EXPECT_LT(RelativeError(torch::cat(outs, 1), want), 1e-6);
   EXPECT_LT(RelativeError(state, want_state), 1e-6);
+}
+
+// ------------------------------------------------------------------ depth read
+
+struct ReadRun {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;  // the values', then the norm weight's and the query's
+};
+
+ReadRun RunRead(int n, torch::Device device, torch::Dtype dtype, bool kernel) {
+  std::vector<torch::Tensor> values;
+  for (int i = 0; i < n; ++i)
+    values.push_back((Random({3, 37, 64}, 30 + i) * (1 + i)).to(device, dtype).requires_grad_(true));
+  const torch::Tensor norm_weight = (1 + 0.1 * Random({64}, 70)).to(device, torch::kFloat).requires_grad_(true);
+  const torch::Tensor query = Random({64}, 71).to(device, torch::kFloat).requires_grad_(true);
+  ReadRun r;
+  if (kernel) {
+    EXPECT_TRUE(AttnResKernelApplies(values));
+    r.out = AttnResReadKernel(values, norm_weight, query, 1e-6);
+  } else {
+    const std::vector<torch::Tensor> blocks(values.begin(), values.end() - 1);
+    r.out = AttnResRead(blocks, values.back(), norm_weight, query, 1e-6);
+  }
+  const torch::Tensor w = Random(r.out.sizes(), 72).to(r.out.options());
+  std::vector<torch::Tensor> wrt = values;
+  wrt.push_back(norm_weight);
+  wrt.push_back(query);
+  r.grads = torch::autograd::grad({(r.out * w).sum()}, wrt);
+  return r;
+}
+
+TEST(AttnResKernelTest, MatchesTheTorchReadInFp64AndBf16) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  for (int n : {1, 5, 16}) {
+    const ReadRun want = RunRead(n, torch::kCPU, torch::kDouble, false);
+    const ReadRun got = RunRead(n, torch::kCUDA, torch::kFloat, true);
+    EXPECT_LT(RelativeError(got.out, want.out), 1e-5) << n << " values";
+    for (std::size_t i = 0; i < want.grads.size(); ++i)
+      EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-4) << n << " values, grad " << i;
+    // bf16 values as the bf16 model has them: the same fp32 arithmetic, then
+    // rounded to bf16, as the torch form rounds.
+    const ReadRun torch_bf16 = RunRead(n, torch::kCUDA, torch::kBFloat16, false);
+    const ReadRun kernel_bf16 = RunRead(n, torch::kCUDA, torch::kBFloat16, true);
+    EXPECT_EQ(kernel_bf16.out.scalar_type(), torch::kBFloat16);
+    EXPECT_LT(RelativeError(kernel_bf16.out, torch_bf16.out), 1e-2) << n << " values";
+    for (std::size_t i = 0; i < want.grads.size(); ++i)
+      EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 2e-2) << n << " values, bf16 grad " << i;
+  }
+}
+
+// ------------------------------------------------------------------ RMSNorm
+
+TEST(RmsNormKernelTest, MatchesTheTorchNormInFp64AndBf16) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  for (std::int64_t dim : {64, 96}) {
+    auto run = [&](torch::Device device, torch::Dtype dtype, bool fused) {
+      RmsNormImpl norm(dim, 1e-6, fused);
+      {
+        torch::NoGradGuard no_grad;
+        norm.weight().copy_(1 + 0.3 * Random({dim}, 80).to(torch::kFloat));
+      }
+      norm.to(device);  // the weight stays fp32, as the model keeps it
+      const torch::Tensor x = (Random({4, 33, dim}, 81) * 3).to(device, dtype).requires_grad_(true);
+      const torch::Tensor y = norm.forward(x);
+      const torch::Tensor w = Random(y.sizes(), 82).to(y.options());
+      ReadRun r;
+      r.out = y;
+      r.grads = torch::autograd::grad({(y * w).sum()}, {x, norm.weight()});
+      return r;
+    };
+    ASSERT_TRUE(RmsNormKernelApplies(torch::zeros({2, dim}, torch::device(torch::kCUDA))));
+    const ReadRun want = run(torch::kCPU, torch::kDouble, false), got = run(torch::kCUDA, torch::kFloat, true);
+    EXPECT_LT(RelativeError(got.out, want.out), 1e-5) << dim;
+    EXPECT_LT(RelativeError(got.grads[0], want.grads[0]), 1e-5) << dim;
+    EXPECT_LT(RelativeError(got.grads[1], want.grads[1]), 1e-5) << dim;
+    const ReadRun torch_bf16 = run(torch::kCUDA, torch::kBFloat16, false);
+    const ReadRun kernel_bf16 = run(torch::kCUDA, torch::kBFloat16, true);
+    EXPECT_EQ(kernel_bf16.out.scalar_type(), torch::kBFloat16);
+    EXPECT_LT(RelativeError(kernel_bf16.out, torch_bf16.out), 1e-2) << dim;
+    for (int i = 0; i < 2; ++i) EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 2e-2) << dim;
+  }
 }
 
 // ------------------------------------------------------------------ experts

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "common/splitmix.h"
+#include "runtime/model/cuda_kernels.h"
 #include "runtime/model/expert_parallel.h"
 
 // at::_grouped_mm (bf16, sm90+, with autograd) arrived in PyTorch 2.8.
@@ -84,11 +85,12 @@ torch::Tensor RmsNormalize(const torch::Tensor& x, double eps) {
   return xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
 }
 
-RmsNormImpl::RmsNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+RmsNormImpl::RmsNormImpl(std::int64_t dim, double eps, bool fused) : eps_(eps), fused_(fused) {
   weight_ = register_parameter("weight", torch::ones({dim}));
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  if (fused_ && RmsNormKernelApplies(x)) return RmsNormKernel(x, weight_, eps_);
   return (RmsNormalize(x, eps_) * weight_).to(x.scalar_type());
 }
 
@@ -107,12 +109,17 @@ torch::Tensor AttnResRead(const std::vector<torch::Tensor>& blocks, const torch:
   return torch::matmul(p, v).squeeze(-2).to(dtype);
 }
 
-AttnResImpl::AttnResImpl(std::int64_t dim, double eps) : eps_(eps) {
+AttnResImpl::AttnResImpl(std::int64_t dim, double eps, bool fused) : eps_(eps), fused_(fused) {
   norm_weight_ = register_parameter("norm", torch::ones({dim}));
   query_ = register_parameter("proj", torch::zeros({dim}));
 }
 
 torch::Tensor AttnResImpl::forward(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial) {
+  if (fused_) {
+    std::vector<torch::Tensor> values = blocks;
+    if (partial.defined()) values.push_back(partial);
+    if (AttnResKernelApplies(values)) return AttnResReadKernel(values, norm_weight_, query_, eps_);
+  }
   return AttnResRead(blocks, partial, norm_weight_, query_, eps_);
 }
 

@@ -81,13 +81,15 @@ torch::Tensor RmsNormalize(const torch::Tensor& x, double eps);
 /// RMSNorm with a learned scale (init 1); computes in fp32, returns x's dtype.
 class RmsNormImpl : public torch::nn::Module {
  public:
-  RmsNormImpl(std::int64_t dim, double eps);
+  /// `fused`: the CUDA kernel where it applies (cuda_kernels.h).
+  RmsNormImpl(std::int64_t dim, double eps, bool fused = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor& weight() { return weight_; }
 
  private:
   torch::Tensor weight_;
   double eps_;
+  bool fused_;
 };
 
 /// The Block Attention Residual depth read (§2): the values are the committed
@@ -102,7 +104,8 @@ torch::Tensor AttnResRead(const std::vector<torch::Tensor>& blocks, const torch:
 /// (init 0, so an untrained read is the plain average over depth).
 class AttnResImpl : public torch::nn::Module {
  public:
-  AttnResImpl(std::int64_t dim, double eps);
+  /// `fused`: the CUDA kernel where it applies (cuda_kernels.h).
+  AttnResImpl(std::int64_t dim, double eps, bool fused = false);
   torch::Tensor forward(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial);
   torch::Tensor& norm_weight() { return norm_weight_; }
   torch::Tensor& query() { return query_; }
@@ -110,6 +113,7 @@ class AttnResImpl : public torch::nn::Module {
  private:
   torch::Tensor norm_weight_, query_;
   double eps_;
+  bool fused_;
 };
 
 /// A feed-forward block; `record_load` asks a MoE to count its routing for

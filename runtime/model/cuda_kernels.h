@@ -1,19 +1,22 @@
-// LibTorch faces of the CUDA KDA kernels (kda_cuda.h): the intra-chunk
-// products as a differentiable function, the recurrent steps for decoding.
-// In a build without them (no CUDA Toolkit or a CPU LibTorch) the *Applies
-// functions return false and callers keep the torch forms of attention.h.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_KDA_KERNEL_H_
-#define KIMI_PLAN_RUNTIME_MODEL_KDA_KERNEL_H_
+// LibTorch faces of the CUDA kernels: KDA's (kda_cuda.h: the intra-chunk
+// products and the chunk scan as differentiable functions, the recurrent
+// steps for decoding) and the attention-residual depth read's
+// (attn_res_cuda.h). In a build without them (no CUDA Toolkit or a CPU
+// LibTorch) the *Applies functions return false and callers keep the torch
+// forms of attention.h and layers.h.
+#ifndef KIMI_PLAN_RUNTIME_MODEL_CUDA_KERNELS_H_
+#define KIMI_PLAN_RUNTIME_MODEL_CUDA_KERNELS_H_
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
 namespace kp::runtime {
 
-/// True when this build has the KDA kernels.
-bool KdaKernelsBuilt();
+/// True when this build has the CUDA kernels of this header.
+bool CudaKernelsBuilt();
 
 /// True when KdaIntraChunk takes chunked tensors like `q` ([B, H, n, C, dk]):
 /// built, fp32, on a CUDA device, C in {16, 32, 64}, dk a multiple of 32.
@@ -56,6 +59,24 @@ torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
                                  torch::Tensor* final_state);
 
+/// True when RmsNormKernel takes x [..., D]: built, fp32 or bf16 on a CUDA
+/// device, D a multiple of 32.
+bool RmsNormKernelApplies(const torch::Tensor& x);
+
+/// RMSNorm (layers.h: RmsNormalize(x) * weight) in x's dtype by the kernel,
+/// fp32 inside; differentiable in x and the fp32 weight [D].
+torch::Tensor RmsNormKernel(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+/// True when AttnResReadKernel takes these depth values (the stack entries
+/// then the partial sum): built, on one CUDA device, all fp32 or all bf16 of
+/// one shape [..., D], at most 16 of them, D a multiple of 32.
+bool AttnResKernelApplies(const std::vector<torch::Tensor>& values);
+
+/// AttnResRead's result (layers.h) by the kernel, in the values' dtype;
+/// differentiable in the values, the norm weight and the query.
+torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const torch::Tensor& norm_weight,
+                                const torch::Tensor& query, double eps);
+
 }  // namespace kp::runtime
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_KDA_KERNEL_H_
+#endif  // KIMI_PLAN_RUNTIME_MODEL_CUDA_KERNELS_H_

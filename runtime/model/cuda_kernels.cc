@@ -1,4 +1,4 @@
-#include "runtime/model/kda_kernel.h"
+#include "runtime/model/cuda_kernels.h"
 
 #include <stdexcept>
 
@@ -6,7 +6,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "runtime/model/attn_res_cuda.h"
 #include "runtime/model/kda_cuda.h"
+#include "runtime/model/rms_norm_cuda.h"
 #endif
 
 namespace kp::runtime {
@@ -112,9 +114,110 @@ class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
   }
 };
 
+// The depth read over values stacked [N, tokens, D]; w = norm weight x query.
+class DepthReadFunction : public torch::autograd::Function<DepthReadFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& stacked, const torch::Tensor& w,
+                               double eps) {
+    const c10::cuda::CUDAGuard guard(stacked.device());
+    const torch::Tensor v = stacked.contiguous(), wc = w.contiguous();
+    const cuda::DepthRead shape = ShapeOf(v);
+    torch::Tensor read = torch::empty({shape.tokens, shape.dim}, v.options());
+    Check(cuda::DepthReadForward(shape, v.data_ptr(), In(wc), static_cast<float>(eps), read.data_ptr(),
+                                 c10::cuda::getCurrentCUDAStream()),
+          "attention-residual depth read");
+    ctx->save_for_backward({v, wc});
+    ctx->saved_data["eps"] = eps;
+    return {read};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &v = saved[0], &w = saved[1];
+    const c10::cuda::CUDAGuard guard(v.device());
+    const cuda::DepthRead shape = ShapeOf(v);
+    const torch::Tensor dread = grads[0].to(v.scalar_type()).contiguous();
+    torch::Tensor dv = torch::empty_like(v), dw_rows = torch::empty({shape.tokens, shape.dim}, w.options());
+    Check(cuda::DepthReadBackward(shape, v.data_ptr(), In(w), static_cast<float>(ctx->saved_data["eps"].toDouble()),
+                                  dread.data_ptr(), dv.data_ptr(), Out(dw_rows), c10::cuda::getCurrentCUDAStream()),
+          "attention-residual depth read backward");
+    return {dv, dw_rows.sum(0), torch::Tensor()};
+  }
+
+ private:
+  static cuda::DepthRead ShapeOf(const torch::Tensor& v) {
+    return {static_cast<int>(v.size(0)), v.size(1), static_cast<int>(v.size(2)), v.scalar_type() == torch::kBFloat16};
+  }
+};
+
+// RMSNorm over rows [rows, D].
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& rows, const torch::Tensor& w, double eps) {
+    const c10::cuda::CUDAGuard guard(rows.device());
+    const torch::Tensor x = rows.contiguous(), wc = w.contiguous();
+    torch::Tensor y = torch::empty_like(x);
+    Check(cuda::RmsNormForward(ShapeOf(x), x.data_ptr(), In(wc), static_cast<float>(eps), y.data_ptr(),
+                               c10::cuda::getCurrentCUDAStream()),
+          "RMSNorm");
+    ctx->save_for_backward({x, wc});
+    ctx->saved_data["eps"] = eps;
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous();
+    torch::Tensor dx = torch::empty_like(x), dw_rows = torch::empty(x.sizes(), w.options());
+    Check(cuda::RmsNormBackward(ShapeOf(x), x.data_ptr(), In(w), static_cast<float>(ctx->saved_data["eps"].toDouble()),
+                                dy.data_ptr(), dx.data_ptr(), Out(dw_rows), c10::cuda::getCurrentCUDAStream()),
+          "RMSNorm backward");
+    return {dx, dw_rows.sum(0), torch::Tensor()};
+  }
+
+ private:
+  static cuda::NormRows ShapeOf(const torch::Tensor& x) {
+    return {x.size(0), static_cast<int>(x.size(1)), x.scalar_type() == torch::kBFloat16};
+  }
+};
+
+bool FloatOrBf16OnCuda(const torch::Tensor& t) {
+  return t.is_cuda() && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
+}
+
 }  // namespace
 
-bool KdaKernelsBuilt() { return true; }
+bool CudaKernelsBuilt() { return true; }
+
+bool RmsNormKernelApplies(const torch::Tensor& x) {
+  return FloatOrBf16OnCuda(x) && x.dim() >= 1 && cuda::RmsNormSupports(static_cast<int>(x.size(-1)));
+}
+
+torch::Tensor RmsNormKernel(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  TORCH_CHECK(RmsNormKernelApplies(x), "RmsNormKernel: unsupported input");
+  const std::int64_t dim = x.size(-1);
+  return RmsNormFunction::apply(x.reshape({-1, dim}), weight.to(torch::kFloat), eps)[0].view(x.sizes());
+}
+
+bool AttnResKernelApplies(const std::vector<torch::Tensor>& values) {
+  if (values.empty()) return false;
+  const auto dtype = values[0].scalar_type();
+  if (!FloatOrBf16OnCuda(values[0])) return false;
+  for (const torch::Tensor& v : values)
+    if (v.scalar_type() != dtype || v.sizes() != values[0].sizes() || v.device() != values[0].device()) return false;
+  return cuda::DepthReadSupports(static_cast<int>(values.size()), static_cast<int>(values[0].size(-1)));
+}
+
+torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const torch::Tensor& norm_weight,
+                                const torch::Tensor& query, double eps) {
+  TORCH_CHECK(AttnResKernelApplies(values), "AttnResReadKernel: unsupported values");
+  const std::int64_t dim = values[0].size(-1);
+  const torch::Tensor stacked = torch::stack(values, 0).reshape({static_cast<std::int64_t>(values.size()), -1, dim});
+  const torch::Tensor w = (norm_weight * query).to(torch::kFloat);
+  return DepthReadFunction::apply(stacked, w, eps)[0].view(values[0].sizes());
+}
 
 bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
   return OnCudaInFp32(w) && w.dim() == 5 && y.dim() == 5 &&
@@ -170,7 +273,7 @@ torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k,
 
 #else  // no CUDA kernels in this build
 
-bool KdaKernelsBuilt() { return false; }
+bool CudaKernelsBuilt() { return false; }
 bool KdaIntraKernelApplies(const torch::Tensor&) { return false; }
 std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor&, const torch::Tensor&,
                                                       const torch::Tensor&) {
@@ -182,6 +285,14 @@ KdaScanResult KdaStateScan(const torch::Tensor&, const torch::Tensor&, const tor
   throw std::logic_error("KdaStateScan: this build has no CUDA KDA kernels");
 }
 bool KdaRecurrentKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+bool AttnResKernelApplies(const std::vector<torch::Tensor>&) { return false; }
+bool RmsNormKernelApplies(const torch::Tensor&) { return false; }
+torch::Tensor RmsNormKernel(const torch::Tensor&, const torch::Tensor&, double) {
+  throw std::logic_error("RmsNormKernel: this build has no CUDA kernels");
+}
+torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>&, const torch::Tensor&, const torch::Tensor&, double) {
+  throw std::logic_error("AttnResReadKernel: this build has no CUDA kernels");
+}
 torch::Tensor KdaRecurrentKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                  const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, torch::Tensor*) {
   throw std::logic_error("KdaRecurrentKernel: this build has no CUDA KDA kernels");

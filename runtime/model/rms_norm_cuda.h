@@ -1,0 +1,34 @@
+// The CUDA kernels of RMSNorm (docs/runtime.md §1), forward and backward,
+// one warp per row, fp32 arithmetic on fp32 or bf16 rows, deterministic.
+// Plain pointers and a stream; cuda_kernels.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_MODEL_RMS_NORM_CUDA_H_
+#define KIMI_PLAN_RUNTIME_MODEL_RMS_NORM_CUDA_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace kp::runtime::cuda {
+
+/// `rows` rows of `dim` channels, [rows, dim] contiguous, fp32 or bf16.
+struct NormRows {
+  std::int64_t rows = 0;
+  int dim = 0;
+  bool bf16 = false;
+};
+
+/// True for dim a multiple of 32.
+bool RmsNormSupports(int dim);
+
+/// y = x / sqrt(mean(x^2) + eps) * w, in x's dtype; w [dim] fp32.
+cudaError_t RmsNormForward(const NormRows& shape, const void* x, const float* w, float eps, void* y,
+                           cudaStream_t stream);
+
+/// Given dy (x's dtype): dx (x's dtype) and dw_rows [rows, dim] fp32, whose
+/// sum over the rows is dL/dw.
+cudaError_t RmsNormBackward(const NormRows& shape, const void* x, const float* w, float eps, const void* dy, void* dx,
+                            float* dw_rows, cudaStream_t stream);
+
+}  // namespace kp::runtime::cuda
+
+#endif  // KIMI_PLAN_RUNTIME_MODEL_RMS_NORM_CUDA_H_
