@@ -1,6 +1,7 @@
 #include "runtime/comm/device.h"
 
 #ifdef KIMI_PLAN_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -25,6 +26,14 @@ void UseDeterministicAlgorithms() {
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   at::globalContext().setDeterministicCuDNN(true);
   at::globalContext().setBenchmarkCuDNN(false);
+}
+
+int ComputeCapabilityMajor(torch::Device device) {
+#ifdef KIMI_PLAN_TORCH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->major;
+#endif
+  (void)device;
+  return 0;
 }
 
 void ResetPeakMemory(torch::Device device) {

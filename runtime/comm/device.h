@@ -29,6 +29,10 @@ void UseDeterministicAlgorithms();
 /// unknown.
 double PeakMemoryBytes(torch::Device device, const FileSystem& fs);
 
+/// The major version of `device`'s CUDA compute capability (9: Hopper, 10:
+/// Blackwell); 0 on the CPU or in a build without CUDA.
+int ComputeCapabilityMajor(torch::Device device);
+
 /// Starts PeakMemoryBytes's GPU peak afresh (no effect on the CPU, whose
 /// high-water mark cannot be reset).
 void ResetPeakMemory(torch::Device device);

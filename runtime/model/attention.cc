@@ -118,7 +118,7 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
   if (fused && KdaScanKernelApplies(w, y)) {
     // The sequential loop below as one kernel; the outputs of all chunks at
     // once from the states it leaves at the chunk starts.
-    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, torch::exp(last).squeeze(-2), s);
+    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, torch::exp(last).squeeze(-2), s.expand({b, h, dk, dv}));
     if (final_state) *final_state = scan.final_state;
     const torch::Tensor out = torch::matmul(q_decayed, scan.starts) + torch::matmul(qk, scan.u);  // [B, H, n, C, dv]
     return out.reshape({b, h, padded, dv}).narrow(2, 0, t_len).transpose(1, 2);

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "runtime/comm/device.h"
 #include "runtime/model/attn_res_cuda.h"
 #include "runtime/model/kda_cuda.h"
 #include "runtime/model/rms_norm_cuda.h"
@@ -21,7 +22,14 @@ using torch::autograd::variable_list;
 
 void Check(cudaError_t err, const char* what) { TORCH_CHECK(err == cudaSuccess, what, ": ", cudaGetErrorString(err)); }
 
-bool OnCudaInFp32(const torch::Tensor& t) { return t.is_cuda() && t.scalar_type() == torch::kFloat; }
+// The kernels are built for sm_90 (with its PTX, which newer GPUs compile):
+// Hopper or newer only.
+bool OnKernelGpu(const torch::Tensor& t) { return t.is_cuda() && ComputeCapabilityMajor(t.device()) >= 9; }
+
+bool OnCudaInFp32(const torch::Tensor& t) { return OnKernelGpu(t) && t.scalar_type() == torch::kFloat; }
+
+// The scan and recurrent kernels put batch x heads on the grid's y axis.
+constexpr std::int64_t kMaxGridY = 65535;
 
 cuda::KdaChunks ChunksOf(const torch::Tensor& q) {
   return {q.numel() / (q.size(-2) * q.size(-1)), static_cast<int>(q.size(-2)), static_cast<int>(q.size(-1))};
@@ -184,7 +192,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 };
 
 bool FloatOrBf16OnCuda(const torch::Tensor& t) {
-  return t.is_cuda() && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
+  return OnKernelGpu(t) && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
 }
 
 }  // namespace
@@ -220,14 +228,18 @@ torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const 
 }
 
 bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
-  return OnCudaInFp32(w) && w.dim() == 5 && y.dim() == 5 &&
+  return OnCudaInFp32(w) && w.dim() == 5 && y.dim() == 5 && w.size(0) * w.size(1) <= kMaxGridY &&
          cuda::KdaScanSupports(static_cast<int>(w.size(3)), static_cast<int>(y.size(4)), static_cast<int>(w.size(4)));
 }
 
 KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
                            const torch::Tensor& decay, const torch::Tensor& s0) {
-  TORCH_CHECK(KdaScanKernelApplies(w, y) && OnCudaInFp32(k_to_end) && OnCudaInFp32(decay) && OnCudaInFp32(s0) &&
-                  k_to_end.sizes() == y.sizes() && decay.dim() == 4 && s0.dim() == 4,
+  const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
+  const std::vector<std::int64_t> decay_shape = {b, h, n, dk}, state_shape = {b, h, dk, dv};
+  const bool shapes_fit = k_to_end.sizes() == y.sizes() && decay.sizes() == at::IntArrayRef(decay_shape) &&
+                          s0.sizes() == at::IntArrayRef(state_shape);
+  TORCH_CHECK(KdaScanKernelApplies(w, y) && OnCudaInFp32(y) && OnCudaInFp32(k_to_end) && OnCudaInFp32(decay) &&
+                  OnCudaInFp32(s0) && shapes_fit,
               "KdaStateScan: fp32 CUDA tensors of a supported shape");
   const variable_list out = KdaScanFunction::apply(w, y, k_to_end, decay, s0);
   return {out[0], out[1], out[2]};
@@ -248,7 +260,8 @@ std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor& q, co
 }
 
 bool KdaRecurrentKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
-  return !torch::GradMode::is_enabled() && OnCudaInFp32(q) && q.dim() == 4 && v.dim() == 4 &&
+  return !torch::GradMode::is_enabled() && OnCudaInFp32(q) && OnCudaInFp32(v) && q.dim() == 4 && v.dim() == 4 &&
+         q.size(0) * q.size(2) <= kMaxGridY &&
          cuda::KdaRecurrentSupports(static_cast<int>(q.size(3)), static_cast<int>(v.size(3)));
 }
 
@@ -261,7 +274,7 @@ torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k,
                       bc = beta.contiguous();
   const std::int64_t b = q.size(0), t = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
   torch::Tensor s0;
-  if (initial_state.defined()) s0 = initial_state.to(torch::kFloat).contiguous();
+  if (initial_state.defined()) s0 = initial_state.to(torch::kFloat).expand({b, h, dk, dv}).contiguous();
   torch::Tensor o = torch::empty({b, t, h, dv}, vc.options()), s1 = torch::empty({b, h, dk, dv}, vc.options());
   const cuda::KdaTokens shape{b, t, static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv)};
   Check(cuda::KdaRecurrentForward(shape, In(qc), In(kc), In(vc), In(gc), In(bc), s0.defined() ? In(s0) : nullptr,

@@ -19,19 +19,19 @@ namespace kp::runtime {
 bool CudaKernelsBuilt();
 
 /// True when KdaIntraChunk takes chunked tensors like `q` ([B, H, n, C, dk]):
-/// built, fp32, on a CUDA device, C in {16, 32, 64}, dk a multiple of 32.
+/// built, fp32, on a Hopper or newer GPU, C in {16, 32, 64}, dk a multiple of 32.
 bool KdaIntraKernelApplies(const torch::Tensor& q);
 
 /// The strict-lower A and lower-inclusive P of KdaChunked (attention.cc),
 /// from q, k and the in-chunk cumulative log decay `g_cum`, all
-/// [B, H, n, C, dk] fp32 on one CUDA device; returns [B, H, n, C, C] each.
+/// [B, H, n, C, dk] fp32 on one Hopper or newer GPU; returns [B, H, n, C, C] each.
 /// Differentiable with respect to all three (no double backward).
 std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor& q, const torch::Tensor& k,
                                                       const torch::Tensor& g_cum);
 
 /// True when KdaStateScan takes w [B, H, n, C, dv] and y [B, H, n, C, dk]:
-/// built, fp32 on a CUDA device, C in {16, 32, 64}, dk 64 or 128, dv a
-/// multiple of 32.
+/// built, fp32 on a Hopper or newer GPU, C in {16, 32, 64}, dk 64 or 128, dv
+/// a multiple of 32, B * H <= 65535.
 bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y);
 
 struct KdaScanResult {
@@ -49,7 +49,7 @@ KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const
                            const torch::Tensor& decay, const torch::Tensor& s0);
 
 /// True when KdaRecurrentKernel takes q [B, T, H, dk] and v [B, T, H, dv]:
-/// built, fp32, on a CUDA device, dk 64 or 128, dv a multiple of 32, and no
+/// built, fp32, on a Hopper or newer GPU, dk 64 or 128, dv a multiple of 32, and no
 /// gradient wanted (the kernel has no backward: it serves decoding).
 bool KdaRecurrentKernelApplies(const torch::Tensor& q, const torch::Tensor& v);
 
@@ -59,8 +59,8 @@ torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
                                  torch::Tensor* final_state);
 
-/// True when RmsNormKernel takes x [..., D]: built, fp32 or bf16 on a CUDA
-/// device, D a multiple of 32.
+/// True when RmsNormKernel takes x [..., D]: built, fp32 or bf16 on a Hopper
+/// or newer GPU, D a multiple of 32.
 bool RmsNormKernelApplies(const torch::Tensor& x);
 
 /// RMSNorm (layers.h: RmsNormalize(x) * weight) in x's dtype by the kernel,
@@ -68,7 +68,7 @@ bool RmsNormKernelApplies(const torch::Tensor& x);
 torch::Tensor RmsNormKernel(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 /// True when AttnResReadKernel takes these depth values (the stack entries
-/// then the partial sum): built, on one CUDA device, all fp32 or all bf16 of
+/// then the partial sum): built, on one Hopper or newer GPU, all fp32 or all bf16 of
 /// one shape [..., D], at most 16 of them, D a multiple of 32.
 bool AttnResKernelApplies(const std::vector<torch::Tensor>& values);
 

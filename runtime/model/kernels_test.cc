@@ -76,13 +76,16 @@ TEST(KdaKernelTest, ChunkedFormWithTheKernelMatchesFp64InOutputsStateAndGradient
   const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
   struct Case {
     std::int64_t t, dk, dv, chunk;
+    bool scan;  // whether the scan kernel takes it too (dk 96: the intra-chunk kernel and the torch loop)
   };
   // Partial last chunks, one short chunk, and the kimi-1b head shape.
-  for (const Case& c : {Case{37, 64, 64, 16}, Case{100, 128, 128, 32}, Case{130, 128, 96, 64}, Case{20, 64, 32, 64}}) {
+  for (const Case& c : {Case{37, 64, 64, 16, true}, Case{100, 128, 128, 32, true}, Case{130, 128, 96, 64, true},
+                        Case{20, 64, 32, 64, true}, Case{33, 96, 64, 32, false}}) {
     const auto cuda = torch::device(torch::kCUDA);
     ASSERT_TRUE(KdaIntraKernelApplies(torch::zeros({1, c.chunk, c.dk}, cuda)));
-    ASSERT_TRUE(KdaScanKernelApplies(torch::zeros({1, 1, 1, c.chunk, c.dv}, cuda),
-                                     torch::zeros({1, 1, 1, c.chunk, c.dk}, cuda)));
+    ASSERT_EQ(KdaScanKernelApplies(torch::zeros({1, 1, 1, c.chunk, c.dv}, cuda),
+                                   torch::zeros({1, 1, 1, c.chunk, c.dk}, cuda)),
+              c.scan);
     const KdaInputs base = RandomKda(2, c.t, 3, c.dk, c.dv, 1.0, 7 + c.t);
     const KdaResult want = RunChunked(To(base, torch::kCPU, torch::kDouble), c.chunk, false);
     const KdaResult got = RunChunked(To(base, torch::kCUDA, torch::kFloat), c.chunk, true);
@@ -155,6 +158,11 @@ TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
                                       gpu.g.narrow(1, t, 1), gpu.beta.narrow(1, t, 1), state, &state));
   EXPECT_LT(RelativeError(torch::cat(outs, 1), want), 1e-6);
   EXPECT_LT(RelativeError(state, want_state), 1e-6);
+  // A first call with no state yet starts from zeros.
+  torch::Tensor fresh;
+  const torch::Tensor from_zero = KdaRecurrent(base.q, base.k, base.v, base.g, base.beta, {}, &want_state);
+  EXPECT_LT(RelativeError(KdaRecurrentKernel(gpu.q, gpu.k, gpu.v, gpu.g, gpu.beta, {}, &fresh), from_zero), 1e-6);
+  EXPECT_LT(RelativeError(fresh, want_state), 1e-6);
 }
 
 // ------------------------------------------------------------------ depth read

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "common/splitmix.h"
+#include "runtime/comm/device.h"
 #include "runtime/model/cuda_kernels.h"
 #include "runtime/model/expert_parallel.h"
 
@@ -230,8 +231,10 @@ torch::Tensor ExpertBankImpl::forward(const torch::Tensor& x_sorted, const std::
 
 bool ExpertBankImpl::GroupedApplies(const torch::Tensor& x_sorted) const {
 #if KP_HAS_GROUPED_MM
-  // The grouped GEMM takes bf16 on the GPU; an unmerged LoRA keeps the loop.
-  return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 && !(gate_.lora_a.defined() && !merged_);
+  // The grouped GEMM takes bf16 on a Hopper or newer GPU; an unmerged LoRA
+  // keeps the loop.
+  return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 && !(gate_.lora_a.defined() && !merged_) &&
+         ComputeCapabilityMajor(x_sorted.device()) >= 9;
 #else
   return false;
 #endif

@@ -181,7 +181,7 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   /// x_sorted [M, D]: rows grouped by expert, counts[e] rows for expert e.
   torch::Tensor forward(const torch::Tensor& x_sorted, const std::vector<std::int64_t>& counts);
   /// True when ForwardGrouped takes x_sorted: a LibTorch with the grouped
-  /// GEMM (2.8+), bf16 on a GPU, no unmerged LoRA.
+  /// GEMM (2.8+), bf16 on a Hopper or newer GPU, no unmerged LoRA.
   bool GroupedApplies(const torch::Tensor& x_sorted) const;
   /// forward's result with one grouped GEMM per projection for all experts;
   /// ends [E] int32 on x's device: expert e's rows are [ends[e-1], ends[e]).

@@ -32,10 +32,6 @@ struct Bucket {
   std::int64_t elements = 0;
 };
 
-// At most this many elements per foreach call, so the denominators'
-// temporaries stay ~256 MB (fp32) however large the model.
-constexpr std::int64_t kBucketElements = std::int64_t{1} << 26;
-
 void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
@@ -55,8 +51,8 @@ void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
 }  // namespace
 
 MultiTensorAdamW::MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
-                                   torch::optim::AdamWOptions defaults)
-    : torch::optim::AdamW(std::move(groups), std::move(defaults)) {}
+                                   torch::optim::AdamWOptions defaults, std::int64_t bucket_elements)
+    : torch::optim::AdamW(std::move(groups), std::move(defaults)), bucket_elements_(bucket_elements) {}
 
 torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
@@ -83,12 +79,14 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
       state.step(state.step() + 1);
       Bucket& b = by_step[state.step()];
+      // Flushed before it would outgrow the bound (the default, 2^26 fp32
+      // elements, keeps the temporaries near 256 MB).
+      if (b.elements > 0 && b.elements + p.numel() > bucket_elements_) Update(b, options, state.step());
       b.params.push_back(p);
       b.grads.push_back(p.grad());
       b.exp_avg.push_back(state.exp_avg());
       b.exp_avg_sq.push_back(state.exp_avg_sq());
       b.elements += p.numel();
-      if (b.elements >= kBucketElements) Update(b, options, state.step());
     }
     for (auto& [step, b] : by_step)
       if (!b.params.empty()) Update(b, options, step);

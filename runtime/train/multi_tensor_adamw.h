@@ -6,6 +6,7 @@
 #ifndef KIMI_PLAN_RUNTIME_TRAIN_MULTI_TENSOR_ADAMW_H_
 #define KIMI_PLAN_RUNTIME_TRAIN_MULTI_TENSOR_ADAMW_H_
 
+#include <cstdint>
 #include <vector>
 
 #include <torch/torch.h>
@@ -15,13 +16,20 @@ namespace kp::runtime {
 /// torch::optim::AdamW with step() over lists of tensors. Per parameter the
 /// arithmetic is AdamW::step's, operation for operation (decoupled decay,
 /// bias corrections from the parameter's own step count, no AMSGrad), so
-/// the parameters and the state equal AdamW's bit for bit on the CPU, and
-/// save/load read and write the same archive.
+/// the parameters and the state equal AdamW's bit for bit on the CPU (on a
+/// GPU the multi-tensor kernels may round the denominator's division by the
+/// bias correction differently, by an ulp), and save/load read and write the
+/// same archive. Each update takes at most `bucket_elements` elements, or
+/// one larger parameter alone, which bounds the denominators' temporaries.
 class MultiTensorAdamW : public torch::optim::AdamW {
  public:
   explicit MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
-                            torch::optim::AdamWOptions defaults = {});
+                            torch::optim::AdamWOptions defaults = {},
+                            std::int64_t bucket_elements = std::int64_t{1} << 26);
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  std::int64_t bucket_elements_;
 };
 
 }  // namespace kp::runtime

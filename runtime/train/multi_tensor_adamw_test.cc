@@ -51,14 +51,19 @@ std::vector<torch::Tensor> Leaves() {
 }
 
 TEST(MultiTensorAdamWTest, EqualsAdamWBitForBit) {
-  const std::vector<torch::Tensor> a = Leaves(), b = Leaves();
-  torch::optim::AdamW reference(Groups(a));
-  MultiTensorAdamW multi(Groups(b));
-  Train(reference, a, 0, 6);
-  Train(multi, b, 0, 6);
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
-  // The parameters moved: this compares an update, not two copies of the start.
-  EXPECT_FALSE(torch::equal(a[0], MakeParams()[0]));
+  // Buckets of 10 elements: every parameter (30, 7, 24, 5 elements) updates
+  // alone; the default bound: each group in one update.
+  for (std::int64_t bucket : {std::int64_t{10}, std::int64_t{1} << 26}) {
+    const std::vector<torch::Tensor> a = Leaves(), b = Leaves();
+    torch::optim::AdamW reference(Groups(a));
+    MultiTensorAdamW multi(Groups(b), {}, bucket);
+    Train(reference, a, 0, 6);
+    Train(multi, b, 0, 6);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << ", buckets of " << bucket;
+    // The parameters moved: this compares an update, not two copies of the start.
+    EXPECT_FALSE(torch::equal(a[0], MakeParams()[0]));
+  }
 }
 
 TEST(MultiTensorAdamWTest, ContinuesFromAnAdamWCheckpoint) {
