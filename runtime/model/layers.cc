@@ -336,18 +336,19 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
   const torch::Tensor token_of = order.div(k, "floor");
   const torch::Tensor routed_in = latent_down_ ? latent_down_->forward(xf) : xf;
   const torch::Tensor x_sorted = routed_in.index({token_of});
+  // Expert e's rows end where the sorted ids pass e, found on the device.
+  const torch::Tensor ends = torch::searchsorted(sorted_ids, torch::arange(1, num_experts_ + 1, flat.options()),
+                                                 /*out_int32=*/true);
   torch::Tensor y_sorted;
   if (!ep_ && fused_ && experts_->GroupedApplies(x_sorted)) {
-    // Expert e's rows end where the sorted ids pass e: no host sync.
-    const torch::Tensor ends = torch::searchsorted(sorted_ids, torch::arange(1, num_experts_ + 1, flat.options()),
-                                                   /*out_int32=*/true);
-    y_sorted = experts_->ForwardGrouped(x_sorted, ends);
+    y_sorted = experts_->ForwardGrouped(x_sorted, ends);  // no host sync
   } else {
     // The loop over experts (and the all-to-all's sizes) need the counts on
     // the host: one sync per layer.
-    const torch::Tensor counts_t = ExpertCounts(flat, num_experts_).cpu();
-    const std::vector<std::int64_t> counts(counts_t.data_ptr<std::int64_t>(),
-                                           counts_t.data_ptr<std::int64_t>() + num_experts_);
+    const torch::Tensor ends_host = ends.cpu();
+    const std::int32_t* end = ends_host.data_ptr<std::int32_t>();
+    std::vector<std::int64_t> counts(num_experts_);
+    for (std::int64_t e = 0; e < num_experts_; ++e) counts[e] = end[e] - (e > 0 ? end[e - 1] : 0);
     y_sorted = ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
   }
   const torch::Tensor y_slots = torch::zeros_like(y_sorted).index_copy(0, order, y_sorted);
