@@ -97,16 +97,21 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
                          const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused) {
-  const std::int64_t b = q.size(0), t_len = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
-  const std::int64_t n = (t_len + chunk - 1) / chunk, padded = n * chunk;
+  const std::int64_t t_len = q.size(1), padded = (t_len + chunk - 1) / chunk * chunk;
   // Padding tokens have k = 0, beta = 0 and g = 0: they leave the state alone.
-  const torch::Tensor qc = Chunked(q, chunk, padded), kc = Chunked(k, chunk, padded);
-  const torch::Tensor vc = Chunked(v, chunk, padded), gc = Chunked(g, chunk, padded);
-  const torch::Tensor bc = Chunked(beta.unsqueeze(-1), chunk, padded);        // [B, H, n, C, 1]
-  const torch::Tensor cum = gc.cumsum(3);                                     // G_t, inclusive
+  const torch::Tensor cum = Chunked(g, chunk, padded).cumsum(3);  // G_t, inclusive
+  return KdaChunkedCore(Chunked(q, chunk, padded), Chunked(k, chunk, padded), Chunked(v, chunk, padded), cum,
+                        Chunked(beta.unsqueeze(-1), chunk, padded), t_len, initial_state, final_state, fused);
+}
+
+torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, const torch::Tensor& vc,
+                             const torch::Tensor& cum, const torch::Tensor& bc, std::int64_t t_len,
+                             const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused) {
+  const std::int64_t b = qc.size(0), h = qc.size(1), n = qc.size(2), chunk = qc.size(3), dk = qc.size(4),
+                     dv = vc.size(4), padded = n * chunk;
   const auto [strict, qk] =
       fused && KdaIntraKernelApplies(qc) ? KdaIntraChunk(qc, kc, cum) : IntraChunkProducts(qc, kc, cum);
-  const torch::Tensor eye = torch::eye(chunk, q.options());
+  const torch::Tensor eye = torch::eye(chunk, qc.options());
   const torch::Tensor tri = eye + bc * strict;  // I + Diag(beta) A, unit lower triangular
   const torch::Tensor w = torch::linalg_solve_triangular(tri, bc * vc, /*upper=*/false, /*left=*/true,
                                                           /*unitriangular=*/true);
@@ -114,7 +119,7 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
   const torch::Tensor q_decayed = qc * torch::exp(cum);
   const torch::Tensor last = cum.narrow(3, chunk - 1, 1);                     // G_C [.., 1, dk]
   const torch::Tensor k_to_end = kc * torch::exp(last - cum);
-  torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, q.options());
+  torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, qc.options());
   if (fused && KdaScanKernelApplies(w, y)) {
     // The sequential loop below as one kernel; the outputs of all chunks at
     // once from the states it leaves at the chunk starts.
@@ -205,36 +210,55 @@ torch::Tensor KdaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
 
 torch::Tensor KdaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
 
-torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
-  const std::int64_t b = x.size(0), t = x.size(1);
+torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tensor& kx, const torch::Tensor& vx,
+                                     const torch::Tensor& fx, const torch::Tensor& beta, LayerCache* cache) {
+  const std::int64_t b = qx.size(0), t = qx.size(1);
   // The convolutions, the recurrence and the gated norm run in fp32.
-  auto conv = [&](const std::shared_ptr<ProjImpl>& p, const torch::Tensor& w, std::int64_t dim,
-                  torch::Tensor* state) {
-    const torch::Tensor in = Upcast(p->forward(x));
+  auto conv = [&](const torch::Tensor& proj, const torch::Tensor& w, std::int64_t dim, torch::Tensor* state) {
+    const torch::Tensor in = Upcast(proj);
     return torch::silu(state ? CausalDepthwiseConvStep(in, w, *state) : CausalDepthwiseConv(in, w))
         .view({b, t, heads_, dim});
   };
-  const torch::Tensor q = L2Normalize(conv(q_proj_, q_conv_, dk_, cache ? &cache->q_conv : nullptr), eps_) /
+  const torch::Tensor q = L2Normalize(conv(qx, q_conv_, dk_, cache ? &cache->q_conv : nullptr), eps_) /
                           std::sqrt(static_cast<double>(dk_));
-  const torch::Tensor k = L2Normalize(conv(k_proj_, k_conv_, dk_, cache ? &cache->k_conv : nullptr), eps_);
-  const torch::Tensor v = conv(v_proj_, v_conv_, dv_, cache ? &cache->v_conv : nullptr);
-  const torch::Tensor forget = Upcast(f_b_->forward(f_a_->forward(x))).view({b, t, heads_, dk_});
+  const torch::Tensor k = L2Normalize(conv(kx, k_conv_, dk_, cache ? &cache->k_conv : nullptr), eps_);
+  const torch::Tensor v = conv(vx, v_conv_, dv_, cache ? &cache->v_conv : nullptr);
+  const torch::Tensor forget = Upcast(fx).view({b, t, heads_, dk_});
   const torch::Tensor g = -torch::exp(a_log_).view({1, 1, heads_, 1}) *
                           torch::softplus(forget + dt_bias_.view({heads_, dk_}));
-  const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
+  if (!cache) return chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_, {}, nullptr, fused_) : KdaRecurrent(q, k, v, g, beta);
+  // A decode step is one token: the recurrent form; a long prefill is chunked.
+  const torch::Tensor s0 = cache->state;
   torch::Tensor o;
-  if (!cache) {
-    o = chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_, {}, nullptr, fused_) : KdaRecurrent(q, k, v, g, beta);
+  if (chunk_ > 0 && t >= chunk_)
+    o = KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state, fused_);
+  else if (fused_ && KdaRecurrentKernelApplies(q, v))
+    o = KdaRecurrentKernel(q, k, v, g, beta, s0, &cache->state);
+  else
+    o = KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
+  cache->length += t;
+  return o;
+}
+
+torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+  const std::int64_t b = x.size(0), t = x.size(1), width = q_conv_.size(1);
+  const torch::Tensor qx = q_proj_->forward(x), kx = k_proj_->forward(x), vx = v_proj_->forward(x);
+  const torch::Tensor fx = f_b_->forward(f_a_->forward(x));
+  const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
+  const double q_scale = 1.0 / std::sqrt(static_cast<double>(dk_));
+  torch::Tensor o;
+  if (!cache && chunk_ > 0 && fused_ && KdaPrepKernelsApply(qx, dk_, width) && KdaPrepKernelsApply(vx, dv_, width) &&
+      KdaPrepKernelsApply(fx, dk_, 1)) {
+    // The convolutions, norms and gate straight into the chunked layout,
+    // recomputed in backward from the projections.
+    const std::int64_t padded = (t + chunk_ - 1) / chunk_ * chunk_;
+    o = KdaChunkedCore(KdaShortConvChunked(qx, q_conv_, heads_, chunk_, /*l2=*/true, q_scale, eps_),
+                       KdaShortConvChunked(kx, k_conv_, heads_, chunk_, /*l2=*/true, 1.0, eps_),
+                       KdaShortConvChunked(vx, v_conv_, heads_, chunk_, /*l2=*/false, 1.0, eps_),
+                       KdaGateCumChunked(fx, a_log_, dt_bias_, heads_, chunk_),
+                       Chunked(beta.unsqueeze(-1), chunk_, padded), t, {}, nullptr, /*fused=*/true);
   } else {
-    // A decode step is one token: the recurrent form; a long prefill is chunked.
-    const torch::Tensor s0 = cache->state;
-    if (chunk_ > 0 && t >= chunk_)
-      o = KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state, fused_);
-    else if (fused_ && KdaRecurrentKernelApplies(q, v))
-      o = KdaRecurrentKernel(q, k, v, g, beta, s0, &cache->state);
-    else
-      o = KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
-    cache->length += t;
+    o = RunTorchForms(qx, kx, vx, fx, beta, cache);
   }
   const torch::Tensor gate = Upcast(g_b_->forward(g_a_->forward(x))).view({b, t, heads_, dv_});
   const torch::Tensor rms = fused_ && RmsNormKernelApplies(o) ? RmsNormKernel(o, o_norm_, eps_)

@@ -67,6 +67,14 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
                          const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr,
                          bool fused = true);
 
+/// KdaChunked after its inputs are chunked: q, k, v and the in-chunk
+/// inclusive cumulative log decay `cum` as [B, H, n, C, d] (the tail padded
+/// by zero rows of q, k, v and g), beta as [B, H, n, C, 1], for `tokens`
+/// tokens; returns [B, tokens, H, dv]. KdaChunked is the chunking then this.
+torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, const torch::Tensor& vc,
+                             const torch::Tensor& cum, const torch::Tensor& bc, std::int64_t tokens,
+                             const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused);
+
 /// A depthwise causal convolution over time: x [B, T, C], weight [C, K];
 /// y[t] = sum_j weight[:, j] * x[t - K + 1 + j] (zeros before the start).
 torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& weight);
@@ -95,6 +103,10 @@ class KdaImpl : public TokenMixer {
 
  private:
   torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);  // cache null: the whole sequence
+  // q, k, v, the gate and the recurrence by torch operations, from the
+  // projections qx, kx, vx (convolution inputs) and fx (forget gate).
+  torch::Tensor RunTorchForms(const torch::Tensor& qx, const torch::Tensor& kx, const torch::Tensor& vx,
+                              const torch::Tensor& fx, const torch::Tensor& beta, LayerCache* cache);
   std::shared_ptr<ProjImpl> q_proj_, k_proj_, v_proj_, f_a_, f_b_, b_proj_, g_a_, g_b_, o_proj_;
   torch::Tensor q_conv_, k_conv_, v_conv_, a_log_, dt_bias_, o_norm_;
   std::int64_t heads_, dk_, dv_, chunk_;

@@ -8,8 +8,11 @@
 
 #include "runtime/comm/device.h"
 #include "runtime/model/attn_res_cuda.h"
+#include "runtime/model/cross_entropy_cuda.h"
 #include "runtime/model/kda_cuda.h"
+#include "runtime/model/kda_prep_cuda.h"
 #include "runtime/model/rms_norm_cuda.h"
+#include "runtime/model/swiglu_cuda.h"
 #endif
 
 namespace kp::runtime {
@@ -195,6 +198,146 @@ bool FloatOrBf16OnCuda(const torch::Tensor& t) {
   return OnKernelGpu(t) && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
 }
 
+// KDA's chunked inputs from [B, T, heads * dim] projection rows.
+cuda::KdaPrepShape PrepShapeOf(const torch::Tensor& x, std::int64_t heads, std::int64_t chunk, std::int64_t width) {
+  return {x.size(0), x.size(1), static_cast<int>(heads), static_cast<int>(x.size(2) / heads), static_cast<int>(chunk),
+          static_cast<int>(width), x.scalar_type() == torch::kBFloat16};
+}
+
+std::vector<std::int64_t> ChunkedShape(const cuda::KdaPrepShape& s) {
+  return {s.batch, s.heads, (s.tokens + s.chunk - 1) / s.chunk, s.chunk, s.dim};
+}
+
+class ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               std::int64_t heads, std::int64_t chunk, bool l2, double scale, double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor xc = x.contiguous(), wc = w.contiguous();
+    const cuda::KdaPrepShape shape = PrepShapeOf(xc, heads, chunk, wc.size(1));
+    torch::Tensor out = torch::empty(ChunkedShape(shape), wc.options());
+    Check(cuda::ShortConvForward(shape, xc.data_ptr(), In(wc), l2, static_cast<float>(scale), static_cast<float>(eps),
+                                 Out(out), c10::cuda::getCurrentCUDAStream()),
+          "KDA short convolution");
+    ctx->save_for_backward({xc, wc});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["l2"] = l2;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["eps"] = eps;
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const cuda::KdaPrepShape shape =
+        PrepShapeOf(x, ctx->saved_data["heads"].toInt(), ctx->saved_data["chunk"].toInt(), w.size(1));
+    const torch::Tensor dout = grads[0].contiguous();
+    torch::Tensor scratch = torch::empty(x.sizes(), w.options()), dx = torch::empty_like(x),
+                  dw_partial = torch::empty({cuda::ShortConvTiles(shape), w.size(0), w.size(1)}, w.options());
+    Check(cuda::ShortConvBackward(shape, x.data_ptr(), In(w), ctx->saved_data["l2"].toBool(),
+                                  static_cast<float>(ctx->saved_data["scale"].toDouble()),
+                                  static_cast<float>(ctx->saved_data["eps"].toDouble()), In(dout), Out(scratch),
+                                  dx.data_ptr(), Out(dw_partial), c10::cuda::getCurrentCUDAStream()),
+          "KDA short convolution backward");
+    return {dx, dw_partial.sum(0), {}, {}, {}, {}, {}};
+  }
+};
+
+class GateCumFunction : public torch::autograd::Function<GateCumFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& f, const torch::Tensor& a_log,
+                               const torch::Tensor& dt_bias, std::int64_t heads, std::int64_t chunk) {
+    const c10::cuda::CUDAGuard guard(f.device());
+    const torch::Tensor fc = f.contiguous(), ac = a_log.contiguous(), dc = dt_bias.contiguous();
+    const cuda::KdaPrepShape shape = PrepShapeOf(fc, heads, chunk, 1);
+    torch::Tensor cum = torch::empty(ChunkedShape(shape), ac.options());
+    Check(cuda::GateCumForward(shape, fc.data_ptr(), In(ac), In(dc), Out(cum), c10::cuda::getCurrentCUDAStream()),
+          "KDA forget gate");
+    ctx->save_for_backward({fc, ac, dc});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["chunk"] = chunk;
+    return {cum};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &f = saved[0], &a_log = saved[1], &dt_bias = saved[2];
+    const c10::cuda::CUDAGuard guard(f.device());
+    const cuda::KdaPrepShape shape = PrepShapeOf(f, ctx->saved_data["heads"].toInt(), ctx->saved_data["chunk"].toInt(), 1);
+    const std::int64_t rows = shape.batch * ((shape.tokens + shape.chunk - 1) / shape.chunk);
+    const torch::Tensor dcum = grads[0].contiguous();
+    torch::Tensor df = torch::empty_like(f), ddt = torch::empty({rows, f.size(2)}, dt_bias.options()),
+                  dalog = torch::empty({rows, f.size(2)}, dt_bias.options());
+    Check(cuda::GateCumBackward(shape, f.data_ptr(), In(a_log), In(dt_bias), In(dcum), df.data_ptr(), Out(ddt),
+                                Out(dalog), c10::cuda::getCurrentCUDAStream()),
+          "KDA forget gate backward");
+    return {df, dalog.view({rows, shape.heads, shape.dim}).sum(at::IntArrayRef{0, 2}), ddt.sum(0), {}, {}};
+  }
+};
+
+class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets) {
+    const c10::cuda::CUDAGuard guard(logits.device());
+    const torch::Tensor x = logits.contiguous(), t = targets.contiguous();
+    const auto fp32 = x.options().dtype(torch::kFloat);
+    torch::Tensor loss = torch::empty({x.size(0)}, fp32), lse = torch::empty({x.size(0)}, fp32);
+    Check(cuda::CrossEntropyForward(ShapeOf(x), x.data_ptr(), t.data_ptr<std::int64_t>(), Out(loss), Out(lse),
+                                    c10::cuda::getCurrentCUDAStream()),
+          "cross entropy");
+    ctx->save_for_backward({x, t, lse});
+    return {loss};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &t = saved[1], &lse = saved[2];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor dloss = grads[0].to(torch::kFloat).contiguous();
+    torch::Tensor dx = torch::empty_like(x);
+    Check(cuda::CrossEntropyBackward(ShapeOf(x), x.data_ptr(), t.data_ptr<std::int64_t>(), In(lse), In(dloss),
+                                     dx.data_ptr(), c10::cuda::getCurrentCUDAStream()),
+          "cross entropy backward");
+    return {dx, {}};
+  }
+
+ private:
+  static cuda::LogitRows ShapeOf(const torch::Tensor& x) {
+    return {x.size(0), x.size(1), x.scalar_type() == torch::kBFloat16};
+  }
+};
+
+class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
+    const c10::cuda::CUDAGuard guard(gate.device());
+    const torch::Tensor g = gate.contiguous(), u = up.contiguous();
+    torch::Tensor h = torch::empty_like(g);
+    Check(cuda::SwiGluForward(ShapeOf(g), g.data_ptr(), u.data_ptr(), h.data_ptr(), c10::cuda::getCurrentCUDAStream()),
+          "SwiGLU");
+    ctx->save_for_backward({g, u});
+    return {h};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &g = saved[0], &u = saved[1];
+    const c10::cuda::CUDAGuard guard(g.device());
+    const torch::Tensor dh = grads[0].to(g.scalar_type()).contiguous();
+    torch::Tensor dg = torch::empty_like(g), du = torch::empty_like(u);
+    Check(cuda::SwiGluBackward(ShapeOf(g), g.data_ptr(), u.data_ptr(), dh.data_ptr(), dg.data_ptr(), du.data_ptr(),
+                               c10::cuda::getCurrentCUDAStream()),
+          "SwiGLU backward");
+    return {dg, du};
+  }
+
+ private:
+  static cuda::SwiGluShape ShapeOf(const torch::Tensor& g) { return {g.numel(), g.scalar_type() == torch::kBFloat16}; }
+};
+
 }  // namespace
 
 bool CudaKernelsBuilt() { return true; }
@@ -284,6 +427,49 @@ torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k,
   return o;
 }
 
+bool KdaPrepKernelsApply(const torch::Tensor& x, std::int64_t dim, std::int64_t conv_width) {
+  return FloatOrBf16OnCuda(x) && x.dim() == 3 && dim > 0 && x.size(2) % dim == 0 &&
+         cuda::KdaPrepSupports(static_cast<int>(dim), static_cast<int>(conv_width), 1);
+}
+
+torch::Tensor KdaShortConvChunked(const torch::Tensor& x, const torch::Tensor& weight, std::int64_t heads,
+                                  std::int64_t chunk, bool l2, double scale, double eps) {
+  TORCH_CHECK(heads > 0 && x.dim() == 3 && x.size(2) % heads == 0 && weight.dim() == 2 &&
+                  weight.size(0) == x.size(2) && chunk > 0 && KdaPrepKernelsApply(x, x.size(2) / heads, weight.size(1)),
+              "KdaShortConvChunked: unsupported input");
+  return ShortConvFunction::apply(x, weight.to(torch::kFloat), heads, chunk, l2, scale, eps)[0];
+}
+
+torch::Tensor KdaGateCumChunked(const torch::Tensor& f, const torch::Tensor& a_log, const torch::Tensor& dt_bias,
+                                std::int64_t heads, std::int64_t chunk) {
+  TORCH_CHECK(heads > 0 && f.dim() == 3 && f.size(2) % heads == 0 && a_log.numel() == heads &&
+                  dt_bias.numel() == f.size(2) && chunk > 0 && KdaPrepKernelsApply(f, f.size(2) / heads, 1),
+              "KdaGateCumChunked: unsupported input");
+  return GateCumFunction::apply(f, a_log.to(torch::kFloat).reshape({heads}),
+                                dt_bias.to(torch::kFloat).reshape({f.size(2)}), heads, chunk)[0];
+}
+
+bool SwiGluKernelApplies(const torch::Tensor& gate, const torch::Tensor& up) {
+  return FloatOrBf16OnCuda(gate) && up.scalar_type() == gate.scalar_type() && up.sizes() == gate.sizes() &&
+         up.device() == gate.device();
+}
+
+torch::Tensor SwiGluKernel(const torch::Tensor& gate, const torch::Tensor& up) {
+  TORCH_CHECK(SwiGluKernelApplies(gate, up), "SwiGluKernel: unsupported tensors");
+  return SwiGluFunction::apply(gate, up)[0];
+}
+
+bool CrossEntropyKernelApplies(const torch::Tensor& logits) {
+  return FloatOrBf16OnCuda(logits) && logits.dim() == 2 && logits.size(1) > 0;
+}
+
+torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tensor& targets) {
+  TORCH_CHECK(CrossEntropyKernelApplies(logits) && targets.dim() == 1 && targets.size(0) == logits.size(0) &&
+                  targets.scalar_type() == torch::kLong && targets.device() == logits.device(),
+              "CrossEntropyKernel: logits [N, V] on a supported GPU and int64 targets [N] on it");
+  return CrossEntropyFunction::apply(logits, targets)[0];
+}
+
 #else  // no CUDA kernels in this build
 
 bool CudaKernelsBuilt() { return false; }
@@ -309,6 +495,24 @@ torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>&, const torch::
 torch::Tensor KdaRecurrentKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                  const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, torch::Tensor*) {
   throw std::logic_error("KdaRecurrentKernel: this build has no CUDA KDA kernels");
+}
+
+bool KdaPrepKernelsApply(const torch::Tensor&, std::int64_t, std::int64_t) { return false; }
+torch::Tensor KdaShortConvChunked(const torch::Tensor&, const torch::Tensor&, std::int64_t, std::int64_t, bool, double,
+                                  double) {
+  throw std::logic_error("KdaShortConvChunked: this build has no CUDA KDA kernels");
+}
+torch::Tensor KdaGateCumChunked(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, std::int64_t,
+                                std::int64_t) {
+  throw std::logic_error("KdaGateCumChunked: this build has no CUDA KDA kernels");
+}
+bool CrossEntropyKernelApplies(const torch::Tensor&) { return false; }
+torch::Tensor CrossEntropyKernel(const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("CrossEntropyKernel: this build has no CUDA kernels");
+}
+bool SwiGluKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+torch::Tensor SwiGluKernel(const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("SwiGluKernel: this build has no CUDA kernels");
 }
 
 #endif

@@ -77,6 +77,46 @@ bool AttnResKernelApplies(const std::vector<torch::Tensor>& values);
 torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const torch::Tensor& norm_weight,
                                 const torch::Tensor& query, double eps);
 
+/// True when the KDA preparation kernels take the projection rows x
+/// [B, T, heads * dim]: built, fp32 or bf16 on a Hopper or newer GPU, dim a
+/// multiple of 32 up to 256, a convolution of width 1 to 8.
+bool KdaPrepKernelsApply(const torch::Tensor& x, std::int64_t dim, std::int64_t conv_width);
+
+/// KdaImpl's q, k or v chunked for KdaChunkedCore (attention.h), from its
+/// projection x [B, T, heads * dim] and depthwise convolution weight [heads *
+/// dim, width]: scale * L2(silu(CausalDepthwiseConv(x, weight))), the L2
+/// normalisation per head only when `l2`, as [B, heads, n, chunk, dim] fp32
+/// zero-padded to n * chunk tokens. Differentiable in x and the weight; the
+/// backward recomputes from x, so only x is kept.
+torch::Tensor KdaShortConvChunked(const torch::Tensor& x, const torch::Tensor& weight, std::int64_t heads,
+                                  std::int64_t chunk, bool l2, double scale, double eps);
+
+/// KdaImpl's in-chunk cumulative log decay, chunked as KdaShortConvChunked's
+/// outputs: the inclusive sum within each chunk of -exp(a_log[h]) *
+/// softplus(f + dt_bias) from the gate projection f [B, T, heads * dim].
+/// Differentiable in f, a_log [heads] and dt_bias [heads * dim].
+torch::Tensor KdaGateCumChunked(const torch::Tensor& f, const torch::Tensor& a_log, const torch::Tensor& dt_bias,
+                                std::int64_t heads, std::int64_t chunk);
+
+/// True when SwiGluKernel takes these: built, one shape, both fp32 or both
+/// bf16 on a Hopper or newer GPU.
+bool SwiGluKernelApplies(const torch::Tensor& gate, const torch::Tensor& up);
+
+/// silu(gate) * up by the kernel, in their dtype; differentiable in both,
+/// keeping only gate and up for the backward.
+torch::Tensor SwiGluKernel(const torch::Tensor& gate, const torch::Tensor& up);
+
+/// True when CrossEntropyKernel takes logits [N, V]: built, fp32 or bf16 on
+/// a Hopper or newer GPU.
+bool CrossEntropyKernelApplies(const torch::Tensor& logits);
+
+/// Per-row cross entropy [N] fp32 of logits [N, V] against targets [N]
+/// (int64), as torch's cross_entropy of the fp32 logits without reduction:
+/// 0 for targets of -100 (torch's ignore_index), NaN for other targets
+/// outside [0, V). Differentiable in the logits; keeps the logits and one
+/// log-sum-exp per row, and writes the gradient in the logits' dtype.
+torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tensor& targets);
+
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_MODEL_CUDA_KERNELS_H_

@@ -1,7 +1,8 @@
 // The GPU kernels against the torch forms they replace, computed in fp64 on
 // the CPU: KDA's chunked form with the intra-chunk and chunk-scan kernels
 // (outputs, final state and every gradient), the recurrent decode kernel,
-// the attention-residual depth read, RMSNorm, and the grouped expert GEMM
+// the attention-residual depth read, RMSNorm, KDA's preparation kernels
+// (alone and in the whole layer), SwiGLU, and the grouped expert GEMM
 // against the per-expert loop. Tests that need a GPU and this build's
 // kernels skip with a message elsewhere; the CPU ones always run.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include "runtime/model/attention.h"
 #include "runtime/model/cuda_kernels.h"
 #include "runtime/model/layers.h"
+#include "runtime/model/model.h"
 
 namespace kp::runtime {
 namespace {
@@ -244,6 +246,170 @@ TEST(RmsNormKernelTest, MatchesTheTorchNormInFp64AndBf16) {
     EXPECT_LT(RelativeError(kernel_bf16.out, torch_bf16.out), 1e-2) << dim;
     for (int i = 0; i < 2; ++i) EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 2e-2) << dim;
   }
+}
+
+// ------------------------------------------------------------------ KDA layer
+
+ModelSpec KdaLayerSpec() {
+  ModelSpec m;
+  m.hidden = 96;
+  m.heads = 2;
+  m.kda.head_dim_k = 128;
+  m.kda.head_dim_v = 64;
+  m.kda.conv_kernel = 4;
+  return m;
+}
+
+struct LayerRun {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;  // x, then the parameters in order
+};
+
+// The whole KDA layer, L = <out, R>: with `fused` on a GPU, the preparation
+// kernels (convolutions, norms, gate), the intra-chunk and scan kernels and
+// RMSNorm; without, every torch form.
+LayerRun RunKdaLayer(torch::Device device, torch::Dtype dtype, bool fused) {
+  Init init(31);
+  ModelOptions opts;
+  opts.fused_kernels = fused;
+  opts.kda_chunk = 32;
+  KdaImpl kda(KdaLayerSpec(), opts, 0.1, 0.1, init);
+  kda.to(device, dtype == torch::kBFloat16 ? torch::kFloat : dtype);  // bf16 runs keep fp32 parameters
+  const torch::Tensor x = Random({2, 45, 96}, 5).to(device, dtype).requires_grad_(true);
+  LayerRun r;
+  r.out = kda.Mix(x);
+  std::vector<torch::Tensor> wrt = {x};
+  for (const auto& p : kda.parameters()) wrt.push_back(p);
+  const torch::Tensor w = Random(r.out.sizes(), 6).to(device, torch::kFloat);
+  r.grads = torch::autograd::grad({(r.out.to(torch::kFloat) * w).sum()}, wrt);
+  return r;
+}
+
+TEST(KdaPrepKernelTest, TheLayerMatchesItsTorchFormsInFp64) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const auto cuda = torch::device(torch::kCUDA);
+  ASSERT_TRUE(KdaPrepKernelsApply(torch::zeros({1, 1, 256}, cuda), 128, 4));
+  const LayerRun want = RunKdaLayer(torch::kCPU, torch::kDouble, false);
+  const LayerRun got = RunKdaLayer(torch::kCUDA, torch::kFloat, true);
+  EXPECT_LT(RelativeError(got.out, want.out), 1e-5);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (std::size_t i = 0; i < want.grads.size(); ++i) EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-4) << i;
+  // In bf16 (as training runs it) against the torch forms in bf16: the same
+  // roundings of the projections, fp32 inside both.
+  const LayerRun torch_bf16 = RunKdaLayer(torch::kCUDA, torch::kBFloat16, false);
+  const LayerRun kernel_bf16 = RunKdaLayer(torch::kCUDA, torch::kBFloat16, true);
+  EXPECT_LT(RelativeError(kernel_bf16.out, torch_bf16.out), 2e-2);
+  for (std::size_t i = 0; i < want.grads.size(); ++i)
+    EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 5e-2) << i;
+}
+
+TEST(KdaPrepKernelTest, ConvolutionAndGateMatchFp64WithPadding) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  // 50 tokens in chunks of 16: the last chunk has 2 real rows.
+  const std::int64_t b = 2, t = 50, h = 3, d = 64, width = 3, chunk = 16, padded = 64;
+  const torch::Tensor x = Random({b, t, h * d}, 40), w = Random({h * d, width}, 41) * 0.5;
+  const torch::Tensor a_log = Random({h}, 42) * 0.5, dt = Random({h * d}, 43) - 3.0;
+  auto chunked = [&](const torch::Tensor& y) {  // [B, T, H, d] -> [B, H, n, C, d], zero tail
+    const torch::Tensor z = torch::cat({y.transpose(1, 2), torch::zeros({b, h, padded - t, y.size(3)}, y.options())}, 2);
+    return z.reshape({b, h, padded / chunk, chunk, y.size(3)});
+  };
+  for (bool l2 : {true, false}) {
+    std::vector<torch::Tensor> grads[2];
+    torch::Tensor outs[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto device = i == 0 ? torch::kCPU : torch::kCUDA;
+      const auto dtype = i == 0 ? torch::kDouble : torch::kFloat;
+      const torch::Tensor xi = x.to(device, dtype).requires_grad_(true), wi = w.to(device, dtype).requires_grad_(true);
+      if (i == 0) {
+        torch::Tensor y = torch::silu(CausalDepthwiseConv(xi, wi)).view({b, t, h, d});
+        if (l2) y = y * torch::rsqrt(y.pow(2).sum(-1, true) + 1e-6) * 0.25;
+        outs[i] = chunked(y);
+      } else {
+        outs[i] = KdaShortConvChunked(xi, wi, h, chunk, l2, l2 ? 0.25 : 1.0, 1e-6);
+      }
+      const torch::Tensor r = Random(outs[i].sizes(), 44).to(device, dtype);
+      grads[i] = torch::autograd::grad({(outs[i] * r).sum()}, {xi, wi});
+    }
+    EXPECT_LT(RelativeError(outs[1], outs[0]), 1e-6) << "l2 " << l2;
+    EXPECT_LT(RelativeError(grads[1][0], grads[0][0]), 1e-5) << "dx, l2 " << l2;
+    EXPECT_LT(RelativeError(grads[1][1], grads[0][1]), 1e-5) << "dw, l2 " << l2;
+  }
+  std::vector<torch::Tensor> grads[2];
+  torch::Tensor cums[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto device = i == 0 ? torch::kCPU : torch::kCUDA;
+    const auto dtype = i == 0 ? torch::kDouble : torch::kFloat;
+    const torch::Tensor f = x.to(device, dtype).requires_grad_(true), ai = a_log.to(device, dtype).requires_grad_(true),
+                        di = dt.to(device, dtype).requires_grad_(true);
+    if (i == 0) {
+      const torch::Tensor g = -torch::exp(ai).view({1, 1, h, 1}) * torch::softplus(f.view({b, t, h, d}) + di.view({h, d}));
+      cums[i] = chunked(g).cumsum(3);
+    } else {
+      cums[i] = KdaGateCumChunked(f, ai, di, h, chunk);
+    }
+    const torch::Tensor r = Random(cums[i].sizes(), 45).to(device, dtype);
+    grads[i] = torch::autograd::grad({(cums[i] * r).sum()}, {f, ai, di});
+  }
+  EXPECT_LT(RelativeError(cums[1], cums[0]), 1e-6);
+  const char* names[] = {"df", "da_log", "ddt_bias"};
+  for (int g = 0; g < 3; ++g) EXPECT_LT(RelativeError(grads[1][g], grads[0][g]), 1e-5) << names[g];
+}
+
+TEST(SwiGluKernelTest, MatchesTheTorchProductInFp64AndBf16) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  // 16-byte packs only, then a count that leaves a tail of single elements.
+  for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{300, 96}, std::vector<std::int64_t>{37, 5}}) {
+    const torch::Tensor gate = Random(shape, 50) * 3.0, up = Random(shape, 51), r = Random(shape, 52);
+    auto run = [&](torch::Device device, torch::Dtype dtype, bool kernel) {
+      const torch::Tensor g = gate.to(device, dtype).requires_grad_(true), u = up.to(device, dtype).requires_grad_(true);
+      const torch::Tensor h = kernel ? SwiGluKernel(g, u) : torch::silu(g) * u;
+      std::vector<torch::Tensor> out =
+          torch::autograd::grad({(h.to(torch::kFloat) * r.to(device, torch::kFloat)).sum()}, {g, u});
+      out.insert(out.begin(), h);
+      return out;
+    };
+    const auto want = run(torch::kCPU, torch::kDouble, false);
+    const auto got = run(torch::kCUDA, torch::kFloat, true);
+    const auto bf16 = run(torch::kCUDA, torch::kBFloat16, true);
+    EXPECT_EQ(bf16[0].scalar_type(), torch::kBFloat16);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_LT(RelativeError(got[i], want[i]), 1e-6) << i << ", " << shape[0] << " x " << shape[1];
+      EXPECT_LT(RelativeError(bf16[i], want[i]), 1e-2) << i << ", " << shape[0] << " x " << shape[1];
+    }
+  }
+}
+
+TEST(CrossEntropyKernelTest, MatchesTorchInFp64AndBf16WithIgnoredTargets) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const std::int64_t n = 37, v = 1000;
+  const torch::Tensor logits = Random({n, v}, 60) * 4.0;
+  torch::Tensor targets = torch::randint(v, {n}, torch::kLong);
+  targets.index_put_({torch::tensor({3, 17})}, -100);
+  auto run = [&](torch::Device device, torch::Dtype dtype, bool kernel) {
+    const torch::Tensor x = logits.to(device, dtype).requires_grad_(true), t = targets.to(device);
+    const torch::Tensor rows =
+        kernel ? CrossEntropyKernel(x, t)
+               : torch::nn::functional::cross_entropy(x, t, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    const torch::Tensor r = Random({n}, 61).to(device, rows.scalar_type());
+    return std::vector<torch::Tensor>{rows, torch::autograd::grad({(rows * r).sum()}, {x})[0]};
+  };
+  const auto want = run(torch::kCPU, torch::kDouble, false);
+  const auto got = run(torch::kCUDA, torch::kFloat, true);
+  const auto bf16 = run(torch::kCUDA, torch::kBFloat16, true);
+  EXPECT_EQ(got[0][3].item<double>(), 0.0);
+  EXPECT_EQ(got[1][17].abs().max().item<double>(), 0.0);
+  EXPECT_LT(RelativeError(got[0], want[0]), 1e-6);
+  EXPECT_LT(RelativeError(got[1], want[1]), 1e-6);
+  EXPECT_EQ(bf16[1].scalar_type(), torch::kBFloat16);
+  // bf16 logits, against fp64 of the same bf16 values.
+  const torch::Tensor rounded = logits.to(torch::kBFloat16).to(torch::kDouble);
+  const torch::Tensor want_rows = torch::nn::functional::cross_entropy(
+      rounded, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  EXPECT_LT(RelativeError(bf16[0], want_rows), 1e-6);
+  EXPECT_LT(RelativeError(bf16[1], want[1]), 2e-2);
+  // The mean of LanguageModelLoss: over the targets that are not ignored.
+  const torch::Tensor x3 = logits.to(torch::kCUDA).view({1, n, v}), t3 = targets.to(torch::kCUDA).view({1, n});
+  EXPECT_NEAR(LanguageModelLoss(x3, t3, true).item<double>(), LanguageModelLoss(x3, t3, false).item<double>(), 1e-5);
 }
 
 // ------------------------------------------------------------------ experts

@@ -126,8 +126,14 @@ torch::Tensor AttnResImpl::forward(const std::vector<torch::Tensor>& blocks, con
 
 // ------------------------------------------------------------------ SwiGLU
 
+torch::Tensor SiluTimes(const torch::Tensor& gate, const torch::Tensor& up, bool fused) {
+  if (fused && SwiGluKernelApplies(gate, up)) return SwiGluKernel(gate, up);
+  return torch::silu(gate) * up;
+}
+
 SwiGluImpl::SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double init_std, double out_std,
-                       Init& init) {
+                       Init& init, bool fused)
+    : fused_(fused) {
   if (gated) gate_ = register_module("gate", std::make_shared<ProjImpl>(dim, hidden, init_std, init));
   up_ = register_module("up", std::make_shared<ProjImpl>(dim, hidden, init_std, init));
   down_ = register_module("down", std::make_shared<ProjImpl>(hidden, dim, out_std, init));
@@ -135,7 +141,7 @@ SwiGluImpl::SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double
 
 torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
   if (!gate_) return down_->forward(torch::gelu(up_->forward(x)));
-  return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+  return down_->forward(SiluTimes(gate_->forward(x), up_->forward(x), fused_));
 }
 
 // ------------------------------------------------------------------ router
@@ -248,7 +254,7 @@ torch::Tensor ExpertBankImpl::ForwardGrouped(const torch::Tensor& x_sorted, cons
   auto grouped = [&](const Matrix& m, const torch::Tensor& x) {
     return at::_grouped_mm(x, m.weight.to(dt).transpose(1, 2), ends);
   };
-  return grouped(down_, torch::silu(grouped(gate_, x_sorted)) * grouped(up_, x_sorted));
+  return grouped(down_, SiluTimes(grouped(gate_, x_sorted), grouped(up_, x_sorted), /*fused=*/true));
 #else
   throw std::logic_error("ExpertBankImpl::ForwardGrouped: this LibTorch has no grouped GEMM");
 #endif
@@ -321,7 +327,8 @@ MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init
   if (spec.moe.shared_experts > 0)
     shared_ = register_module("shared", std::make_shared<SwiGluImpl>(d, std::int64_t(spec.moe.shared_experts) *
                                                                             spec.moe.shared_ffn,
-                                                                        true, init_std, out_std, init));
+                                                                        true, init_std, out_std, init,
+                                                                        options.fused_kernels));
 }
 
 torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {

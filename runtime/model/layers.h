@@ -123,15 +123,21 @@ class ChannelMixer : public torch::nn::Module {
   virtual torch::Tensor Mix(const torch::Tensor& x, bool record_load) = 0;
 };
 
+/// silu(gate) * up; by the CUDA kernel (cuda_kernels.h) when `fused` and it applies.
+torch::Tensor SiluTimes(const torch::Tensor& gate, const torch::Tensor& up, bool fused);
+
 /// down(silu(gate(x)) * up(x)) (§6), or down(gelu(up(x))) for GPT-style specs.
 class SwiGluImpl : public ChannelMixer {
  public:
-  SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double init_std, double out_std, Init& init);
+  /// `fused`: the product silu(gate) * up by the CUDA kernel where it applies.
+  SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double init_std, double out_std, Init& init,
+             bool fused);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor Mix(const torch::Tensor& x, bool) override { return forward(x); }
 
  private:
   std::shared_ptr<ProjImpl> gate_, up_, down_;
+  bool fused_;
 };
 
 /// The number of routing slots per expert [num_experts] (int64) of the

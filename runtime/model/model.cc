@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "runtime/model/cuda_kernels.h"
 
 namespace kp::runtime {
 
@@ -144,7 +145,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& op
     ffn_ = register_module("moe", moe);
   } else {
     ffn_ = register_module("ffn", std::make_shared<SwiGluImpl>(d, spec.dense_ffn, spec.gated_ffn, kInitStd, out_std,
-                                                               init));
+                                                               init, options.fused_kernels));
   }
 }
 
@@ -228,15 +229,17 @@ HeadImpl::HeadImpl(const ModelSpec& spec, const ModelOptions& options) {
                                                                    1.0 / std::sqrt(double(spec.hidden)), init, false));
 }
 
-torch::Tensor HeadImpl::forward(const ResidualStream& in) {
+torch::Tensor HeadImpl::Logits(const ResidualStream& in) {
   const torch::Tensor h = output_res_ ? output_res_->forward(in.blocks, in.hidden) : in.hidden;
-  return Upcast(lm_head_->forward(norm_->forward(h)));
+  return lm_head_->forward(norm_->forward(h));
 }
+
+torch::Tensor HeadImpl::forward(const ResidualStream& in) { return Upcast(Logits(in)); }
 
 // ---------------------------------------------------------------- stage
 
 StageModelImpl::StageModelImpl(const ModelSpec& spec, const ModelOptions& options, const StageLayers& stage)
-    : spec_(spec), stage_(stage) {
+    : spec_(spec), stage_(stage), fused_kernels_(options.fused_kernels) {
   if (stage.embedding) embedding_ = register_module("embedding", std::make_shared<EmbeddingImpl>(spec, options));
   layer_list_ = register_module("layers", std::make_shared<torch::nn::Module>("LayerList"));
   for (int l = stage.first_layer; l < stage.end_layer; ++l) {
@@ -259,6 +262,11 @@ ResidualStream StageModelImpl::RunLayers(ResidualStream in, const ForwardContext
 torch::Tensor StageModelImpl::Head(const ResidualStream& in) {
   TORCH_CHECK(head_, "this stage holds no head");
   return head_->forward(in);
+}
+
+torch::Tensor StageModelImpl::HeadLoss(const ResidualStream& in, const torch::Tensor& targets) {
+  TORCH_CHECK(head_, "this stage holds no head");
+  return LanguageModelLoss(head_->Logits(in), targets, fused_kernels_);
 }
 
 torch::Tensor StageModelImpl::forward(const torch::Tensor& tokens, const ForwardContext& ctx) {
@@ -336,9 +344,13 @@ Result<std::shared_ptr<StageModelImpl>> BuildModel(const ModelSpec& spec, const 
   return BuildStage(spec, options, StageLayers{0, spec.layers, true, true});
 }
 
-torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(Upcast(logits.reshape({-1, logits.size(-1)})),
-                                              targets.reshape({-1}));
+torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets, bool fused) {
+  const torch::Tensor rows = logits.reshape({-1, logits.size(-1)}), ids = targets.reshape({-1});
+  if (fused && CrossEntropyKernelApplies(rows)) {
+    // torch's mean: over the targets that are not ignored.
+    return CrossEntropyKernel(rows, ids).sum() / (ids != -100).sum();
+  }
+  return torch::nn::functional::cross_entropy(Upcast(rows), ids);
 }
 
 std::int64_t CountElements(const std::vector<torch::Tensor>& tensors) {

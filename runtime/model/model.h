@@ -113,7 +113,10 @@ class EmbeddingImpl : public torch::nn::Module {
 class HeadImpl : public torch::nn::Module {
  public:
   HeadImpl(const ModelSpec& spec, const ModelOptions& options);
+  /// fp32 logits [B, T, V].
   torch::Tensor forward(const ResidualStream& in);
+  /// The logits in the activations' dtype (forward before its upcast).
+  torch::Tensor Logits(const ResidualStream& in);
   AttnResImpl* output_res() { return output_res_.get(); }  ///< null without blocks
   RmsNormImpl& norm() { return *norm_; }
   ProjImpl& lm_head() { return *lm_head_; }
@@ -142,6 +145,10 @@ class StageModelImpl : public torch::nn::Module {
   ResidualStream RunLayers(ResidualStream in, const ForwardContext& ctx = {});
   /// Requires stage().head.
   torch::Tensor Head(const ResidualStream& in);
+  /// LanguageModelLoss of the head's logits, from logits in the activations'
+  /// dtype by the loss kernel where the options' fused kernels apply (no
+  /// fp32 copy of the logits). Requires stage().head.
+  torch::Tensor HeadLoss(const ResidualStream& in, const torch::Tensor& targets);
   /// tokens -> fp32 logits; requires a stage holding embedding and head.
   torch::Tensor forward(const torch::Tensor& tokens, const ForwardContext& ctx = {});
   /// Incremental decoding (§16): tokens [B, T] (T >= 1; a prefill is the
@@ -176,6 +183,7 @@ class StageModelImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> layer_list_;
   std::vector<std::shared_ptr<DecoderLayerImpl>> layers_;
   std::shared_ptr<HeadImpl> head_;
+  bool fused_kernels_;
 };
 
 /// Validates the spec for the runtime and builds the stage; LibTorch errors
@@ -186,7 +194,9 @@ Result<std::shared_ptr<StageModelImpl>> BuildStage(const ModelSpec& spec, const 
 Result<std::shared_ptr<StageModelImpl>> BuildModel(const ModelSpec& spec, const ModelOptions& options);
 
 /// Mean next-token cross entropy in fp32: logits [B, T, V], targets [B, T].
-torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets);
+/// `fused`: by the CUDA loss kernel (cuda_kernels.h) where it applies, which
+/// reads bf16 logits without an fp32 copy; the same value within rounding.
+torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets, bool fused = false);
 
 /// Writes only the LoRA adapters (and their rank and alpha) to `path`.
 Status SaveAdapters(const StageModelImpl& model, const std::string& path);

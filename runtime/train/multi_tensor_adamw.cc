@@ -6,6 +6,15 @@
 #include <string>
 #include <type_traits>
 
+#include <torch/version.h>
+
+// PyTorch's fused AdamW kernel (at::_fused_adamw_) arrived in 2.1.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define KP_HAS_FUSED_ADAMW 1
+#else
+#define KP_HAS_FUSED_ADAMW 0
+#endif
+
 namespace kp::runtime {
 
 namespace {
@@ -32,7 +41,41 @@ struct Bucket {
   std::int64_t elements = 0;
 };
 
+// One fused kernel over the bucket where it applies: every tensor fp32 on
+// one GPU. Its arithmetic is Update's below in fp32 registers, without the
+// eight passes over memory and the denominators' temporaries.
+bool FusedApplies(const Bucket& b) {
+#if KP_HAS_FUSED_ADAMW
+  const torch::Tensor& first = b.params.front();
+  if (!first.is_cuda()) return false;
+  for (const auto* list : {&b.params, &b.grads, &b.exp_avg, &b.exp_avg_sq})
+    for (const torch::Tensor& t : *list)
+      if (t.scalar_type() != torch::kFloat || t.device() != first.device()) return false;
+  return true;
+#else
+  (void)b;
+  return false;
+#endif
+}
+
+void UpdateFused(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
+#if KP_HAS_FUSED_ADAMW
+  // The kernel reads each tensor's step count from the device; one shared
+  // count serves the bucket, whose tensors all have this step.
+  const std::vector<torch::Tensor> steps(
+      b.params.size(), torch::scalar_tensor(static_cast<double>(step), b.params.front().options()));
+  at::_fused_adamw_(b.params, b.grads, b.exp_avg, b.exp_avg_sq, /*max_exp_avg_sqs=*/at::TensorList(), steps, o.lr(),
+                    std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false,
+                    /*maximize=*/false);
+#else
+  (void)o;
+  (void)step;
+#endif
+  b = Bucket{};
+}
+
 void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
+  if (FusedApplies(b)) return UpdateFused(b, o, step);
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));

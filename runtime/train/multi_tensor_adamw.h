@@ -21,6 +21,10 @@ namespace kp::runtime {
 /// bias correction differently, by an ulp), and save/load read and write the
 /// same archive. Each update takes at most `bucket_elements` elements, or
 /// one larger parameter alone, which bounds the denominators' temporaries.
+/// Where every tensor of an update is fp32 on one GPU and LibTorch has it
+/// (2.1 or newer), the update is PyTorch's fused AdamW kernel instead: the
+/// same formulas in fp32 registers in one pass over memory, equal to AdamW
+/// within rounding (not bit for bit).
 class MultiTensorAdamW : public torch::optim::AdamW {
  public:
   explicit MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,

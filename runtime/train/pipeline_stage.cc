@@ -20,7 +20,7 @@ class ModelStage : public PipelineStageModule {
   }
 
   torch::Tensor Loss(const ResidualStream& in, const torch::Tensor& targets) override {
-    return LanguageModelLoss(model_->Head(in), targets);
+    return model_->HeadLoss(in, targets);
   }
 
   torch::Tensor Logits(const ResidualStream& in) override { return model_->Head(in); }

@@ -1,0 +1,274 @@
+// Kernels of kda_prep_cuda.h.
+//
+// Short convolution: one warp per (batch, token, head) row, lane l on the
+// head's channels l, l + 32, ...:
+//   a = sum_j w[c][j] x[t - (K-1) + j][c],  s = silu(a),  r = 1 / sqrt(|s|^2 + eps)
+//   out = scale s r  (or scale s without the norm)
+// backward, per row: ds = scale (r dout - s r^3 (s . dout)),  da = ds silu'(a)
+// into a token-major scratch; then one thread per (token tile, channel):
+//   dx[t][c] = sum_j w[c][j] da[t + (K-1) - j][c],  dw[c][j] += da[t][c] x[t - (K-1) + j][c].
+//
+// Gate: one thread per (batch, head, chunk, channel), down the chunk's rows
+// (the cumulative sum forward, the reverse cumulative sum backward).
+#include "runtime/model/kda_prep_cuda.h"
+
+#include "runtime/model/cuda_rows.cuh"
+
+namespace kp::runtime::cuda {
+namespace {
+
+using namespace rowwise;  // NOLINT: the convolution's kernels are row kernels
+
+constexpr int kMaxPerLane = 8;     // 256 channels per head
+constexpr int kMaxKernel = 8;      // the short convolution's width
+constexpr int kTileTokens = 64;    // tokens per thread in the convolution's backward
+constexpr int kChannelBlock = 128;
+
+__device__ __forceinline__ float Sigmoid(float a) { return 1.f / (1.f + expf(-a)); }
+
+// torch's softplus (beta 1, threshold 20) and its derivative.
+__device__ __forceinline__ float Softplus(float z) { return z > 20.f ? z : log1pf(expf(z)); }
+__device__ __forceinline__ float SoftplusGrad(float z) { return z > 20.f ? 1.f : Sigmoid(z); }
+
+__host__ __device__ __forceinline__ std::int64_t Chunks(const KdaPrepShape& s) { return (s.tokens + s.chunk - 1) / s.chunk; }
+
+// Where token t of (batch b, head h), channel c, lives in the chunked layout.
+__device__ __forceinline__ std::int64_t ChunkedIndex(const KdaPrepShape& s, std::int64_t b, int h, std::int64_t t,
+                                                     int c, std::int64_t padded) {
+  return ((b * s.heads + h) * padded + t) * s.dim + c;
+}
+
+// The convolution's pre-activation at (b, t, channel hc) of x [B, T, HD].
+template <typename T>
+__device__ __forceinline__ float ConvAt(const KdaPrepShape& s, const T* __restrict__ x, const float* __restrict__ w,
+                                        std::int64_t b, std::int64_t t, int hc) {
+  const int hd = s.heads * s.dim;
+  float a = 0.f;
+  for (int j = 0; j < s.kernel; ++j) {
+    const std::int64_t src = t - (s.kernel - 1) + j;
+    if (src >= 0) a += w[hc * s.kernel + j] * Load(x, (b * s.tokens + src) * hd + hc);
+  }
+  return a;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    ConvForwardKernel(KdaPrepShape s, const T* __restrict__ x, const float* __restrict__ w, bool l2, float scale,
+                      float eps, float* __restrict__ out) {
+  const std::int64_t padded = Chunks(s) * s.chunk;
+  const std::int64_t row = Row();
+  if (row >= s.batch * padded * s.heads) return;
+  const int h = static_cast<int>(row % s.heads);
+  const std::int64_t t = (row / s.heads) % padded, b = row / s.heads / padded;
+  const int lane = threadIdx.x % 32, per = s.dim / 32;
+  float act[kMaxPerLane];
+  float squares = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    act[i] = 0.f;
+    if (i < per && t < s.tokens) {
+      const float a = ConvAt(s, x, w, b, t, h * s.dim + lane + 32 * i);
+      act[i] = a * Sigmoid(a);
+      squares += act[i] * act[i];
+    }
+  }
+  const float r = l2 ? rsqrtf(WarpSum(squares) + eps) : 1.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i)
+    if (i < per) out[ChunkedIndex(s, b, h, t, lane + 32 * i, padded)] = scale * act[i] * r;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    ConvActGradKernel(KdaPrepShape s, const T* __restrict__ x, const float* __restrict__ w, bool l2, float scale,
+                      float eps, const float* __restrict__ dout, float* __restrict__ da) {
+  const std::int64_t padded = Chunks(s) * s.chunk;
+  const std::int64_t row = Row();
+  if (row >= s.batch * s.tokens * s.heads) return;
+  const int h = static_cast<int>(row % s.heads);
+  const std::int64_t t = (row / s.heads) % s.tokens, b = row / s.heads / s.tokens;
+  const int lane = threadIdx.x % 32, per = s.dim / 32, hd = s.heads * s.dim;
+  float pre[kMaxPerLane], act[kMaxPerLane], grad[kMaxPerLane];
+  float squares = 0.f, dot = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    pre[i] = act[i] = grad[i] = 0.f;
+    if (i < per) {
+      const int c = lane + 32 * i;
+      pre[i] = ConvAt(s, x, w, b, t, h * s.dim + c);
+      act[i] = pre[i] * Sigmoid(pre[i]);
+      grad[i] = dout[ChunkedIndex(s, b, h, t, c, padded)];
+      squares += act[i] * act[i];
+      dot += act[i] * grad[i];
+    }
+  }
+  float r = 1.f, r3_dot = 0.f;
+  if (l2) {
+    r = rsqrtf(WarpSum(squares) + eps);
+    r3_dot = r * r * r * WarpSum(dot);
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    if (i >= per) continue;
+    const float ds = scale * (r * grad[i] - act[i] * r3_dot);
+    const float sig = Sigmoid(pre[i]);
+    da[(b * s.tokens + t) * hd + h * s.dim + lane + 32 * i] = ds * sig * (1.f + pre[i] * (1.f - sig));
+  }
+}
+
+template <typename T>
+__global__ void ConvInputGradKernel(KdaPrepShape s, const T* __restrict__ x, const float* __restrict__ w,
+                                    const float* __restrict__ da, T* __restrict__ dx, float* __restrict__ dw_partial) {
+  const int hd = s.heads * s.dim;
+  const int hc = blockIdx.x * blockDim.x + threadIdx.x;
+  if (hc >= hd) return;
+  const std::int64_t tiles_per_batch = (s.tokens + kTileTokens - 1) / kTileTokens;
+  const std::int64_t tile = blockIdx.y, b = tile / tiles_per_batch;
+  const std::int64_t first = (tile % tiles_per_batch) * kTileTokens;
+  const std::int64_t last = first + kTileTokens < s.tokens ? first + kTileTokens : s.tokens;
+  float dw[kMaxKernel] = {};
+  for (std::int64_t t = first; t < last; ++t) {
+    const float g = da[(b * s.tokens + t) * hd + hc];
+    float dxt = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxKernel; ++j) {
+      if (j >= s.kernel) continue;
+      const std::int64_t src = t - (s.kernel - 1) + j, dst = t + (s.kernel - 1) - j;
+      if (src >= 0) dw[j] += g * Load(x, (b * s.tokens + src) * hd + hc);
+      if (dst < s.tokens) dxt += w[hc * s.kernel + j] * da[(b * s.tokens + dst) * hd + hc];
+    }
+    Store(dx, (b * s.tokens + t) * hd + hc, dxt);
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxKernel; ++j)
+    if (j < s.kernel) dw_partial[(tile * hd + hc) * s.kernel + j] = dw[j];
+}
+
+// The gate kernels' thread: one per (batch, head, chunk, channel),
+// blockIdx.x = (b * heads + h) * n + chunk, threadIdx.x = channel.
+struct GateThread {
+  std::int64_t n, chunk, b;
+  int h, c, hd, hc;
+  float decay;  // -exp(a_log[h])
+
+  __device__ GateThread(const KdaPrepShape& s, const float* a_log)
+      : n(Chunks(s)), chunk(blockIdx.x % n), b(blockIdx.x / n / s.heads),
+        h(static_cast<int>(blockIdx.x / n % s.heads)), c(static_cast<int>(threadIdx.x)), hd(s.heads * s.dim),
+        hc(h * s.dim + c), decay(-expf(a_log[h])) {}
+
+  __device__ std::int64_t Token(const KdaPrepShape& s, int i) const { return chunk * s.chunk + i; }
+  __device__ std::int64_t RowAt(const KdaPrepShape& s, std::int64_t t) const { return (b * s.tokens + t) * hd + hc; }
+  __device__ std::int64_t ChunkedAt(const KdaPrepShape& s, std::int64_t t) const {
+    return ChunkedIndex(s, b, h, t, c, n * s.chunk);
+  }
+};
+
+template <typename T>
+__global__ void GateForwardKernel(KdaPrepShape s, const T* __restrict__ f, const float* __restrict__ a_log,
+                                  const float* __restrict__ dt_bias, float* __restrict__ cum) {
+  const GateThread th(s, a_log);
+  const float bias = dt_bias[th.hc];
+  float acc = 0.f;
+  for (int i = 0; i < s.chunk; ++i) {
+    const std::int64_t t = th.Token(s, i);
+    if (t < s.tokens) acc += th.decay * Softplus(Load(f, th.RowAt(s, t)) + bias);
+    cum[th.ChunkedAt(s, t)] = acc;
+  }
+}
+
+template <typename T>
+__global__ void GateBackwardKernel(KdaPrepShape s, const T* __restrict__ f, const float* __restrict__ a_log,
+                                   const float* __restrict__ dt_bias, const float* __restrict__ dcum,
+                                   T* __restrict__ df, float* __restrict__ ddt_partial,
+                                   float* __restrict__ dalog_partial) {
+  const GateThread th(s, a_log);
+  const float bias = dt_bias[th.hc];
+  float dg = 0.f, ddt = 0.f, dalog = 0.f;
+  for (int i = s.chunk - 1; i >= 0; --i) {
+    const std::int64_t t = th.Token(s, i);
+    dg += dcum[th.ChunkedAt(s, t)];
+    if (t >= s.tokens) continue;
+    const std::int64_t at = th.RowAt(s, t);
+    const float z = Load(f, at) + bias;
+    const float dz = dg * th.decay * SoftplusGrad(z);
+    Store(df, at, dz);
+    ddt += dz;
+    dalog += dg * th.decay * Softplus(z);
+  }
+  const std::int64_t partial = (th.b * th.n + th.chunk) * th.hd + th.hc;
+  ddt_partial[partial] = ddt;
+  dalog_partial[partial] = dalog;
+}
+
+unsigned RowBlocks(const KdaPrepShape& s, std::int64_t tokens) { return Blocks(s.batch * tokens * s.heads); }
+
+}  // namespace
+
+bool KdaPrepSupports(int dim, int kernel, int chunk) {
+  return dim > 0 && dim % 32 == 0 && dim <= 32 * kMaxPerLane && kernel >= 1 && kernel <= kMaxKernel && chunk >= 1;
+}
+
+std::int64_t ShortConvTiles(const KdaPrepShape& s) {
+  return s.batch * ((s.tokens + kTileTokens - 1) / kTileTokens);
+}
+
+cudaError_t ShortConvForward(const KdaPrepShape& s, const void* x, const float* w, bool l2, float scale, float eps,
+                             float* out, cudaStream_t stream) {
+  if (!KdaPrepSupports(s.dim, s.kernel, s.chunk)) return cudaErrorInvalidValue;
+  if (s.batch * s.tokens == 0) return cudaSuccess;
+  const unsigned blocks = RowBlocks(s, Chunks(s) * s.chunk);
+  if (s.bf16)
+    ConvForwardKernel<<<blocks, kWarps * 32, 0, stream>>>(s, static_cast<const __nv_bfloat16*>(x), w, l2, scale, eps,
+                                                          out);
+  else
+    ConvForwardKernel<<<blocks, kWarps * 32, 0, stream>>>(s, static_cast<const float*>(x), w, l2, scale, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t ShortConvBackward(const KdaPrepShape& s, const void* x, const float* w, bool l2, float scale, float eps,
+                              const float* dout, float* scratch, void* dx, float* dw_partial, cudaStream_t stream) {
+  if (!KdaPrepSupports(s.dim, s.kernel, s.chunk)) return cudaErrorInvalidValue;
+  if (s.batch * s.tokens == 0) return cudaSuccess;
+  const int hd = s.heads * s.dim;
+  const dim3 grid((hd + kChannelBlock - 1) / kChannelBlock, static_cast<unsigned>(ShortConvTiles(s)));
+  if (s.bf16) {
+    const auto* xb = static_cast<const __nv_bfloat16*>(x);
+    ConvActGradKernel<<<RowBlocks(s, s.tokens), kWarps * 32, 0, stream>>>(s, xb, w, l2, scale, eps, dout, scratch);
+    ConvInputGradKernel<<<grid, kChannelBlock, 0, stream>>>(s, xb, w, scratch, static_cast<__nv_bfloat16*>(dx),
+                                                            dw_partial);
+  } else {
+    const auto* xf = static_cast<const float*>(x);
+    ConvActGradKernel<<<RowBlocks(s, s.tokens), kWarps * 32, 0, stream>>>(s, xf, w, l2, scale, eps, dout, scratch);
+    ConvInputGradKernel<<<grid, kChannelBlock, 0, stream>>>(s, xf, w, scratch, static_cast<float*>(dx), dw_partial);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t GateCumForward(const KdaPrepShape& s, const void* f, const float* a_log, const float* dt_bias, float* cum,
+                           cudaStream_t stream) {
+  if (!KdaPrepSupports(s.dim, 1, s.chunk)) return cudaErrorInvalidValue;
+  if (s.batch * s.tokens == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(s.batch * s.heads * Chunks(s));
+  if (s.bf16)
+    GateForwardKernel<<<blocks, s.dim, 0, stream>>>(s, static_cast<const __nv_bfloat16*>(f), a_log, dt_bias, cum);
+  else
+    GateForwardKernel<<<blocks, s.dim, 0, stream>>>(s, static_cast<const float*>(f), a_log, dt_bias, cum);
+  return cudaGetLastError();
+}
+
+cudaError_t GateCumBackward(const KdaPrepShape& s, const void* f, const float* a_log, const float* dt_bias,
+                            const float* dcum, void* df, float* ddt_partial, float* dalog_partial,
+                            cudaStream_t stream) {
+  if (!KdaPrepSupports(s.dim, 1, s.chunk)) return cudaErrorInvalidValue;
+  if (s.batch * s.tokens == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(s.batch * s.heads * Chunks(s));
+  if (s.bf16)
+    GateBackwardKernel<<<blocks, s.dim, 0, stream>>>(s, static_cast<const __nv_bfloat16*>(f), a_log, dt_bias, dcum,
+                                                     static_cast<__nv_bfloat16*>(df), ddt_partial, dalog_partial);
+  else
+    GateBackwardKernel<<<blocks, s.dim, 0, stream>>>(s, static_cast<const float*>(f), a_log, dt_bias, dcum,
+                                                     static_cast<float*>(df), ddt_partial, dalog_partial);
+  return cudaGetLastError();
+}
+
+}  // namespace kp::runtime::cuda
