@@ -49,6 +49,26 @@ std::pair<torch::Tensor, torch::Tensor> IntraChunkProducts(const torch::Tensor& 
   return {kk * torch::ones({chunk, chunk}, qc.options()).tril(-1), qk};
 }
 
+// KdaChunkedCore's elementwise products of the chunked inputs, with G_C
+// each chunk's last row.
+struct ChunkProducts {
+  torch::Tensor q_decayed;       // Q e^G
+  torch::Tensor k_beta_decayed;  // Diag(beta) K e^G
+  torch::Tensor k_to_end;        // K e^{G_C - G}
+  torch::Tensor v_beta;          // Diag(beta) V
+  torch::Tensor chunk_decay;     // e^{G_C} [B, H, n, dk]
+};
+
+ChunkProducts Products(const torch::Tensor& qc, const torch::Tensor& kc, const torch::Tensor& vc,
+                       const torch::Tensor& cum, const torch::Tensor& bc, bool fused) {
+  if (fused && KdaChunkProductsKernelApplies(qc, vc)) {
+    const std::vector<torch::Tensor> p = KdaChunkProductsKernel(qc, kc, vc, cum, bc);
+    return {p[0], p[1], p[2], p[3], p[4]};
+  }
+  const torch::Tensor decayed = torch::exp(cum), last = cum.narrow(3, cum.size(3) - 1, 1);  // G_C [.., 1, dk]
+  return {qc * decayed, bc * (kc * decayed), kc * torch::exp(last - cum), bc * vc, torch::exp(last).squeeze(-2)};
+}
+
 // The causal convolution of the new inputs x [B, T, C] continued from
 // `state`, the K-1 inputs before them (zeros: the start of the sequence);
 // `state` becomes the last K-1 of the prefix and x.
@@ -113,22 +133,21 @@ torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, c
       fused && KdaIntraKernelApplies(qc) ? KdaIntraChunk(qc, kc, cum) : IntraChunkProducts(qc, kc, cum);
   const torch::Tensor eye = torch::eye(chunk, qc.options());
   const torch::Tensor tri = eye + bc * strict;  // I + Diag(beta) A, unit lower triangular
-  const torch::Tensor w = torch::linalg_solve_triangular(tri, bc * vc, /*upper=*/false, /*left=*/true,
+  const ChunkProducts x = Products(qc, kc, vc, cum, bc, fused);
+  const torch::Tensor w = torch::linalg_solve_triangular(tri, x.v_beta, /*upper=*/false, /*left=*/true,
                                                           /*unitriangular=*/true);
-  const torch::Tensor y = torch::linalg_solve_triangular(tri, bc * (kc * torch::exp(cum)), false, true, true);
-  const torch::Tensor q_decayed = qc * torch::exp(cum);
-  const torch::Tensor last = cum.narrow(3, chunk - 1, 1);                     // G_C [.., 1, dk]
-  const torch::Tensor k_to_end = kc * torch::exp(last - cum);
+  const torch::Tensor y = torch::linalg_solve_triangular(tri, x.k_beta_decayed, false, true, true);
+  const torch::Tensor &q_decayed = x.q_decayed, &k_to_end = x.k_to_end;
   torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, qc.options());
   if (fused && KdaScanKernelApplies(w, y)) {
     // The sequential loop below as one kernel; the outputs of all chunks at
     // once from the states it leaves at the chunk starts.
-    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, torch::exp(last).squeeze(-2), s.expand({b, h, dk, dv}));
+    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, x.chunk_decay, s.expand({b, h, dk, dv}));
     if (final_state) *final_state = scan.final_state;
     const torch::Tensor out = torch::matmul(q_decayed, scan.starts) + torch::matmul(qk, scan.u);  // [B, H, n, C, dv]
     return out.reshape({b, h, padded, dv}).narrow(2, 0, t_len).transpose(1, 2);
   }
-  const torch::Tensor chunk_decay = torch::exp(last).transpose(-1, -2);      // [.., dk, 1]
+  const torch::Tensor chunk_decay = x.chunk_decay.unsqueeze(-1);            // [.., dk, 1]
   std::vector<torch::Tensor> outs;
   outs.reserve(n);
   for (std::int64_t i = 0; i < n; ++i) {

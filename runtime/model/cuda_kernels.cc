@@ -278,6 +278,48 @@ class GateCumFunction : public torch::autograd::Function<GateCumFunction> {
   }
 };
 
+class ChunkProductsFunction : public torch::autograd::Function<ChunkProductsFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& g_cum, const torch::Tensor& beta) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), gc = g_cum.contiguous(),
+                        bc = beta.contiguous();
+    torch::Tensor qd = torch::empty_like(qc), kb = torch::empty_like(qc), ke = torch::empty_like(qc),
+                  vb = torch::empty_like(vc), decay = torch::empty({q.size(0), q.size(1), q.size(2), q.size(4)},
+                                                                    qc.options());
+    Check(cuda::KdaChunkProductsForward(ShapeOf(qc, vc), In(qc), In(kc), In(vc), In(gc), In(bc), Out(qd), Out(kb),
+                                        Out(ke), Out(vb), Out(decay), c10::cuda::getCurrentCUDAStream()),
+          "KDA chunk products");
+    ctx->save_for_backward({qc, kc, vc, gc, bc});
+    return {qd, kb, ke, vb, decay};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &g = saved[3], &beta = saved[4];
+    const c10::cuda::CUDAGuard guard(q.device());
+    const std::vector<torch::Tensor> like = {q, q, q, v};
+    std::vector<torch::Tensor> d(5);
+    for (int i = 0; i < 4; ++i) d[i] = grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(like[i]);
+    d[4] = grads[4].defined() ? grads[4].contiguous()
+                              : torch::zeros({q.size(0), q.size(1), q.size(2), q.size(4)}, q.options());
+    torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v),
+                  dg = torch::empty_like(g), dbeta = torch::empty_like(beta);
+    Check(cuda::KdaChunkProductsBackward(ShapeOf(q, v), In(q), In(k), In(v), In(g), In(beta), In(d[0]), In(d[1]),
+                                         In(d[2]), In(d[3]), In(d[4]), Out(dq), Out(dk), Out(dv), Out(dg), Out(dbeta),
+                                         c10::cuda::getCurrentCUDAStream()),
+          "KDA chunk products backward");
+    return {dq, dk, dv, dg, dbeta};
+  }
+
+ private:
+  static cuda::KdaChunkProducts ShapeOf(const torch::Tensor& q, const torch::Tensor& v) {
+    return {q.size(0) * q.size(1) * q.size(2), static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
+            static_cast<int>(v.size(4))};
+  }
+};
+
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -470,6 +512,24 @@ torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tenso
   return CrossEntropyFunction::apply(logits, targets)[0];
 }
 
+bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
+  return OnCudaInFp32(q) && OnCudaInFp32(v) && q.dim() == 5 && v.dim() == 5 &&
+         cuda::KdaChunkProductsSupports(static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
+                                        static_cast<int>(v.size(4)));
+}
+
+std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, const torch::Tensor& g_cum,
+                                                  const torch::Tensor& beta) {
+  const bool shapes_fit = k.sizes() == q.sizes() && g_cum.sizes() == q.sizes() &&
+                          v.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.dim() == 5 &&
+                          beta.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.size(4) == 1;
+  TORCH_CHECK(KdaChunkProductsKernelApplies(q, v) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && OnCudaInFp32(beta) &&
+                  shapes_fit,
+              "KdaChunkProductsKernel: fp32 CUDA tensors of a supported shape");
+  return ChunkProductsFunction::apply(q, k, v, g_cum, beta);
+}
+
 #else  // no CUDA kernels in this build
 
 bool CudaKernelsBuilt() { return false; }
@@ -505,6 +565,11 @@ torch::Tensor KdaShortConvChunked(const torch::Tensor&, const torch::Tensor&, st
 torch::Tensor KdaGateCumChunked(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, std::int64_t,
                                 std::int64_t) {
   throw std::logic_error("KdaGateCumChunked: this build has no CUDA KDA kernels");
+}
+bool KdaChunkProductsKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                  const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("KdaChunkProductsKernel: this build has no CUDA KDA kernels");
 }
 bool CrossEntropyKernelApplies(const torch::Tensor&) { return false; }
 torch::Tensor CrossEntropyKernel(const torch::Tensor&, const torch::Tensor&) {

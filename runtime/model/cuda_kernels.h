@@ -117,6 +117,19 @@ bool CrossEntropyKernelApplies(const torch::Tensor& logits);
 /// log-sum-exp per row, and writes the gradient in the logits' dtype.
 torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tensor& targets);
 
+/// True when KdaChunkProductsKernel takes q [B, H, n, C, dk] and v [B, H, n,
+/// C, dv]: built, fp32 on a Hopper or newer GPU, dk and dv multiples of 32 up
+/// to 256, C <= max(dk, dv) and C * max(dk, dv) <= 8192.
+bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& v);
+
+/// KdaChunkedCore's elementwise products of its chunked inputs (attention.h),
+/// with G = g_cum and G_C each chunk's last row: {q e^G, beta k e^G,
+/// k e^{G_C - G}, beta v, e^{G_C} [B, H, n, dk]}; beta [B, H, n, C, 1].
+/// Differentiable in all five inputs; keeps only the inputs.
+std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, const torch::Tensor& g_cum,
+                                                  const torch::Tensor& beta);
+
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_MODEL_CUDA_KERNELS_H_

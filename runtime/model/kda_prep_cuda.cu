@@ -200,6 +200,78 @@ __global__ void GateBackwardKernel(KdaPrepShape s, const T* __restrict__ f, cons
   dalog_partial[partial] = dalog;
 }
 
+// One block per chunk, thread c on k-channel c (c < dk) and v-channel c
+// (c < dv), down the chunk's rows.
+__global__ void ProductsForwardKernel(KdaChunkProducts s, const float* __restrict__ q, const float* __restrict__ k,
+                                      const float* __restrict__ v, const float* __restrict__ g,
+                                      const float* __restrict__ beta, float* __restrict__ qd, float* __restrict__ kb,
+                                      float* __restrict__ ke, float* __restrict__ vb, float* __restrict__ decay) {
+  const std::int64_t chunk = blockIdx.x;
+  const int c = threadIdx.x;
+  const float* b = beta + chunk * s.chunk;
+  if (c < s.dk) {
+    const std::int64_t at = chunk * s.chunk * s.dk + c;
+    const float last = g[at + (s.chunk - 1) * s.dk];
+    for (int i = 0; i < s.chunk; ++i) {
+      const std::int64_t x = at + i * s.dk;
+      const float e = expf(g[x]);
+      qd[x] = q[x] * e;
+      kb[x] = b[i] * (k[x] * e);
+      ke[x] = k[x] * expf(last - g[x]);
+    }
+    decay[chunk * s.dk + c] = expf(last);
+  }
+  if (c < s.dv) {
+    const std::int64_t at = chunk * s.chunk * s.dv + c;
+    for (int i = 0; i < s.chunk; ++i) vb[at + i * s.dv] = b[i] * v[at + i * s.dv];
+  }
+}
+
+// As the forward, with each row's dbeta summed over the channels through
+// shared memory [C][max(dk, dv)] in a fixed order.
+__global__ void ProductsBackwardKernel(KdaChunkProducts s, const float* __restrict__ q, const float* __restrict__ k,
+                                       const float* __restrict__ v, const float* __restrict__ g,
+                                       const float* __restrict__ beta, const float* __restrict__ dqd,
+                                       const float* __restrict__ dkb, const float* __restrict__ dke,
+                                       const float* __restrict__ dvb, const float* __restrict__ ddecay,
+                                       float* __restrict__ dq, float* __restrict__ dk, float* __restrict__ dv,
+                                       float* __restrict__ dg, float* __restrict__ dbeta) {
+  extern __shared__ float dbeta_parts[];  // [C][width]
+  const int width = blockDim.x, c = threadIdx.x;
+  const std::int64_t chunk = blockIdx.x;
+  const float* b = beta + chunk * s.chunk;
+  for (int i = 0; i < s.chunk; ++i) dbeta_parts[i * width + c] = 0.f;
+  if (c < s.dk) {
+    const std::int64_t at = chunk * s.chunk * s.dk + c;
+    const float last = g[at + (s.chunk - 1) * s.dk];
+    float dlast = ddecay[chunk * s.dk + c] * expf(last);
+    for (int i = 0; i < s.chunk; ++i) {
+      const std::int64_t x = at + i * s.dk;
+      const float e = expf(g[x]), to_end = expf(last - g[x]);
+      const float kd = dkb[x] * k[x] * e, kend = dke[x] * k[x] * to_end;
+      dq[x] = dqd[x] * e;
+      dk[x] = dkb[x] * b[i] * e + dke[x] * to_end;
+      dg[x] = dqd[x] * q[x] * e + b[i] * kd - kend;
+      dlast += kend;
+      dbeta_parts[i * width + c] = kd;
+    }
+    dg[at + (s.chunk - 1) * s.dk] += dlast;
+  }
+  if (c < s.dv) {
+    const std::int64_t at = chunk * s.chunk * s.dv + c;
+    for (int i = 0; i < s.chunk; ++i) {
+      dv[at + i * s.dv] = dvb[at + i * s.dv] * b[i];
+      dbeta_parts[i * width + c] += dvb[at + i * s.dv] * v[at + i * s.dv];
+    }
+  }
+  __syncthreads();
+  if (c < s.chunk) {
+    float sum = 0.f;
+    for (int j = 0; j < width; ++j) sum += dbeta_parts[c * width + j];
+    dbeta[chunk * s.chunk + c] = sum;
+  }
+}
+
 unsigned RowBlocks(const KdaPrepShape& s, std::int64_t tokens) { return Blocks(s.batch * tokens * s.heads); }
 
 }  // namespace
@@ -268,6 +340,34 @@ cudaError_t GateCumBackward(const KdaPrepShape& s, const void* f, const float* a
   else
     GateBackwardKernel<<<blocks, s.dim, 0, stream>>>(s, static_cast<const float*>(f), a_log, dt_bias, dcum,
                                                      static_cast<float*>(df), ddt_partial, dalog_partial);
+  return cudaGetLastError();
+}
+
+bool KdaChunkProductsSupports(int chunk, int dk, int dv) {
+  const int width = dk > dv ? dk : dv;
+  return chunk >= 1 && dk > 0 && dv > 0 && dk % 32 == 0 && dv % 32 == 0 && width <= 256 && chunk <= width &&
+         chunk * width <= 8192;
+}
+
+cudaError_t KdaChunkProductsForward(const KdaChunkProducts& s, const float* q, const float* k, const float* v,
+                                    const float* g_cum, const float* beta, float* qd, float* kb, float* ke,
+                                    float* vb, float* decay, cudaStream_t stream) {
+  if (!KdaChunkProductsSupports(s.chunk, s.dk, s.dv)) return cudaErrorInvalidValue;
+  if (s.chunks == 0) return cudaSuccess;
+  ProductsForwardKernel<<<static_cast<unsigned>(s.chunks), s.dk > s.dv ? s.dk : s.dv, 0, stream>>>(
+      s, q, k, v, g_cum, beta, qd, kb, ke, vb, decay);
+  return cudaGetLastError();
+}
+
+cudaError_t KdaChunkProductsBackward(const KdaChunkProducts& s, const float* q, const float* k, const float* v,
+                                     const float* g_cum, const float* beta, const float* dqd, const float* dkb,
+                                     const float* dke, const float* dvb, const float* ddecay, float* dq, float* dk,
+                                     float* dv, float* dg_cum, float* dbeta, cudaStream_t stream) {
+  if (!KdaChunkProductsSupports(s.chunk, s.dk, s.dv)) return cudaErrorInvalidValue;
+  if (s.chunks == 0) return cudaSuccess;
+  const int width = s.dk > s.dv ? s.dk : s.dv;
+  ProductsBackwardKernel<<<static_cast<unsigned>(s.chunks), width, s.chunk * width * sizeof(float), stream>>>(
+      s, q, k, v, g_cum, beta, dqd, dkb, dke, dvb, ddecay, dq, dk, dv, dg_cum, dbeta);
   return cudaGetLastError();
 }
 

@@ -66,6 +66,32 @@ cudaError_t GateCumBackward(const KdaPrepShape& shape, const void* f, const floa
                             const float* dcum, void* df, float* ddt_partial, float* dalog_partial,
                             cudaStream_t stream);
 
+/// KdaChunkedCore's products of its chunked inputs (docs/runtime.md §5):
+/// `chunks` chunks of `chunk` rows, q, k and the in-chunk cumulative log
+/// decay G [chunks, C, dk], v [chunks, C, dv], beta [chunks, C], all fp32.
+struct KdaChunkProducts {
+  std::int64_t chunks = 0;
+  int chunk = 0;
+  int dk = 0;
+  int dv = 0;
+};
+
+/// True for dk and dv multiples of 32 up to 256 and chunk * max(dk, dv) <= 8192.
+bool KdaChunkProductsSupports(int chunk, int dk, int dv);
+
+/// qd = q e^G,  kb = beta k e^G,  ke = k e^{G_C - G}  [chunks, C, dk];
+/// vb = beta v [chunks, C, dv];  decay = e^{G_C} [chunks, dk], with G_C
+/// each chunk's last row.
+cudaError_t KdaChunkProductsForward(const KdaChunkProducts& shape, const float* q, const float* k, const float* v,
+                                    const float* g_cum, const float* beta, float* qd, float* kb, float* ke,
+                                    float* vb, float* decay, cudaStream_t stream);
+
+/// The gradients of the forward's inputs from those of its outputs.
+cudaError_t KdaChunkProductsBackward(const KdaChunkProducts& shape, const float* q, const float* k, const float* v,
+                                     const float* g_cum, const float* beta, const float* dqd, const float* dkb,
+                                     const float* dke, const float* dvb, const float* ddecay, float* dq, float* dk,
+                                     float* dv, float* dg_cum, float* dbeta, cudaStream_t stream);
+
 }  // namespace kp::runtime::cuda
 
 #endif  // KIMI_PLAN_RUNTIME_MODEL_KDA_PREP_CUDA_H_
