@@ -12,13 +12,25 @@ namespace {
 
 using namespace rowwise;  // NOLINT: this file's kernels are row kernels
 
+// The values' buffers as kernel parameters, indexed only by unrolled
+// constants. The kernels ask for two blocks per SM (__launch_bounds__): the
+// pointers would otherwise take enough registers to halve the occupancy.
+template <typename T>
+struct Values {
+  const T* at[kMaxDepthValues];
+};
+template <typename T>
+struct Grads {
+  T* at[kMaxDepthValues];
+};
+
 // Per value i of one token: the score s_i, 1 / rms_i and, when `dread` is
 // given, dalpha_i = dread . v_i; then softmax weights alpha.
 template <typename T>
 struct Scores {
   float s[kMaxDepthValues], inv_rms[kMaxDepthValues], alpha[kMaxDepthValues], dalpha[kMaxDepthValues];
 
-  __device__ void Compute(const T* v, std::int64_t stride, std::int64_t row, int n, int dim, const float* w, float eps,
+  __device__ void Compute(const Values<T>& v, std::int64_t row, int n, int dim, const float* w, float eps,
                           const T* dread) {
     const int lane = threadIdx.x % 32;
     float top = -INFINITY;
@@ -27,7 +39,7 @@ struct Scores {
       if (i >= n) break;
       float dot = 0.f, squares = 0.f, dot_grad = 0.f;
       for (int d = lane; d < dim; d += 32) {
-        const float x = Load(v, i * stride + row + d);
+        const float x = Load(v.at[i], row + d);
         dot += x * w[d];
         squares += x * x;
         if (dread) dot_grad += x * Load(dread, row + d);
@@ -53,20 +65,20 @@ struct Scores {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) ForwardKernel(const T* __restrict__ v, const float* __restrict__ w,
-                                                            float eps, T* __restrict__ read, int n,
-                                                            std::int64_t tokens, int dim) {
+__global__ void __launch_bounds__(kWarps * 32, 2) ForwardKernel(Values<T> v, const float* __restrict__ w, float eps,
+                                                            T* __restrict__ read, int n, std::int64_t tokens,
+                                                            int dim) {
   const std::int64_t token = Row();
   if (token >= tokens) return;
-  const std::int64_t stride = tokens * dim, row = token * dim;
+  const std::int64_t row = token * dim;
   Scores<T> sc;
-  sc.Compute(v, stride, row, n, dim, w, eps, nullptr);
+  sc.Compute(v, row, n, dim, w, eps, nullptr);
   for (int d = threadIdx.x % 32; d < dim; d += 32) {
     float acc = 0.f;
 #pragma unroll
     for (int i = 0; i < kMaxDepthValues; ++i) {
       if (i >= n) break;
-      acc += sc.alpha[i] * Load(v, i * stride + row + d);
+      acc += sc.alpha[i] * Load(v.at[i], row + d);
     }
     Store(read, row + d, acc);
   }
@@ -76,15 +88,15 @@ __global__ void __launch_bounds__(kWarps * 32) ForwardKernel(const T* __restrict
 // dv_i = alpha_i dread + ds_i (w / r_i - s_i v_i / (dim r_i^2)),
 // dw  += sum_i ds_i v_i / r_i   (this token's row of dw_rows).
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) BackwardKernel(const T* __restrict__ v, const float* __restrict__ w,
-                                                             float eps, const T* __restrict__ dread,
-                                                             T* __restrict__ dv, float* __restrict__ dw_rows, int n,
-                                                             std::int64_t tokens, int dim) {
+__global__ void __launch_bounds__(kWarps * 32, 2) BackwardKernel(Values<T> v, const float* __restrict__ w, float eps,
+                                                             const T* __restrict__ dread, Grads<T> dv,
+                                                             float* __restrict__ dw_rows, int n, std::int64_t tokens,
+                                                             int dim) {
   const std::int64_t token = Row();
   if (token >= tokens) return;
-  const std::int64_t stride = tokens * dim, row = token * dim;
+  const std::int64_t row = token * dim;
   Scores<T> sc;
-  sc.Compute(v, stride, row, n, dim, w, eps, dread);
+  sc.Compute(v, row, n, dim, w, eps, dread);
   float mean_dalpha = 0.f;
 #pragma unroll
   for (int i = 0; i < kMaxDepthValues; ++i) {
@@ -103,9 +115,9 @@ __global__ void __launch_bounds__(kWarps * 32) BackwardKernel(const T* __restric
 #pragma unroll
     for (int i = 0; i < kMaxDepthValues; ++i) {
       if (i >= n) break;
-      const float x = Load(v, i * stride + row + d);
+      const float x = Load(v.at[i], row + d);
       const float r = sc.inv_rms[i];
-      Store(dv, i * stride + row + d, sc.alpha[i] * g + ds[i] * (wd * r - sc.s[i] * x * r * r / dim));
+      Store(dv.at[i], row + d, sc.alpha[i] * g + ds[i] * (wd * r - sc.s[i] * x * r * r / dim));
       dw += ds[i] * x * r;
     }
     dw_rows[row + d] = dw;
@@ -118,33 +130,58 @@ bool DepthReadSupports(int values, int dim) {
   return values >= 1 && values <= kMaxDepthValues && dim > 0 && dim % 32 == 0;
 }
 
-cudaError_t DepthReadForward(const DepthRead& s, const void* values, const float* w, float eps, void* read,
+namespace {
+
+template <typename T>
+Values<T> TypedValues(const DepthValues& v) {
+  Values<T> out{};
+  for (int i = 0; i < kMaxDepthValues; ++i) out.at[i] = static_cast<const T*>(v.at[i]);
+  return out;
+}
+
+template <typename T>
+Grads<T> TypedGrads(const DepthGrads& g) {
+  Grads<T> out{};
+  for (int i = 0; i < kMaxDepthValues; ++i) out.at[i] = static_cast<T*>(g.at[i]);
+  return out;
+}
+
+template <typename T>
+void LaunchForward(const DepthRead& s, const DepthValues& values, const float* w, float eps, void* read,
+                   cudaStream_t stream) {
+  ForwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(TypedValues<T>(values), w, eps, static_cast<T*>(read),
+                                                               s.values, s.tokens, s.dim);
+}
+
+template <typename T>
+void LaunchBackward(const DepthRead& s, const DepthValues& values, const float* w, float eps, const void* dread,
+                    const DepthGrads& dvalues, float* dw_rows, cudaStream_t stream) {
+  BackwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(TypedValues<T>(values), w, eps,
+                                                                static_cast<const T*>(dread), TypedGrads<T>(dvalues),
+                                                                dw_rows, s.values, s.tokens, s.dim);
+}
+
+}  // namespace
+
+cudaError_t DepthReadForward(const DepthRead& s, const DepthValues& values, const float* w, float eps, void* read,
                              cudaStream_t stream) {
   if (!DepthReadSupports(s.values, s.dim)) return cudaErrorInvalidValue;
   if (s.tokens == 0) return cudaSuccess;
   if (s.bf16)
-    ForwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(static_cast<const __nv_bfloat16*>(values), w, eps,
-                                                                 static_cast<__nv_bfloat16*>(read), s.values,
-                                                                 s.tokens, s.dim);
+    LaunchForward<__nv_bfloat16>(s, values, w, eps, read, stream);
   else
-    ForwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(static_cast<const float*>(values), w, eps,
-                                                                 static_cast<float*>(read), s.values, s.tokens,
-                                                                 s.dim);
+    LaunchForward<float>(s, values, w, eps, read, stream);
   return cudaGetLastError();
 }
 
-cudaError_t DepthReadBackward(const DepthRead& s, const void* values, const float* w, float eps, const void* dread,
-                              void* dvalues, float* dw_rows, cudaStream_t stream) {
+cudaError_t DepthReadBackward(const DepthRead& s, const DepthValues& values, const float* w, float eps,
+                              const void* dread, const DepthGrads& dvalues, float* dw_rows, cudaStream_t stream) {
   if (!DepthReadSupports(s.values, s.dim)) return cudaErrorInvalidValue;
   if (s.tokens == 0) return cudaSuccess;
   if (s.bf16)
-    BackwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(values), w, eps, static_cast<const __nv_bfloat16*>(dread),
-        static_cast<__nv_bfloat16*>(dvalues), dw_rows, s.values, s.tokens, s.dim);
+    LaunchBackward<__nv_bfloat16>(s, values, w, eps, dread, dvalues, dw_rows, stream);
   else
-    BackwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(
-        static_cast<const float*>(values), w, eps, static_cast<const float*>(dread), static_cast<float*>(dvalues),
-        dw_rows, s.values, s.tokens, s.dim);
+    LaunchBackward<float>(s, values, w, eps, dread, dvalues, dw_rows, stream);
   return cudaGetLastError();
 }
 

@@ -11,8 +11,8 @@
 
 namespace kp::runtime::cuda {
 
-/// `values` N depth entries of `tokens` rows of `dim` channels, stored
-/// [N, tokens, dim] contiguous, in fp32 or bf16 (`bf16`).
+/// `values` N depth entries of `tokens` rows of `dim` channels, each its
+/// own [tokens, dim] contiguous buffer, in fp32 or bf16 (`bf16`).
 struct DepthRead {
   int values = 0;
   std::int64_t tokens = 0;
@@ -26,17 +26,26 @@ constexpr int kMaxDepthValues = 16;
 /// True for 1 <= values <= kMaxDepthValues and dim a multiple of 32.
 bool DepthReadSupports(int values, int dim);
 
+/// The N values' buffers (no stacked copy of them is made), and their
+/// gradients' buffers.
+struct DepthValues {
+  const void* at[kMaxDepthValues] = {};
+};
+struct DepthGrads {
+  void* at[kMaxDepthValues] = {};
+};
+
 /// read[t] = sum_i softmax_i(s)[t] v_i[t], s_i[t] = (v_i[t] . w) / rms(v_i[t])
 /// with rms(x) = sqrt(mean(x^2) + eps); w [dim] fp32 (the norm weight times
 /// the query); read in the values' dtype.
-cudaError_t DepthReadForward(const DepthRead& shape, const void* values, const float* w, float eps, void* read,
-                             cudaStream_t stream);
+cudaError_t DepthReadForward(const DepthRead& shape, const DepthValues& values, const float* w, float eps,
+                             void* read, cudaStream_t stream);
 
-/// Given dread [tokens, dim] (the values' dtype): dvalues [N, tokens, dim]
-/// (the values' dtype) and dw_rows [tokens, dim] fp32, whose sum over the
-/// tokens is dL/dw.
-cudaError_t DepthReadBackward(const DepthRead& shape, const void* values, const float* w, float eps,
-                              const void* dread, void* dvalues, float* dw_rows, cudaStream_t stream);
+/// Given dread [tokens, dim] (the values' dtype): dvalues, N [tokens, dim]
+/// buffers in the values' dtype, and dw_rows [tokens, dim] fp32, whose sum
+/// over the tokens is dL/dw.
+cudaError_t DepthReadBackward(const DepthRead& shape, const DepthValues& values, const float* w, float eps,
+                              const void* dread, const DepthGrads& dvalues, float* dw_rows, cudaStream_t stream);
 
 }  // namespace kp::runtime::cuda
 

@@ -8,9 +8,11 @@
 
 #include "runtime/comm/device.h"
 #include "runtime/model/attn_res_cuda.h"
+#include "runtime/model/cast_cuda.h"
 #include "runtime/model/cross_entropy_cuda.h"
 #include "runtime/model/kda_cuda.h"
 #include "runtime/model/kda_prep_cuda.h"
+#include "runtime/model/moe_combine_cuda.h"
 #include "runtime/model/rms_norm_cuda.h"
 #include "runtime/model/swiglu_cuda.h"
 #endif
@@ -125,39 +127,58 @@ class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
   }
 };
 
-// The depth read over values stacked [N, tokens, D]; w = norm weight x query.
+// The depth read over N values [tokens, D], read in place; w = norm weight x
+// query. The values are the residual stream's blocks, which autograd keeps
+// anyway: saving them costs nothing.
 class DepthReadFunction : public torch::autograd::Function<DepthReadFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& stacked, const torch::Tensor& w,
-                               double eps) {
-    const c10::cuda::CUDAGuard guard(stacked.device());
-    const torch::Tensor v = stacked.contiguous(), wc = w.contiguous();
-    const cuda::DepthRead shape = ShapeOf(v);
-    torch::Tensor read = torch::empty({shape.tokens, shape.dim}, v.options());
-    Check(cuda::DepthReadForward(shape, v.data_ptr(), In(wc), static_cast<float>(eps), read.data_ptr(),
+  static variable_list forward(AutogradContext* ctx, at::TensorList values, const torch::Tensor& w, double eps) {
+    const c10::cuda::CUDAGuard guard(w.device());
+    variable_list v;
+    for (const torch::Tensor& t : values) v.push_back(t.contiguous());
+    const torch::Tensor wc = w.contiguous();
+    torch::Tensor read = torch::empty_like(v[0]);
+    Check(cuda::DepthReadForward(ShapeOf(v), Pointers(v), In(wc), static_cast<float>(eps), read.data_ptr(),
                                  c10::cuda::getCurrentCUDAStream()),
           "attention-residual depth read");
-    ctx->save_for_backward({v, wc});
+    v.push_back(wc);
+    ctx->save_for_backward(v);
     ctx->saved_data["eps"] = eps;
     return {read};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor &v = saved[0], &w = saved[1];
-    const c10::cuda::CUDAGuard guard(v.device());
+    variable_list v = ctx->get_saved_variables();
+    const torch::Tensor w = v.back();
+    v.pop_back();
+    const c10::cuda::CUDAGuard guard(w.device());
     const cuda::DepthRead shape = ShapeOf(v);
-    const torch::Tensor dread = grads[0].to(v.scalar_type()).contiguous();
-    torch::Tensor dv = torch::empty_like(v), dw_rows = torch::empty({shape.tokens, shape.dim}, w.options());
-    Check(cuda::DepthReadBackward(shape, v.data_ptr(), In(w), static_cast<float>(ctx->saved_data["eps"].toDouble()),
-                                  dread.data_ptr(), dv.data_ptr(), Out(dw_rows), c10::cuda::getCurrentCUDAStream()),
+    const torch::Tensor dread = grads[0].to(v[0].scalar_type()).contiguous();
+    variable_list dv;
+    cuda::DepthGrads dv_at;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      dv.push_back(torch::empty_like(v[i]));
+      dv_at.at[i] = dv.back().data_ptr();
+    }
+    torch::Tensor dw_rows = torch::empty({shape.tokens, shape.dim}, w.options());
+    Check(cuda::DepthReadBackward(shape, Pointers(v), In(w), static_cast<float>(ctx->saved_data["eps"].toDouble()),
+                                  dread.data_ptr(), dv_at, Out(dw_rows), c10::cuda::getCurrentCUDAStream()),
           "attention-residual depth read backward");
-    return {dv, dw_rows.sum(0), torch::Tensor()};
+    dv.push_back(dw_rows.sum(0));
+    dv.emplace_back();  // eps
+    return dv;
   }
 
  private:
-  static cuda::DepthRead ShapeOf(const torch::Tensor& v) {
-    return {static_cast<int>(v.size(0)), v.size(1), static_cast<int>(v.size(2)), v.scalar_type() == torch::kBFloat16};
+  static cuda::DepthRead ShapeOf(const variable_list& v) {
+    const std::int64_t dim = v[0].size(-1);
+    return {static_cast<int>(v.size()), v[0].numel() / dim, static_cast<int>(dim),
+            v[0].scalar_type() == torch::kBFloat16};
+  }
+  static cuda::DepthValues Pointers(const variable_list& v) {
+    cuda::DepthValues p;
+    for (std::size_t i = 0; i < v.size(); ++i) p.at[i] = v[i].data_ptr();
+    return p;
   }
 };
 
@@ -320,6 +341,58 @@ class ChunkProductsFunction : public torch::autograd::Function<ChunkProductsFunc
   }
 };
 
+class CastFunction : public torch::autograd::Function<CastFunction> {
+ public:
+  static variable_list forward(AutogradContext*, const torch::Tensor& x) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor xc = x.contiguous();
+    torch::Tensor y = torch::empty(xc.sizes(), xc.options().dtype(torch::kBFloat16));
+    Check(cuda::CastToBf16(xc.numel(), In(xc), y.data_ptr(), c10::cuda::getCurrentCUDAStream()), "cast to bf16");
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    const torch::Tensor dy = grads[0].to(torch::kBFloat16).contiguous();
+    const c10::cuda::CUDAGuard guard(dy.device());
+    torch::Tensor dx = torch::empty(dy.sizes(), dy.options().dtype(torch::kFloat));
+    Check(cuda::CastToFloat(dy.numel(), dy.data_ptr(), Out(dx), c10::cuda::getCurrentCUDAStream()), "cast to fp32");
+    return {dx};
+  }
+};
+
+class MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& rows, const torch::Tensor& row_of,
+                               const torch::Tensor& weights) {
+    const c10::cuda::CUDAGuard guard(rows.device());
+    const torch::Tensor r = rows.contiguous(), pos = row_of.contiguous(), w = weights.contiguous();
+    torch::Tensor y = torch::empty({w.size(0), r.size(1)}, r.options());
+    Check(cuda::MoeCombineForward(ShapeOf(r, w), r.data_ptr(), pos.data_ptr<std::int64_t>(), In(w), y.data_ptr(),
+                                  c10::cuda::getCurrentCUDAStream()),
+          "MoE combine");
+    ctx->save_for_backward({r, pos, w});
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &r = saved[0], &pos = saved[1], &w = saved[2];
+    const c10::cuda::CUDAGuard guard(r.device());
+    const torch::Tensor dy = grads[0].to(r.scalar_type()).contiguous();
+    torch::Tensor drows = torch::empty_like(r), dweights = torch::empty_like(w);
+    Check(cuda::MoeCombineBackward(ShapeOf(r, w), r.data_ptr(), pos.data_ptr<std::int64_t>(), In(w), dy.data_ptr(),
+                                   drows.data_ptr(), Out(dweights), c10::cuda::getCurrentCUDAStream()),
+          "MoE combine backward");
+    return {drows, {}, dweights};
+  }
+
+ private:
+  static cuda::MoeCombineShape ShapeOf(const torch::Tensor& rows, const torch::Tensor& w) {
+    return {w.size(0), static_cast<int>(w.size(1)), static_cast<int>(rows.size(1)),
+            rows.scalar_type() == torch::kBFloat16};
+  }
+};
+
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -406,10 +479,8 @@ bool AttnResKernelApplies(const std::vector<torch::Tensor>& values) {
 torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const torch::Tensor& norm_weight,
                                 const torch::Tensor& query, double eps) {
   TORCH_CHECK(AttnResKernelApplies(values), "AttnResReadKernel: unsupported values");
-  const std::int64_t dim = values[0].size(-1);
-  const torch::Tensor stacked = torch::stack(values, 0).reshape({static_cast<std::int64_t>(values.size()), -1, dim});
   const torch::Tensor w = (norm_weight * query).to(torch::kFloat);
-  return DepthReadFunction::apply(stacked, w, eps)[0].view(values[0].sizes());
+  return DepthReadFunction::apply(at::TensorList(values), w, eps)[0];
 }
 
 bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
@@ -530,6 +601,29 @@ std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const 
   return ChunkProductsFunction::apply(q, k, v, g_cum, beta);
 }
 
+bool CastKernelApplies(const torch::Tensor& x, c10::ScalarType dtype) {
+  return dtype == torch::kBFloat16 && OnCudaInFp32(x);
+}
+
+torch::Tensor CastKernel(const torch::Tensor& x, c10::ScalarType dtype) {
+  TORCH_CHECK(CastKernelApplies(x, dtype), "CastKernel: fp32 on a supported GPU to bf16 only");
+  return CastFunction::apply(x)[0];
+}
+
+bool MoeCombineKernelApplies(const torch::Tensor& rows, std::int64_t k) {
+  return FloatOrBf16OnCuda(rows) && rows.dim() == 2 && rows.size(0) % k == 0 &&
+         cuda::MoeCombineSupports(static_cast<int>(k), static_cast<int>(rows.size(1)));
+}
+
+torch::Tensor MoeCombineKernel(const torch::Tensor& rows, const torch::Tensor& row_of, const torch::Tensor& weights) {
+  TORCH_CHECK(weights.dim() == 2 && MoeCombineKernelApplies(rows, weights.size(1)) &&
+                  rows.size(0) == weights.numel() && row_of.numel() == rows.size(0) &&
+                  row_of.scalar_type() == torch::kLong && weights.scalar_type() == torch::kFloat &&
+                  row_of.device() == rows.device() && weights.device() == rows.device(),
+              "MoeCombineKernel: rows [N k, D], int64 row_of [N k] and fp32 weights [N, k] on one supported GPU");
+  return MoeCombineFunction::apply(rows, row_of, weights)[0];
+}
+
 #else  // no CUDA kernels in this build
 
 bool CudaKernelsBuilt() { return false; }
@@ -570,6 +664,14 @@ bool KdaChunkProductsKernelApplies(const torch::Tensor&, const torch::Tensor&) {
 std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                   const torch::Tensor&, const torch::Tensor&) {
   throw std::logic_error("KdaChunkProductsKernel: this build has no CUDA KDA kernels");
+}
+bool MoeCombineKernelApplies(const torch::Tensor&, std::int64_t) { return false; }
+torch::Tensor MoeCombineKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("MoeCombineKernel: this build has no CUDA kernels");
+}
+bool CastKernelApplies(const torch::Tensor&, c10::ScalarType) { return false; }
+torch::Tensor CastKernel(const torch::Tensor&, c10::ScalarType) {
+  throw std::logic_error("CastKernel: this build has no CUDA kernels");
 }
 bool CrossEntropyKernelApplies(const torch::Tensor&) { return false; }
 torch::Tensor CrossEntropyKernel(const torch::Tensor&, const torch::Tensor&) {

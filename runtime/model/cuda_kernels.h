@@ -130,6 +130,25 @@ std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const 
                                                   const torch::Tensor& v, const torch::Tensor& g_cum,
                                                   const torch::Tensor& beta);
 
+/// True when CastKernel takes x to `dtype`: built, x fp32 on a Hopper or
+/// newer GPU, dtype bf16.
+bool CastKernelApplies(const torch::Tensor& x, c10::ScalarType dtype);
+
+/// x.to(dtype), bit for bit, by the kernel; differentiable, the gradient
+/// cast back to fp32 by the kernel too.
+torch::Tensor CastKernel(const torch::Tensor& x, c10::ScalarType dtype);
+
+/// True when MoeCombineKernel takes expert-sorted rows [N k, D] with k
+/// slots per token: built, fp32 or bf16 on a Hopper or newer GPU, 1 <= k <=
+/// 16, D a multiple of 32.
+bool MoeCombineKernelApplies(const torch::Tensor& rows, std::int64_t k);
+
+/// The MoE's combination (layers.h, MoeImpl): y [N, D] in the rows' dtype,
+/// y[t] = sum_j weights[t][j] rows[row_of[t k + j]] in fp32, with row_of [N k]
+/// int64 a permutation and weights [N, k] fp32. Differentiable in the rows
+/// and the weights.
+torch::Tensor MoeCombineKernel(const torch::Tensor& rows, const torch::Tensor& row_of, const torch::Tensor& weights);
+
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_MODEL_CUDA_KERNELS_H_

@@ -412,6 +412,46 @@ TEST(CrossEntropyKernelTest, MatchesTorchInFp64AndBf16WithIgnoredTargets) {
   EXPECT_NEAR(LanguageModelLoss(x3, t3, true).item<double>(), LanguageModelLoss(x3, t3, false).item<double>(), 1e-5);
 }
 
+TEST(CastKernelTest, EqualsTorchsCastBitForBitBothWays) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  // Aligned packs, a tail, and a view 4 bytes off alignment; values across
+  // bf16's range, ties included (1 + 2^-8 rounds to even).
+  torch::Tensor base = (Random({1003}, 70) * 1e3).to(torch::kCUDA, torch::kFloat);
+  base.index_put_({0}, 1.0 + 1.0 / 256);
+  for (const torch::Tensor& w : {base, base.narrow(0, 1, 1000)}) {
+    const torch::Tensor a = w.detach().requires_grad_(true), b = w.detach().requires_grad_(true);
+    const torch::Tensor ya = CastKernel(a, torch::kBFloat16), yb = b.to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(ya, yb));
+    const torch::Tensor g = Random(ya.sizes(), 71).to(torch::kCUDA, torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(torch::autograd::grad({ya}, {a}, {g})[0], torch::autograd::grad({yb}, {b}, {g})[0]));
+  }
+}
+
+TEST(MoeCombineKernelTest, MatchesTheScatterAndWeightedSumInFp64) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const std::int64_t n = 37, k = 3, d = 64;
+  const torch::Tensor rows = Random({n * k, d}, 80), weights = Random({n, k}, 81).abs();
+  const torch::Tensor order = torch::randperm(n * k, torch::kLong);  // sorted position i holds slot order[i]
+  const torch::Tensor r = Random({n, d}, 82);
+  auto run = [&](torch::Device device, torch::Dtype dtype, bool kernel) {
+    const torch::Tensor x = rows.to(device, dtype).requires_grad_(true);
+    const torch::Tensor w = weights.to(device, kernel ? torch::kFloat : dtype).requires_grad_(true);
+    const torch::Tensor o = order.to(device);
+    torch::Tensor y;
+    if (kernel) {
+      y = MoeCombineKernel(x, torch::empty_like(o).scatter_(0, o, torch::arange(n * k, o.options())), w);
+    } else {
+      const torch::Tensor slots = torch::zeros_like(x).index_copy(0, o, x);
+      y = (slots.view({n, k, d}) * w.unsqueeze(-1)).sum(1);
+    }
+    const auto g = torch::autograd::grad({(y.to(torch::kFloat) * r.to(device, torch::kFloat)).sum()}, {x, w});
+    return std::vector<torch::Tensor>{y, g[0], g[1]};
+  };
+  const auto want = run(torch::kCPU, torch::kDouble, false);
+  const auto got = run(torch::kCUDA, torch::kFloat, true);
+  for (int i = 0; i < 3; ++i) EXPECT_LT(RelativeError(got[i], want[i]), 1e-6) << i;
+}
+
 // ------------------------------------------------------------------ experts
 
 TEST(ExpertCountsTest, EqualsBincount) {

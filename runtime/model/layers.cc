@@ -39,6 +39,11 @@ torch::Tensor Init::Uniform(at::IntArrayRef shape, double lo, double hi) {
 
 // ------------------------------------------------------------------ Proj
 
+torch::Tensor CastWeight(const torch::Tensor& w, c10::ScalarType dtype) {
+  if (w.scalar_type() != dtype && CastKernelApplies(w, dtype)) return CastKernel(w, dtype);
+  return w.to(dtype);
+}
+
 ProjImpl::ProjImpl(std::int64_t in, std::int64_t out, double init_std, Init& init, bool lora_target)
     : lora_target_(lora_target) {
   weight_ = register_parameter("weight", init.Normal({out, in}, init_std));
@@ -46,7 +51,7 @@ ProjImpl::ProjImpl(std::int64_t in, std::int64_t out, double init_std, Init& ini
 
 torch::Tensor ProjImpl::forward(const torch::Tensor& x) {
   const auto dt = x.scalar_type();
-  torch::Tensor y = torch::linear(x, weight_.to(dt));
+  torch::Tensor y = torch::linear(x, CastWeight(weight_, dt));
   if (has_lora() && !merged_)
     y = y + torch::linear(torch::linear(x, lora_a_.to(dt)), lora_b_.to(dt)) * lora_scale_;
   return y;
@@ -252,7 +257,7 @@ torch::Tensor ExpertBankImpl::ForwardGrouped(const torch::Tensor& x_sorted, cons
   // [M, in] x [E, in, out] with expert e's rows ending at ends[e]: one GEMM
   // launch per projection for every expert, sizes read on the device.
   auto grouped = [&](const Matrix& m, const torch::Tensor& x) {
-    return at::_grouped_mm(x, m.weight.to(dt).transpose(1, 2), ends);
+    return at::_grouped_mm(x, CastWeight(m.weight, dt).transpose(1, 2), ends);
   };
   return grouped(down_, SiluTimes(grouped(gate_, x_sorted), grouped(up_, x_sorted), /*fused=*/true));
 #else
@@ -358,9 +363,16 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
     for (std::int64_t e = 0; e < num_experts_; ++e) counts[e] = end[e] - (e > 0 ? end[e - 1] : 0);
     y_sorted = ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
   }
-  const torch::Tensor y_slots = torch::zeros_like(y_sorted).index_copy(0, order, y_sorted);
-  // The weighted combination is a reduction: fp32.
-  torch::Tensor y = (Upcast(y_slots).view({n, k, -1}) * r.weights.unsqueeze(-1)).sum(1).to(x.scalar_type());
+  torch::Tensor y;
+  if (fused_ && MoeCombineKernelApplies(y_sorted, k)) {
+    // Slot s's row in expert order: the inverse of the sort's permutation.
+    const torch::Tensor row_of = torch::empty_like(order).scatter_(0, order, torch::arange(order.numel(), order.options()));
+    y = MoeCombineKernel(y_sorted, row_of, r.weights.to(torch::kFloat)).to(x.scalar_type());
+  } else {
+    const torch::Tensor y_slots = torch::zeros_like(y_sorted).index_copy(0, order, y_sorted);
+    // The weighted combination is a reduction: fp32.
+    y = (Upcast(y_slots).view({n, k, -1}) * r.weights.unsqueeze(-1)).sum(1).to(x.scalar_type());
+  }
   if (latent_up_) y = latent_up_->forward(y);
   if (shared_) y = y + shared_->forward(xf);
   return y.view(shape);
