@@ -52,10 +52,10 @@ struct CliEnv {
   /// kimi-plan-runtime, the executable holding the commands that train
   /// (train, run, sdpo, calibrate), when it is installed beside this one;
   /// empty when it is not.
-  std::string runtime_program;
+  std::string runtime_program{};
   /// Replaces this process by `program args...` (main's execv): returns
   /// only when it could not, with the reason. Null: nothing can be started.
-  std::function<Status(const std::string& program, const std::vector<std::string>& args)> exec;
+  std::function<Status(const std::string& program, const std::vector<std::string>& args)> exec{};
 };
 
 /// The file name of the executable that links LibTorch.

@@ -21,7 +21,7 @@ cp "$bin" alone/kimi-plan
 check "alone: plan runs" grep -q "verdict" alone/plan.txt
 (cd alone && ./kimi-plan simulate pipeline --schedule 1f1b --pp 4 --microbatches 8 --f-us 10 --b-us 20 --w-us 5 --p2p-us 0 > sim.txt)
 check "alone: simulate runs" test -s alone/sim.txt
-(cd alone && ./kimi-plan launch --target slurm --preset h200-lora --out job > launch.txt)
+(cd alone && ./kimi-plan launch --target slurm --preset h200-lora --force --out job > launch.txt)
 check "alone: launch writes the job" test -n "$(ls alone/job 2> /dev/null)"
 (cd alone && ./kimi-plan report > report.txt)
 check "alone: report runs" test -s alone/report.txt
