@@ -13,7 +13,7 @@
 namespace kp {
 namespace {
 
-PlanRequest Small(const std::string& model, int gpus_per_node, int nodes) {
+PlanRequest Small(const std::string& model, int gpus_per_node, int nodes, double memory_gb = 0) {
   PlanRequest r = model == "gpt" ? PlanRequest{} : testing::SeedRequest(model, "h100", nodes);
   if (model == "gpt") {
     r.model = testing::Gpt(8, 1024, 16, 32000);
@@ -21,6 +21,7 @@ PlanRequest Small(const std::string& model, int gpus_per_node, int nodes) {
   }
   r.nodes = nodes;
   r.gpus_per_node = gpus_per_node;
+  if (memory_gb > 0) r.gpu.memory = GB(memory_gb);
   r.global_batch = 16;
   r.prompt_length = 1024;
   r.response_length = 1024;
@@ -87,16 +88,25 @@ TEST(SpaceSearchTest, PrunedEqualsBruteForceUpTo64Gpus) {
   struct Cluster {
     std::string model;
     int gpus_per_node, nodes;
+    double memory_gb = 0;  ///< 0: the H100's 80 GB
   };
   std::vector<Cluster> clusters;
   for (int g : {1, 2, 4}) clusters.push_back({"kimi-k3-debug", g, 1});
   for (int n = 1; n <= 8; ++n) clusters.push_back({"kimi-k3-debug", 8, n});
   for (int n : {1, 2, 4, 8}) clusters.push_back({"gpt", 8, n});
+  // GPUs too small for the unsharded states and for a colocated rollout
+  // engine: the memory floor and the placement check prune here.
+  for (int n : {1, 2, 4, 8}) clusters.push_back({"kimi-k3-debug", 8, n, 2.4});
+  for (int n : {1, 2, 8}) clusters.push_back({"gpt", 8, n, 3.5});
+  SpaceCounts pruning;
   for (const Cluster& c : clusters) {
-    SCOPED_TRACE(c.model + " " + std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node));
-    PlanRequest r = Small(c.model, c.gpus_per_node, c.nodes);
+    SCOPED_TRACE(c.model + " " + std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node) + " GPUs of " +
+                 std::to_string(c.memory_gb) + " GB");
+    PlanRequest r = Small(c.model, c.gpus_per_node, c.nodes, c.memory_gb);
     const ParamCount pc = CountParams(r.model);
     SpaceSearchResult pruned = SearchSpace(r, pc);
+    pruning.pruned_memory += pruned.counts.pruned_memory;
+    pruning.pruned_time += pruned.counts.pruned_time;
     std::vector<Seen> seen;
     SpaceOptions brute_force;
     brute_force.prune = false;
@@ -132,6 +142,9 @@ TEST(SpaceSearchTest, PrunedEqualsBruteForceUpTo64Gpus) {
     for (size_t i = 0; i < pruned.front_headroom.size(); ++i)
       EXPECT_TRUE(SamePlan(pruned.front_headroom[i], brute.front_headroom[i]));
   }
+  // Both floors pruned somewhere, so the comparison above covers them.
+  EXPECT_GT(pruning.pruned_memory, 0);
+  EXPECT_GT(pruning.pruned_time, 0);
 }
 
 // Every candidate is what EvaluatePlan says of its request, and passes CheckPlan.
