@@ -15,6 +15,7 @@
 #include "common/file_system.h"
 #include "common/process_launcher.h"
 #include "common/process_table.h"
+#include "common/status.h"
 
 namespace spdlog {
 class logger;
@@ -48,12 +49,29 @@ struct CliEnv {
   /// --log-level, which it also keeps here for the ranks it starts.
   std::shared_ptr<spdlog::logger> log = nullptr;
   std::string log_level = "info";
+  /// kimi-plan-runtime, the executable holding the commands that train
+  /// (train, run, sdpo, calibrate), when it is installed beside this one;
+  /// empty when it is not.
+  std::string runtime_program{};
+  /// Replaces this process by `program args...` (main's execv): returns
+  /// only when it could not, with the reason. Null: nothing can be started.
+  std::function<Status(const std::string& program, const std::vector<std::string>& args)> exec{};
 };
+
+/// The file name of the executable that links LibTorch.
+inline constexpr const char* kRuntimeProgram = "kimi-plan-runtime";
 
 /// Runs `kimi-plan args...` (args excludes the program name) and returns the
 /// exit code: 0 success, 2 bad input (one line on err naming the field),
-/// 1 an I/O or internal failure.
+/// 1 an I/O or internal failure. The commands that train are handed to
+/// env.runtime_program through env.exec; without it they are refused with
+/// exit 2 (calibrate refuses after checking its flags, as before).
 int RunCli(const std::vector<std::string>& args, CliEnv& env);
+
+/// Runs `kimi-plan-runtime args...`: the commands that train (train, run,
+/// sdpo, calibrate), with the same exit codes. Defined only in a build with
+/// LibTorch (kp_cli_runtime).
+int RunRuntimeCli(const std::vector<std::string>& args, CliEnv& env);
 
 }  // namespace kp
 

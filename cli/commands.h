@@ -20,14 +20,26 @@ Status ReportCommand(const std::vector<std::string>& args, CliEnv& env);
 Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan calibrate`: a GPU's calibration table (needs CUDA and LibTorch).
 Status CalibrateCommand(const std::vector<std::string>& args, CliEnv& env);
-#ifdef KIMI_PLAN_HAS_TORCH
-/// Built only when LibTorch was found at configure time.
+
+/// The commands kimi-plan-runtime runs, the ones that link LibTorch; the
+/// light `kimi-plan` hands them over when kimi-plan-runtime is beside it.
+struct RuntimeCommandInfo {
+  const char* name;
+  const char* summary;
+};
+inline constexpr RuntimeCommandInfo kRuntimeCommands[] = {
+    {"train", "train the model in this process (LibTorch): AdamW, LoRA, checkpoints"},
+    {"run", "train over several processes (c10d Gloo/NCCL): data and expert parallelism"},
+    {"sdpo", "run the SDPO loop: rollout, feedback, self-teacher, training, weight sync"},
+    {"calibrate", "measure this GPU's matrix products and copy bandwidth into a calibration table"},
+};
+
+/// Defined only in kp_cli_runtime (a build with LibTorch).
 Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan run`: the distributed runtime (docs/runtime.md, "Distributed").
 Status RunCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan sdpo`: the SDPO loop (docs/sdpo.md, "The loop").
 Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env);
-#endif
 
 }  // namespace kp
 

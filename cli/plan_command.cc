@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/plan_options.h"
+#include "cli/plan_search.h"
 #include "common/table.h"
 #include "launcher/launch_spec.h"
 #include "planner/constraints.h"
@@ -29,7 +30,7 @@ po::options_description PlanOptions() {
   AddLayerSplitOption(desc);
   desc.add_options()
       ("engine", po::value<std::string>(), "native | verl: whose stage split is the default (even | megatron)")
-      ("search", "enumerate every valid plan and rank the feasible ones")
+      ("search", "search every setting: layout, micro-batch, recompute, schedule, split, placement, rollout")
       ("top", IntFlag(1, 1000), "with --search: plans to show (default 5)");
   AddOutputOptions(desc);
   return desc;
@@ -100,22 +101,6 @@ void PrintVerdict(std::ostream& out, const PlanRequest& r, const PlanEvaluation&
       << FormatGB(n->evaluation.memory.actor.total().value()) << "\n";
 }
 
-void PrintSearch(std::ostream& out, const SearchResult& s) {
-  out << "search    " << s.evaluated << " valid plans evaluated, " << s.feasible << " feasible, in "
-      << FormatFixed(s.seconds, 3) << " s\n";
-  if (s.best.empty()) return;
-  Table t({"#", "tp", "pp", "vp", "ep", "etp", "cp", "dp", "split", "actor GB", "step s", "tokens/s/GPU", "MFU"});
-  int i = 0;
-  for (const PlanEvaluation& e : s.best) {
-    const ParallelPlan& p = e.plan;
-    t.AddRow({std::to_string(++i), std::to_string(p.tp), std::to_string(p.pp), std::to_string(p.vp), std::to_string(p.ep),
-              std::to_string(p.etp), std::to_string(p.cp), std::to_string(p.dp), e.layer_split.ToString(),
-              FormatFixed(e.memory.actor.total().value() / 1e9, 1), FormatFixed(e.step.total.value(), 2),
-              FormatFixed(e.step.tokens_per_s_per_gpu, 0), Pct(e.step.mfu)});
-  }
-  out << t.Render() << "\n";
-}
-
 // With --engine verl the split must be one Megatron builds: refused here,
 // naming --layer-split, rather than when the job is generated.
 Status CheckEngineSplit(const po::variables_map& vm, const PlanRequest& req, const PlanEvaluation& e) {
@@ -142,24 +127,23 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
 
   json result;
   PlanEvaluation shown;
-  std::optional<SearchResult> search;
+  PlanRequest shown_req = req;
+  std::optional<PlanSearchOutput> search;
   if (req.search) {
-    search = SearchPlans(req, pc);
-    if (search->best.empty()) {
+    KP_ASSIGN_OR_RETURN(search, SearchForPlan(vm, env, req, pc, preset));
+    if (!search->best_request) {
       result = {{"schema", kPlanSchema}, {"feasible", false},
-                {"violations", {"no feasible plan among " + std::to_string(search->evaluated) + " valid plans on " +
-                                std::to_string(req.world()) + " GPUs"}},
+                {"violations", {"no feasible plan among " + std::to_string(search->search.counts.considered) +
+                                " candidates on " + std::to_string(req.world()) + " GPUs"}},
                 {"model", {{"name", req.model.name}, {"total_params", pc.total}, {"active_params", pc.active}}},
                 {"step_time_s", nullptr}, {"tokens_per_s_per_gpu", nullptr}, {"mfu", nullptr}};
     } else {
-      shown = search->best.front();
-      KP_RETURN_IF_ERROR(CheckEngineSplit(vm, req, shown));
-      result = EvaluationToJson(req, pc, shown);
+      shown = search->search.top.front().evaluation;
+      shown_req = *search->best_request;
+      KP_RETURN_IF_ERROR(CheckEngineSplit(vm, shown_req, shown));
+      result = EvaluationToJson(shown_req, pc, shown);
     }
-    json top = json::array();
-    for (const PlanEvaluation& e : search->best) top.push_back(EvaluationToJson(req, pc, e));
-    result["search"] = SearchToJson(*search);
-    result["search"]["top"] = top;
+    result["search"] = search->json;
   } else {
     KP_ASSIGN_OR_RETURN(shown, PlanFixed(req, pc));
     KP_RETURN_IF_ERROR(CheckEngineSplit(vm, req, shown));
@@ -168,7 +152,8 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   std::optional<NearestFit> nearest;
   const bool infeasible = result["feasible"] == false;
   if (infeasible) {
-    nearest = FindNearestFit(req, pc);
+    // A search already searched larger clusters over the whole space.
+    nearest = search ? search->nearest : FindNearestFit(req, pc);
     result["nearest_fit"] = NearestFitToJson(nearest, req);
   }
   result["preset"] = preset.empty() ? json(nullptr) : json(preset);
@@ -181,17 +166,18 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   rec.preset = preset;
   rec.feasible = !infeasible;
   rec.step_time_s = result["step_time_s"].is_number() ? result["step_time_s"].get<double>() : 0.0;
-  // The request as evaluated: after a search, the plan it chose, so that
-  // `--plan ID` elsewhere reproduces what this record describes.
-  PlanRequest recorded = req;
-  if (!search || !search->best.empty()) {
+  // The request as evaluated: after a search, the plan and settings it
+  // chose, so that `--plan ID` elsewhere reproduces what this record describes.
+  const bool has_plan = !search || search->best_request.has_value();
+  PlanRequest recorded = shown_req;
+  if (has_plan) {
     recorded.plan = shown.plan;
     recorded.layer_split = shown.layer_split;
   }
   rec.request_json = RequestToJson(recorded).dump();
   rec.result_json = result.dump();
   rec.layer_split = recorded.layer_split.ToString();
-  if (!search || !search->best.empty())
+  if (has_plan)
     rec.layer_counts = LayerSplit{LayerSplitKind::kExplicit, LayerCounts(shown.split)}.ToString();
   KP_ASSIGN_OR_RETURN(std::int64_t id, store->InsertPlan(rec));
   result["id"] = id;
@@ -201,17 +187,19 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
     return Status::Ok();
   }
   env.out << "kimi-plan plan #" << id << (preset.empty() ? "" : " (preset " + preset + ")") << "\n\n";
-  if (search) PrintSearch(env.out, *search);
-  if (!search || !search->best.empty()) PrintEvaluation(env.out, req, pc, shown);
-  if (search && search->best.empty()) {
+  if (search) env.out << search->head;
+  if (has_plan) PrintEvaluation(env.out, shown_req, pc, shown);
+  if (!has_plan) {
     env.out << "verdict   DOES NOT FIT: no feasible plan on " << req.world() << " GPUs\n";
     if (nearest)
       env.out << "nearest   " << nearest->nodes << " nodes (" << nearest->nodes * req.gpus_per_node << " GPUs): "
               << (nearest->changes.empty() ? "" : "with " + nearest->changes + ": ")
               << PlanLine(nearest->evaluation.plan) << "\n";
+    env.out << search->versus_preset;
     return Status::Ok();
   }
-  PrintVerdict(env.out, req, shown, nearest);
+  PrintVerdict(env.out, shown_req, shown, nearest);
+  if (search) env.out << search->versus_preset;
   return Status::Ok();
 }
 

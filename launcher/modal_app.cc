@@ -85,7 +85,11 @@ void AppAndImage(const Launch& l, std::ostream& s) {
     s << "image = modal.Image.from_registry(IMAGE, add_python=\"3.12\").apt_install(*RUNTIME_PACKAGES).env(NCCL_ENV)\n"
       << "if modal.is_local():\n"
       << "    # Only where `modal run` builds the image is there a local executable to copy.\n"
-      << "    image = image.add_local_file(shutil.which(KIMI_PLAN_BIN) or KIMI_PLAN_BIN, \"/usr/local/bin/kimi-plan\")\n";
+      << "    local_bin = shutil.which(KIMI_PLAN_BIN) or KIMI_PLAN_BIN\n"
+      << "    image = image.add_local_file(local_bin, \"/usr/local/bin/kimi-plan\")\n"
+      << "    # `kimi-plan run` hands itself to kimi-plan-runtime (LibTorch), installed beside it.\n"
+      << "    image = image.add_local_file(os.path.join(os.path.dirname(os.path.realpath(local_bin)), "
+         "\"kimi-plan-runtime\"), \"/usr/local/bin/kimi-plan-runtime\")\n";
   }
   s << "cache = modal.Volume.from_name(\"kimi-plan-cache\", create_if_missing=True)\n\n\n";
 }

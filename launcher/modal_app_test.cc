@@ -43,6 +43,9 @@ TEST(ModalApp, NativeRanksGetTheTorchrunEnvironmentFromTheClusterInfo) {
   EXPECT_TRUE(Has(s, "RUN_ARGS = [\n    \"run\",\n    \"--model\", \"kimi-k2.6\",\n    \"--gpu\", \"h200\",\n"));
   EXPECT_TRUE(Has(s, "    \"--tp\", \"8\",\n    \"--pp\", \"2\",\n"));
   EXPECT_TRUE(Has(s, "KIMI_PLAN_BIN = os.environ.get(\"KIMI_PLAN_BIN\", \"/opt/kimi-plan/bin/kimi-plan\")\n"));
+  // `kimi-plan run` needs kimi-plan-runtime beside it in the image.
+  EXPECT_TRUE(Has(s, "image.add_local_file(local_bin, \"/usr/local/bin/kimi-plan\")\n"));
+  EXPECT_TRUE(Has(s, "\"kimi-plan-runtime\"), \"/usr/local/bin/kimi-plan-runtime\")\n"));
   EXPECT_TRUE(Has(s, "    \"NCCL_SOCKET_IFNAME\": \"^lo,docker0\",\n"));
   EXPECT_TRUE(Has(s, "    \"TORCH_NCCL_ASYNC_ERROR_HANDLING\": \"1\",\n"));
   EXPECT_FALSE(Has(s, "ray start"));

@@ -387,6 +387,19 @@ std::string Over(const std::string& role, const RoleMemory& r, const GpuSpec& gp
 
 }  // namespace
 
+Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                       const ParamCount& pc) {
+  const int spr = StagesPerRank(req.schedule, p.vp);
+  Bytes most;
+  for (int rank = 0; rank < p.pp; ++rank) {
+    RoleMemory r;
+    FillStates(req, p, ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank)), r);
+    most = std::max(most, r.weights + r.grads + r.optimizer);
+  }
+  // ActorOnRank's `other` is the dispatch buffers plus this reserve.
+  return most + kRuntimeReserve;
+}
+
 MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                             const ParamCount& pc) {
   MemoryReport out;

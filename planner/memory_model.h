@@ -89,6 +89,14 @@ double LoraParams(const ModelSpec& m, const LoraOptions& lora);
 /// (Kimi K2.6's INT4 with group 32: 0.5 + 2/32 = 0.5625).
 double ExpertBytesPerParam(const ModelSpec& m);
 
+/// A floor on EstimateMemory(...).actor.total() for every micro-batch size
+/// and recompute setting (req.micro_batch and req.recompute are ignored):
+/// the worst pipeline rank's weights, gradients and optimizer states plus
+/// the CUDA/NCCL reserve, the terms neither setting changes. The search
+/// prunes a layout whose floor exceeds the GPU.
+Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
+                       const ParamCount& params);
+
 /// The full report. `split` is the pipeline split the actor uses.
 MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
                             const ParamCount& params);

@@ -159,10 +159,6 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
   };
 }
 
-json SearchToJson(const SearchResult& s) {
-  return {{"evaluated", s.evaluated}, {"feasible", s.feasible}, {"seconds", s.seconds}};
-}
-
 json NearestFitToJson(const std::optional<NearestFit>& n, const PlanRequest& req) {
   if (!n) return nullptr;
   return {{"nodes", n->nodes}, {"gpus", n->nodes * req.gpus_per_node}, {"changes", n->changes}, {"plan", PlanToJson(n->evaluation.plan)},

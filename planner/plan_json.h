@@ -19,7 +19,6 @@ nlohmann::json PlanToJson(const ParallelPlan& p);
 nlohmann::json RequestToJson(const PlanRequest& req);
 Result<PlanRequest> RequestFromJson(const nlohmann::json& j);
 nlohmann::json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEvaluation& e);
-nlohmann::json SearchToJson(const SearchResult& s);
 nlohmann::json NearestFitToJson(const std::optional<NearestFit>& n, const PlanRequest& req);
 
 }  // namespace kp

@@ -14,13 +14,13 @@ Result<StageSplit> PlanSplit(const PlanRequest& req, const ParallelPlan& plan, c
 namespace {
 
 Result<PlanEvaluation> EvaluateWith(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params,
-                                    const LayerSplit& rule) {
+                                    const LayerSplit& rule, StageCostCache* cache) {
   PlanEvaluation e;
   e.plan = plan;
   e.layer_split = rule;
   KP_ASSIGN_OR_RETURN(e.split, PlanSplit(req, plan, rule));
   e.memory = EstimateMemory(req, plan, e.split, params);
-  e.step = EstimateStepTime(req, plan, e.split, params);
+  e.step = EstimateStepTime(req, plan, e.split, params, cache);
   e.violations = e.memory.violations;
   return e;
 }
@@ -34,11 +34,12 @@ bool Better(const PlanEvaluation& a, const PlanEvaluation& b) {
 
 }  // namespace
 
-Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params) {
+Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params,
+                                    StageCostCache* cache) {
   std::optional<PlanEvaluation> best;
   Status first_error = Status::Ok();
   for (const LayerSplit& rule : SplitCandidates(req.layer_split)) {
-    Result<PlanEvaluation> e = EvaluateWith(req, plan, params, rule);
+    Result<PlanEvaluation> e = EvaluateWith(req, plan, params, rule, cache);
     if (!e.ok() && first_error.ok()) first_error = e.status();
     if (e.ok() && (!best || Better(*e, *best))) best = std::move(e).value();
   }

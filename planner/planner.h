@@ -31,7 +31,9 @@ Result<StageSplit> PlanSplit(const PlanRequest& req, const ParallelPlan& plan, c
 /// Evaluates a structurally valid plan (CheckPlan returned nothing) under
 /// each split req.layer_split stands for (SplitCandidates) and keeps the
 /// best: feasible first, then the most tokens/s, then the least actor memory.
-Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params);
+/// `cache` (optional) remembers layer prices across the plans of a search.
+Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& plan, const ParamCount& params,
+                                    StageCostCache* cache = nullptr);
 
 /// Checks the request and the plan, then evaluates it. A structural
 /// violation is an InvalidArgument naming the flag.

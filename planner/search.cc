@@ -87,7 +87,7 @@ std::vector<ParallelPlan> EnumeratePlans(const PlanRequest& req) {
   return out;
 }
 
-SearchResult SearchPlans(const PlanRequest& req, const ParamCount& pc) {
+SearchResult SearchPlans(const PlanRequest& req, const ParamCount& pc, StageCostCache* cache) {
   Stopwatch watch;
   SearchResult result;
   PlanRequest r = req;
@@ -98,7 +98,7 @@ SearchResult SearchPlans(const PlanRequest& req, const ParamCount& pc) {
   }
   std::vector<PlanEvaluation> feasible;
   for (const ParallelPlan& p : EnumeratePlans(r)) {
-    Result<PlanEvaluation> e = EvaluatePlan(r, p, pc);
+    Result<PlanEvaluation> e = EvaluatePlan(r, p, pc, cache);
     if (!e.ok()) continue;
     ++result.evaluated;
     if (e->feasible()) feasible.push_back(std::move(e).value());
@@ -131,16 +131,19 @@ std::optional<NearestFit> FindNearestFit(const PlanRequest& req, const ParamCoun
     variants.push_back(v);
   }
   const double factors[] = {1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8};
+  // Layer prices do not depend on the cluster's size: one cache per variant.
+  std::vector<StageCostCache> caches(variants.size());
   int last = 0;
   for (double f : factors) {
     const int nodes = static_cast<int>(std::ceil(req.nodes * f));
     if (nodes == last) continue;
     last = nodes;
-    for (const Variant& v : variants) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const Variant& v = variants[i];
       PlanRequest r = v.request;
       r.nodes = nodes;
       r.top = 1;
-      SearchResult s = SearchPlans(r, pc);
+      SearchResult s = SearchPlans(r, pc, &caches[i]);
       if (!s.best.empty()) return NearestFit{nodes, v.changes, s.best.front()};
     }
   }

@@ -28,7 +28,9 @@ std::vector<ParallelPlan> EnumeratePlans(const PlanRequest& req);
 /// KV fit, preferring tensor over data parallelism; nullopt when none fits.
 std::optional<ParallelPlan> ChooseRollout(const PlanRequest& req, const ParamCount& pc);
 
-SearchResult SearchPlans(const PlanRequest& req, const ParamCount& pc);
+/// `cache` (optional) remembers layer prices; one cache may serve requests
+/// that differ only in their cluster's size (FindNearestFit's).
+SearchResult SearchPlans(const PlanRequest& req, const ParamCount& pc, StageCostCache* cache = nullptr);
 
 struct NearestFit {
   int nodes = 0;                 ///< the cluster size it needs

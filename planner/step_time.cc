@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
+#include <vector>
+#include <tuple>
 
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
@@ -72,23 +76,28 @@ struct ChunkCost {
   Seconds f, b_input, w, tp, ep, cp;
 };
 
+// One stage-chunk's pieces are priced layer by layer and summed, so that a
+// search can remember a layer's price (StageCostCache) and get exactly the
+// sums an uncached evaluation gets. `layer` < 0 is the head (final norm,
+// lm_head, loss).
+
 // Compute with one efficiency constant for every product (--matmul-efficiency,
 // or no calibration table): FLOPs over peak x efficiency.
-void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc,
-                     ChunkCost& c) {
+void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc, ChunkCost& c) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
   const double tokens = MicroBatchTokens(req, p);
   const FlopsPerSecond peak = (req.bf16 ? req.gpu.bf16 : req.gpu.fp16) * e.matmul;
   double fwd = 0, routed = 0, core = 0;
-  for (int l = st.first_layer; l < st.end_layer; ++l) {
-    const LayerParams& lp = pc.layers[l];
+  if (layer >= 0) {
+    const LayerParams& lp = pc.layers[layer];
     const double expert = 2 * lp.routed_expert * m.moe.top_k * e.moe_imbalance;
-    fwd += LayerForwardFlopsPerToken(m, lp, l, req.seq_length(), e.moe_imbalance) - expert;
-    routed += expert;
-    core += AttentionCoreFlopsPerToken(m, l, req.seq_length());
+    fwd = LayerForwardFlopsPerToken(m, lp, layer, req.seq_length(), e.moe_imbalance) - expert;
+    routed = expert;
+    core = AttentionCoreFlopsPerToken(m, layer, req.seq_length());
+  } else {
+    fwd = 2.0 * (pc.head > 0 ? pc.head : pc.embedding);
   }
-  if (st.head) fwd += 2.0 * (pc.head > 0 ? pc.head : pc.embedding);
   const double expert_width = m.is_moe() ? double(m.moe.expert_ffn) / p.etp : 1;
   c.f = ComputeTime(Flops(fwd * tokens / p.tp), peak) +
         ComputeTime(Flops(routed * tokens / p.tp), peak * GemmWidthEfficiency(expert_width));
@@ -104,7 +113,7 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, const StageL
 // table gives its shape (forward A[m,k]B[k,n]; data gradient (m, k, n);
 // weight gradient (k, n, m)), the memory-bound passes at the measured copy
 // bandwidth (the backward moves twice the forward's bytes).
-void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc,
+void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc,
                        const GemmGrid& grid, ChunkCost& c) {
   const CalibrationTable& table = *req.calibration;
   const BytesPerSecond copy =
@@ -116,133 +125,80 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, const Stag
     return g.weight ? grid.Time(m, n, k) * g.count : grid.Time(m * g.count, n, k);
   };
   auto bytes = [&](double b) { return Seconds(b / copy.value()); };
-  std::vector<LayerOps> layers;
-  for (int l = st.first_layer; l < st.end_layer; ++l) {
-    layers.push_back(DecoderLayerOps(req, p, l, req.efficiency.moe_imbalance));
+  const LayerOps ops = layer >= 0 ? DecoderLayerOps(req, p, layer, req.efficiency.moe_imbalance) : HeadOps(req, p);
+  if (layer >= 0) {
     c.f += table.elementwise_layer_overhead;
     c.b_input += table.elementwise_layer_overhead;
   }
-  if (st.head) layers.push_back(HeadOps(req, p));
   Seconds fwd_gemm, recomputed;
-  for (const LayerOps& ops : layers) {
-    for (const GemmOp& g : ops.gemms) {
-      fwd_gemm += time(g, g.m, g.n, g.k);
-      c.b_input += time(g, g.m, g.k, g.n);
-      if (g.weight) c.w += time(g, g.k, g.n, g.m);
-      else c.b_input += time(g, g.n, g.k, g.m);
-    }
-    c.f += bytes(ops.elementwise_bytes);
-    c.b_input += bytes(ops.elementwise_backward_bytes);
-    for (const GemmOp& g : ops.recomputed_core_gemms) recomputed += time(g, g.m, g.n, g.k);
-    recomputed += bytes(ops.recomputed_core_bytes);
+  for (const GemmOp& g : ops.gemms) {
+    fwd_gemm += time(g, g.m, g.n, g.k);
+    c.b_input += time(g, g.m, g.k, g.n);
+    if (g.weight) c.w += time(g, g.k, g.n, g.m);
+    else c.b_input += time(g, g.n, g.k, g.m);
   }
+  c.f += bytes(ops.elementwise_bytes);
+  c.b_input += bytes(ops.elementwise_backward_bytes);
+  for (const GemmOp& g : ops.recomputed_core_gemms) recomputed += time(g, g.m, g.n, g.k);
+  recomputed += bytes(ops.recomputed_core_bytes);
   c.f += fwd_gemm;
   if (req.mode == TrainMode::kLora) c.w = fwd_gemm * (LoraParams(req.model, req.lora) / pc.total);
   if (req.recompute == Recompute::kFull) c.b_input += c.f;
   if (req.recompute == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
 }
 
-ChunkCost CostOfStage(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, const ParamCount& pc) {
+// One decoder layer (or the head, layer < 0) for one micro-batch: its
+// compute and the TP, EP and CP collectives inside it.
+ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
   ChunkCost c;
   const GemmGrid* grid = req.calibration && e.gemm_from_table ? req.calibration->Gemm(GemmDtype::kBf16) : nullptr;
-  if (grid) CalibratedCompute(req, p, st, pc, *grid, c);
-  else ConstantCompute(req, p, st, pc, c);
+  if (grid) CalibratedCompute(req, p, layer, pc, *grid, c);
+  else ConstantCompute(req, p, layer, pc, c);
+  if (layer < 0) return c;
 
   const double tokens = MicroBatchTokens(req, p);
   const double hidden_bytes = tokens * m.hidden * kBf16;
-  for (int l = st.first_layer; l < st.end_layer; ++l) {
-    // Attention and FFN each end in one all-reduce forward and one backward;
-    // with SP each is a reduce-scatter, and an all-gather opens the region.
-    if (req.sequence_parallel)
-      c.tp += (Collective(req, CollectiveOp::kAllGather, p.tp, p.tp, hidden_bytes) +
-               Collective(req, CollectiveOp::kReduceScatter, p.tp, p.tp, hidden_bytes)) * 4.0;
-    else
-      c.tp += Collective(req, CollectiveOp::kAllReduce, p.tp, p.tp, hidden_bytes) * 4.0;
-    if (m.is_moe_layer(l) && p.ep > 1) {
-      const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
-      const double copies = tokens * m.moe.top_k * p.etp / p.tp * e.moe_imbalance;
-      // Dispatch and combine, forward and backward: each all-to-all moves
-      // the copies (its buffer is ep x what one peer receives).
-      c.ep += Collective(req, CollectiveOp::kAllToAll, p.ep, p.ep * p.etp, copies * in * kBf16) * 4.0;
-    }
-    if (p.cp > 1 && m.attention[l] != AttentionKind::kKda) {
-      const double kv = tokens * m.heads / p.tp *
-                        (m.attention[l] == AttentionKind::kMla
-                             ? double(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim)
-                             : 2.0 * m.head_dim) * kBf16;
-      // Ring attention passes K/V cp-1 times forward and twice that backward;
-      // half of it hides under the attention compute.
-      c.cp += Collective(req, CollectiveOp::kSendRecv, 2, p.tp * p.cp, kv) * (0.5 * 3 * (p.cp - 1));
-    }
+  // Attention and FFN each end in one all-reduce forward and one backward;
+  // with SP each is a reduce-scatter, and an all-gather opens the region.
+  if (req.sequence_parallel)
+    c.tp += (Collective(req, CollectiveOp::kAllGather, p.tp, p.tp, hidden_bytes) +
+             Collective(req, CollectiveOp::kReduceScatter, p.tp, p.tp, hidden_bytes)) * 4.0;
+  else
+    c.tp += Collective(req, CollectiveOp::kAllReduce, p.tp, p.tp, hidden_bytes) * 4.0;
+  if (m.is_moe_layer(layer) && p.ep > 1) {
+    const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
+    const double copies = tokens * m.moe.top_k * p.etp / p.tp * e.moe_imbalance;
+    // Dispatch and combine, forward and backward: each all-to-all moves
+    // the copies (its buffer is ep x what one peer receives).
+    c.ep += Collective(req, CollectiveOp::kAllToAll, p.ep, p.ep * p.etp, copies * in * kBf16) * 4.0;
+  }
+  if (p.cp > 1 && m.attention[layer] != AttentionKind::kKda) {
+    const double kv = tokens * m.heads / p.tp *
+                      (m.attention[layer] == AttentionKind::kMla
+                           ? double(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim)
+                           : 2.0 * m.head_dim) * kBf16;
+    // Ring attention passes K/V cp-1 times forward and twice that backward;
+    // half of it hides under the attention compute.
+    c.cp += Collective(req, CollectiveOp::kSendRecv, 2, p.tp * p.cp, kv) * (0.5 * 3 * (p.cp - 1));
   }
   return c;
 }
 
-}  // namespace
-
-std::string PricingOf(const PlanRequest& req) {
-  const EfficiencyModel& e = req.efficiency;
-  const bool gemm = req.calibration && e.gemm_from_table && req.calibration->Gemm(GemmDtype::kBf16);
-  const bool comm = req.calibration && e.comm_from_table && !req.calibration->collectives.empty();
-  auto fixed = [](double v) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "%.2f", v);
-    return std::string(buf);
-  };
-  std::string out;
-  if (gemm || comm) {
-    out = req.calibration->gpu + " calibration table (" + std::string(gemm ? "products, memory passes" : "") +
-          (gemm && comm ? ", " : "") + (comm ? "collectives" : "") + ")";
-  }
-  if (!gemm) out += (out.empty() ? "" : "; ") + std::string("matmul efficiency ") + fixed(e.matmul);
-  if (!comm) out += (out.empty() ? "" : "; ") + std::string("comm efficiency ") + fixed(e.comm);
-  return out;
+void Accumulate(ChunkCost& sum, const ChunkCost& c) {
+  sum.f += c.f; sum.b_input += c.b_input; sum.w += c.w; sum.tp += c.tp; sum.ep += c.ep; sum.cp += c.cp;
 }
 
-StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc) {
-  const ModelSpec& m = req.model;
+struct SyncTerms {
+  Seconds dp_comm, optimizer;
+};
+
+// Gradient sync and the optimizer step on the rank with the most parameters.
+SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                           const ParamCount& pc) {
   const EfficiencyModel& e = req.efficiency;
-  StepTime t;
-  t.microbatches = static_cast<int>(req.sequences() / (static_cast<long long>(p.dp) * req.micro_batch));
-  t.tokens_per_step = double(req.sequences()) * req.seq_length();
   const int spr = StagesPerRank(req.schedule, p.vp);
-
-  // The critical rank: the one with the most work per micro-batch.
-  Seconds f, b, w, tp, ep, cp;
-  int critical = 0;
-  for (int rank = 0; rank < p.pp; ++rank) {
-    ChunkCost sum;
-    for (int s : StagesOfRank(req.schedule, p.pp, spr, rank)) {
-      ChunkCost c = CostOfStage(req, p, split.stages[s], pc);
-      sum.f += c.f; sum.b_input += c.b_input; sum.w += c.w; sum.tp += c.tp; sum.ep += c.ep; sum.cp += c.cp;
-    }
-    const Seconds work = sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
-    if (rank == 0 || work > f + b + w + tp + ep + cp) {
-      f = sum.f; b = sum.b_input; w = sum.w; tp = sum.tp; ep = sum.ep; cp = sum.cp; critical = rank;
-    }
-  }
-  (void)critical;
-  const double M = t.microbatches;
-  // Communication inside a micro-batch is on the critical path: fold it into
-  // F and B in proportion for the bubble.
-  const Seconds comm = tp + ep + cp;
-  t.f = f + comm / 3.0;
-  t.b = b + comm / 3.0;
-  t.w = w + comm / 3.0;
-  t.compute = (f + b + w) * M;
-  t.tp_comm = tp * M;
-  t.ep_comm = ep * M;
-  t.cp_comm = cp * M;
-  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
-
-  const double hop_bytes = MicroBatchTokens(req, p) * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
-  const Seconds hop = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes);
-  t.pp_comm = hop * CriticalHops(req.schedule, p.pp, p.vp, t.microbatches, req.p2p());
-
-  // Gradient sync and the optimizer step on the rank with the most parameters.
   RankParams most;
   for (int rank = 0; rank < p.pp; ++rank) {
     RankParams rp = ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank));
@@ -264,12 +220,153 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
     return Collective(req, CollectiveOp::kReduceScatter, group, dp_span, params * grad_bytes) +
            Collective(req, CollectiveOp::kAllGather, group, dp_span, params * kBf16);
   };
+  SyncTerms t;
   t.dp_comm = (sync(dense, dp_group) + sync(expert, p.edp())) * (1 - e.dp_overlap);
   const double shards_dense = req.distributed_optimizer ? dp_group : 1;
   const double shards_expert = req.distributed_optimizer ? p.edp() : 1;
   t.optimizer = TransferTime(Bytes(kAdamBytesPerParam * (dense / shards_dense + expert / shards_expert)), req.gpu.hbm);
+  return t;
+}
+
+}  // namespace
+
+struct StageCostCache::Impl {
+  // Layers alike in everything their price reads (attention kind, MoE or
+  // not, parameter counts) share one entry; -1 is the head.
+  std::vector<int> kind_of_layer;
+  int kinds = 0;
+  // One table per (tp, cp, ep, etp, micro-batch, recompute): the price of
+  // each kind of layer, the head's last, filled as they are first asked for.
+  using Context = std::tuple<int, int, int, int, int, int>;
+  std::map<Context, std::vector<std::optional<ChunkCost>>> tables;
+
+  void Prepare(const ModelSpec& m, const ParamCount& pc) {
+    if (!kind_of_layer.empty() || m.layers == 0) return;
+    std::vector<int> firsts;
+    for (int l = 0; l < m.layers; ++l) {
+      int kind = -1;
+      for (size_t k = 0; k < firsts.size() && kind < 0; ++k)
+        if (Alike(m, pc, l, firsts[k])) kind = static_cast<int>(k);
+      if (kind < 0) {
+        kind = static_cast<int>(firsts.size());
+        firsts.push_back(l);
+      }
+      kind_of_layer.push_back(kind);
+    }
+    kinds = static_cast<int>(firsts.size());
+  }
+
+  std::vector<std::optional<ChunkCost>>& Table(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc) {
+    Prepare(req.model, pc);
+    const Context key{p.tp, p.cp, p.ep, p.etp, req.micro_batch, static_cast<int>(req.recompute)};
+    auto it = tables.find(key);
+    if (it == tables.end()) it = tables.emplace(key, std::vector<std::optional<ChunkCost>>(kinds + 1)).first;
+    return it->second;
+  }
+
+  static bool Alike(const ModelSpec& m, const ParamCount& pc, int a, int b) {
+    const LayerParams &x = pc.layers[a], &y = pc.layers[b];
+    return m.attention[a] == m.attention[b] && m.is_moe_layer(a) == m.is_moe_layer(b) &&
+           x.attention == y.attention && x.dense_ffn == y.dense_ffn && x.routed_expert == y.routed_expert &&
+           x.routed_experts == y.routed_experts && x.shared_experts == y.shared_experts &&
+           x.latent_proj == y.latent_proj && x.router == y.router && x.norms == y.norms;
+  }
+};
+
+// The price of `layer` (the head when < 0) from `table` (a StageCostCache
+// table of this request and plan), priced once.
+const ChunkCost& CachedCost(StageCostCache::Impl& cache, std::vector<std::optional<ChunkCost>>& table,
+                            const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc) {
+  std::optional<ChunkCost>& slot = table[layer < 0 ? cache.kinds : cache.kind_of_layer[layer]];
+  if (!slot) slot = CostOfLayer(req, p, layer, pc);
+  return *slot;
+}
+
+StageCostCache::StageCostCache() : impl_(std::make_unique<Impl>()) {}
+StageCostCache::~StageCostCache() = default;
+
+Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                              const ParamCount& pc) {
+  const SyncTerms t = SyncAndOptimizer(req, p, split, pc);
+  // Rounding is monotone, so the step's longer sum is never below this one;
+  // shaved all the same, as a floor may only be lower.
+  return (t.dp_comm + t.optimizer) * (1 - 1e-12);
+}
+
+std::string PricingOf(const PlanRequest& req) {
+  const EfficiencyModel& e = req.efficiency;
+  const bool gemm = req.calibration && e.gemm_from_table && req.calibration->Gemm(GemmDtype::kBf16);
+  const bool comm = req.calibration && e.comm_from_table && !req.calibration->collectives.empty();
+  auto fixed = [](double v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+    return std::string(buf);
+  };
+  std::string out;
+  if (gemm || comm) {
+    out = req.calibration->gpu + " calibration table (" + std::string(gemm ? "products, memory passes" : "") +
+          (gemm && comm ? ", " : "") + (comm ? "collectives" : "") + ")";
+  }
+  if (!gemm) out += (out.empty() ? "" : "; ") + std::string("matmul efficiency ") + fixed(e.matmul);
+  if (!comm) out += (out.empty() ? "" : "; ") + std::string("comm efficiency ") + fixed(e.comm);
+  return out;
+}
+
+StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                          const ParamCount& pc, StageCostCache* cache) {
+  const ModelSpec& m = req.model;
+  StepTime t;
+  t.microbatches = static_cast<int>(req.sequences() / (static_cast<long long>(p.dp) * req.micro_batch));
+  t.tokens_per_step = double(req.sequences()) * req.seq_length();
+  const int spr = StagesPerRank(req.schedule, p.vp);
+
+  std::vector<std::optional<ChunkCost>>* table = cache ? &cache->impl().Table(req, p, pc) : nullptr;
+  // The critical rank: the one with the most work per micro-batch. Each
+  // rank's own bubble is kept for the floor (StepTime::total_floor).
+  Seconds f, b, w, tp, ep, cp;
+  Seconds least_bubble;
+  for (int rank = 0; rank < p.pp; ++rank) {
+    ChunkCost sum;
+    for (int s : StagesOfRank(req.schedule, p.pp, spr, rank)) {
+      const StageLayers& st = split.stages[s];
+      for (int l = st.first_layer; l < st.end_layer; ++l)
+        Accumulate(sum, table ? CachedCost(cache->impl(), *table, req, p, l, pc) : CostOfLayer(req, p, l, pc));
+      if (st.head) Accumulate(sum, table ? CachedCost(cache->impl(), *table, req, p, -1, pc) : CostOfLayer(req, p, -1, pc));
+    }
+    const Seconds comm = (sum.tp + sum.ep + sum.cp) / 3.0;
+    const Seconds bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm,
+                                      req.step_sync());
+    if (rank == 0 || bubble < least_bubble) least_bubble = bubble;
+    const Seconds work = sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
+    if (rank == 0 || work > f + b + w + tp + ep + cp) {
+      f = sum.f; b = sum.b_input; w = sum.w; tp = sum.tp; ep = sum.ep; cp = sum.cp;
+    }
+  }
+  const double M = t.microbatches;
+  // Communication inside a micro-batch is on the critical path: fold it into
+  // F and B in proportion for the bubble.
+  const Seconds comm = tp + ep + cp;
+  t.f = f + comm / 3.0;
+  t.b = b + comm / 3.0;
+  t.w = w + comm / 3.0;
+  t.compute = (f + b + w) * M;
+  t.tp_comm = tp * M;
+  t.ep_comm = ep * M;
+  t.cp_comm = cp * M;
+  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
+
+  const double hop_bytes = MicroBatchTokens(req, p) * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
+  const Seconds hop = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes);
+  t.pp_comm = hop * CriticalHops(req.schedule, p.pp, p.vp, t.microbatches, req.p2p());
+
+  const SyncTerms sync = SyncAndOptimizer(req, p, split, pc);
+  t.dp_comm = sync.dp_comm;
+  t.optimizer = sync.optimizer;
 
   t.total = t.compute + t.tp_comm + t.ep_comm + t.cp_comm + t.bubble + t.pp_comm + t.dp_comm + t.optimizer;
+  // Shaved by a relative 1e-12 so that rounding in the subtraction never
+  // lifts it above a total it must not exceed (a floor may only be lower).
+  t.total_floor = std::min(t.total, t.total - t.bubble + least_bubble) * (1 - 1e-12);
   const int gpus = p.world();
   t.tokens_per_s_per_gpu = t.tokens_per_step / t.total.value() / gpus;
   double flops_per_token = ModelTrainFlopsPerToken(m, pc, req.seq_length());

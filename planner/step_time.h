@@ -5,6 +5,7 @@
 #ifndef KIMI_PLAN_PLANNER_STEP_TIME_H_
 #define KIMI_PLAN_PLANNER_STEP_TIME_H_
 
+#include <memory>
 #include <string>
 
 #include "common/units.h"
@@ -43,6 +44,13 @@ struct StepTime {
   double mfu = 0;
   /// One micro-batch through the critical rank (for the simulator).
   Seconds f, b, w;
+  /// A floor on `total` for every recompute setting of the same plan and
+  /// micro-batch size: total with the bubble of the pipeline rank whose
+  /// bubble is least. Recomputation only lengthens each rank's B, and every
+  /// schedule's bubble grows with B, so a plan that recomputes more is at
+  /// least this slow (equal to `total` when every rank's bubble is the
+  /// critical one's). Computed with the request's own recompute.
+  Seconds total_floor;
 };
 
 /// What prices the step, for the reader: "h200 calibration table (products,
@@ -50,8 +58,38 @@ struct StepTime {
 /// in for a part the table does not cover or an override replaced.
 std::string PricingOf(const PlanRequest& req);
 
+/// Remembers what one decoder layer (or the head) costs per micro-batch (its
+/// F, B, W and the collectives inside it) across the plans of one search,
+/// where requests differ only in the micro-batch size, recompute, schedule,
+/// placement and split and plans in their sizes: keyed by the layer's kind
+/// (layers alike in attention, MoE and parameter counts share one), tp, cp,
+/// ep, etp, the micro-batch size and recompute. The step sums the same
+/// per-layer prices whether they come from here or not, so a cached
+/// evaluation equals an uncached one exactly. Owned by its caller; one per
+/// request family, never shared between models, GPUs or workloads.
+class StageCostCache {
+ public:
+  StageCostCache();
+  ~StageCostCache();
+  StageCostCache(const StageCostCache&) = delete;
+  StageCostCache& operator=(const StageCostCache&) = delete;
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The step's time; `cache` (optional) remembers stage costs between calls.
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc);
+                          const ParamCount& pc, StageCostCache* cache = nullptr);
+
+/// The gradient sync and optimizer terms of EstimateStepTime (dp_comm +
+/// optimizer), which no micro-batch size or recompute setting changes and
+/// every other term adds to: a floor on its total for every micro-batch
+/// size and recompute setting of the plan.
+Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                              const ParamCount& pc);
 
 }  // namespace kp
 

@@ -117,7 +117,7 @@ if "$bin" run --help > /dev/null 2>&1; then
   check "local: the runtime ran and gave its verdict" bash -c \
     "test $rc -eq 0 || (test $rc -eq 1 && grep -q '^kimi-plan run: --' err.txt && grep -qF -- '--target local: \`$bin run --nproc 8' err.txt)"
 else
-  check "local: the missing runtime's own error" has err.txt "kimi-plan: 'run' is not a command"
+  check "local: the missing runtime's own error" has err.txt "kimi-plan run: this build has no LibTorch: 'run' runs in kimi-plan-runtime"
   check "local: exit 1 naming the command" bash -c "test $rc -eq 1 && grep -qF -- '--target local: \`$bin run --nproc 8' err.txt"
 fi
 

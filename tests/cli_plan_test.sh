@@ -56,6 +56,26 @@ check "search reports counts" python3 -c "
 import json; d = json.load(open('search.json')); s = d['search']
 assert s['evaluated'] > 0 and 0 < s['feasible'] <= s['evaluated'] and len(s['top']) == 3 and d['feasible']"
 check "table by default" bash -c "'$bin' plan --preset h200-lora | grep -q '^actor '"
+# The search over every setting: counts that add up, settings per plan,
+# the top list fastest first, both fronts.
+json_check "search: considered = pruned + priced" search.json \
+  "d['search']['considered'] == sum(d['search']['pruned'].values()) + d['search']['evaluated']"
+json_check "search: top fastest first, with their settings" search.json \
+  "[t['step_time_s'] for t in d['search']['top']] == sorted(t['step_time_s'] for t in d['search']['top']) and all(t['settings']['recompute'] in ('none', 'selective', 'full') for t in d['search']['top']) and d['step_time_s'] == d['search']['top'][0]['step_time_s']"
+json_check "search: the GPU front, fewest GPUs first and faster each time" search.json \
+  "len(d['search']['front_gpus']) > 0 and all(a['actor_gpus'] < b['actor_gpus'] and a['step_time_s'] > b['step_time_s'] for a, b in zip(d['search']['front_gpus'], d['search']['front_gpus'][1:]))"
+json_check "search: the headroom front, fastest first and roomier each time" search.json \
+  "len(d['search']['front_headroom']) > 0 and all(a['step_time_s'] < b['step_time_s'] and a['headroom_bytes'] < b['headroom_bytes'] for a, b in zip(d['search']['front_headroom'], d['search']['front_headroom'][1:]))"
+# A seed topology that fits nothing on its cluster: the whole space on the
+# fewest more nodes, and the preset's plan beside that best, term by term.
+"$bin" plan --preset h200-lora --search --json > lora_search.json
+json_check "h200-lora search: nearest on 3 nodes" lora_search.json \
+  "d['search']['nearest']['nodes'] == 3 and d['nearest_fit']['nodes'] == 3 and d['search']['feasible'] == 0"
+json_check "h200-lora search: the preset beside the best" lora_search.json \
+  "d['search']['versus_preset']['preset'] == 'h200-lora' and {t['term']: t for t in d['search']['versus_preset']['terms']}['cluster GPUs']['best'] == 24 and {t['term']: t for t in d['search']['versus_preset']['terms']}['feasible']['preset'] == 'no'"
+"$bin" plan --preset h200-lora --search > lora_search.txt
+check "h200-lora search: the table of differing terms" grep -q "^why this beats the preset h200-lora" lora_search.txt
+check "h200-lora search: a term that differs" grep -q "^memory: actor total" lora_search.txt
 
 # The stage split: --layer-split and the engine's default, on the 1T GPT of
 # Korthikanti et al. (128 layers) over tp 8 x pp 64.

@@ -1,0 +1,104 @@
+// The search over every setting a user can change for a fixed model, cluster
+// and workload: the parallel layout, the micro-batch size, recompute, the
+// pipeline schedule (and vp), the layer-split rule, the placement (colocated
+// or split with each rollout pool size) and the rollout engine's layout.
+// Cheap structural checks run first; a memory floor per layout and a
+// step-time floor per recompute setting prune what no result can use. With
+// `prune` off the same space is priced point by point (the brute force the
+// tests hold the pruned search to).
+#ifndef KIMI_PLAN_PLANNER_SPACE_SEARCH_H_
+#define KIMI_PLAN_PLANNER_SPACE_SEARCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "planner/planner.h"
+
+namespace kp {
+
+/// The settings of a plan beyond its parallel sizes and split rule.
+struct PlanKnobs {
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  int micro_batch = 1;
+  Recompute recompute = Recompute::kSelective;
+  Placement placement = Placement::kColocated;
+  int rollout_gpus = 0;  ///< split placement: the rollout pool
+  bool operator==(const PlanKnobs&) const = default;
+};
+
+/// The knobs `req` sets.
+PlanKnobs KnobsOf(const PlanRequest& req);
+/// `base` with the knobs, the plan and the split rule set: the request the
+/// candidate's evaluation answers (EvaluatePlan of it gives the same).
+PlanRequest ApplyKnobs(const PlanRequest& base, const PlanKnobs& knobs, const ParallelPlan& plan,
+                       const LayerSplit& split);
+
+/// A feasible point of the space, priced.
+struct SpaceCandidate {
+  PlanKnobs knobs;
+  PlanEvaluation evaluation;
+  std::int64_t actor_gpus = 0;
+  /// GPU memory left on the actor's GPUs at their peak: colocated, the
+  /// largest phase peak; split, actor plus reference.
+  Bytes headroom;
+  Seconds step_time() const { return evaluation.step.total; }
+};
+
+struct SpaceOptions {
+  /// The schedules tried; empty: 1f1b, interleaved-1f1b (vp 2 to 6 and 8,
+  /// and every vp that divides the layers, or the layers plus embedding and
+  /// head, into equal stages), zb-h1, zb-h2, zbv and dualpipev. Without a pipeline (pp 1)
+  /// only 1f1b: the schedule changes nothing there.
+  std::vector<ScheduleKind> schedules;
+  /// The layer-split rules tried; empty: even and megatron.
+  std::vector<LayerSplit> splits;
+  /// false: every point is checked with CheckPlan and priced (brute force).
+  bool prune = true;
+  /// Called now and then with the share of the space visited (0..1).
+  std::function<void(double share)> progress;
+  /// Called with every feasible plan priced (with `prune` off: every
+  /// feasible plan of the space); may be null.
+  std::function<void(const SpaceCandidate&)> each_feasible;
+};
+
+/// Where every point of the space went; considered = pruned_constraints +
+/// pruned_memory + pruned_time + evaluated.
+struct SpaceCounts {
+  long long considered = 0;
+  long long pruned_constraints = 0;  ///< broke a structural rule (CheckPlan's), found before pricing
+  long long pruned_memory = 0;       ///< the layout's memory floor exceeds the GPU, or no rollout engine fits
+  long long pruned_time = 0;         ///< a step-time floor no result (top, either front) can use
+  long long evaluated = 0;           ///< priced by the memory and step-time models
+  long long feasible = 0;
+};
+
+struct SpaceSearchResult {
+  /// Feasible plans, fastest first (ties: fewer actor GPUs, more headroom,
+  /// then the settings in a fixed order), at most req.top.
+  std::vector<SpaceCandidate> top;
+  /// Pareto front of step time against actor GPUs: no other feasible plan
+  /// is as fast on as few GPUs and better in one. Fewest GPUs first.
+  std::vector<SpaceCandidate> front_gpus;
+  /// Pareto front of step time against headroom, fastest first.
+  std::vector<SpaceCandidate> front_headroom;
+  SpaceCounts counts;
+  double seconds = 0;
+};
+
+/// Searches req's whole space (req.plan, schedule, micro_batch, recompute,
+/// placement, rollout_gpus and layer_split are ignored; the rollout engine
+/// of each placement is ChooseRollout's). Results depend only on the space,
+/// never on `prune`; only the counts do.
+SpaceSearchResult SearchSpace(const PlanRequest& req, const ParamCount& pc, const SpaceOptions& options = {});
+
+/// GPU memory left on the actor's GPUs at their peak (SpaceCandidate::headroom).
+Bytes MemoryHeadroom(const PlanRequest& req, const MemoryReport& memory);
+
+/// The rollout pools the split placement tries on `world` GPUs: every power
+/// of two below it and every eighth of it (whole GPUs).
+std::vector<int> RolloutPoolSizes(std::int64_t world);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_PLANNER_SPACE_SEARCH_H_
