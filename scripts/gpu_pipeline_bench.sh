@@ -9,8 +9,8 @@
 #
 #   scripts/gpu_pipeline_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: BATCH (8), SEQ (1024), MICRO (8), VP (2), WARMUP (2), STEPS (5),
-# SHAPE (bench/kimi-1b.json), JOBS (16), CACHES ("on off"), KIMI_PLAN (a full kimi-plan binary,
-# optional).
+# SHAPE (bench/kimi-1b.json), JOBS (16), CACHES ("on off"), KIMI_PLAN (a kimi-plan binary, for
+# the simulator's prediction; optional).
 set -u -o pipefail
 out=${1:?usage: gpu_pipeline_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
