@@ -3,17 +3,18 @@
 // rest one element at a time.
 #include "runtime/model/cast_cuda.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include <cuda_bf16.h>
 
+#include "runtime/model/cuda_elementwise.cuh"
+
 namespace kp::runtime::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using namespace elementwise;  // NOLINT: grid-stride elementwise kernels
+
 constexpr int kPack = 8;
-constexpr std::int64_t kMaxBlocks = 65536;
 
 struct alignas(16) Floats8 {
   float v[kPack];
@@ -21,9 +22,6 @@ struct alignas(16) Floats8 {
 struct alignas(16) Bf16s8 {
   __nv_bfloat16 v[kPack];
 };
-
-__device__ __forceinline__ std::int64_t FirstThread() { return blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; }
-__device__ __forceinline__ std::int64_t AllThreads() { return std::int64_t{gridDim.x} * blockDim.x; }
 
 __global__ void ToBf16Kernel(std::int64_t count, bool packed, const float* __restrict__ in,
                              __nv_bfloat16* __restrict__ out) {
@@ -52,26 +50,18 @@ __global__ void ToFloatKernel(std::int64_t count, bool packed, const __nv_bfloat
   for (std::int64_t i = packs * kPack + FirstThread(); i < count; i += AllThreads()) out[i] = __bfloat162float(in[i]);
 }
 
-bool Aligned(const void* a, const void* b) {
-  return reinterpret_cast<std::uintptr_t>(a) % 16 == 0 && reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
-}
-
-unsigned BlocksFor(std::int64_t count) {
-  return static_cast<unsigned>(std::min<std::int64_t>((count / kPack + kThreads) / kThreads, kMaxBlocks));
-}
-
 }  // namespace
 
 cudaError_t CastToBf16(std::int64_t count, const float* in, void* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  ToBf16Kernel<<<BlocksFor(count), kThreads, 0, stream>>>(count, Aligned(in, out), in,
+  ToBf16Kernel<<<BlocksFor(count, kPack), kThreads, 0, stream>>>(count, Aligned({in, out}), in,
                                                           static_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 
 cudaError_t CastToFloat(std::int64_t count, const void* in, float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  ToFloatKernel<<<BlocksFor(count), kThreads, 0, stream>>>(count, Aligned(in, out),
+  ToFloatKernel<<<BlocksFor(count, kPack), kThreads, 0, stream>>>(count, Aligned({in, out}),
                                                            static_cast<const __nv_bfloat16*>(in), out);
   return cudaGetLastError();
 }

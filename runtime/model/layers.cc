@@ -201,8 +201,8 @@ ExpertBankImpl::ExpertBankImpl(std::int64_t num_experts, std::int64_t dim, std::
 
 ExpertBankImpl::Views ExpertBankImpl::Split(const Matrix& m, c10::ScalarType dtype) const {
   auto split = [&](const torch::Tensor& t) {
-    if (t.dim() == 3) return t.to(dtype).unbind(0);
-    return std::vector<torch::Tensor>{t.to(dtype)};
+    if (t.dim() == 3) return CastWeight(t, dtype).unbind(0);
+    return std::vector<torch::Tensor>{CastWeight(t, dtype)};
   };
   Views v;
   v.weight = split(m.weight);

@@ -2,10 +2,9 @@
 // with s = sigmoid(g):  h = g s u;  dg = dh u s (1 + g (1 - s));  du = dh g s.
 #include "runtime/model/swiglu_cuda.h"
 
-#include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
+#include "runtime/model/cuda_elementwise.cuh"
 #include "runtime/model/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
@@ -14,8 +13,7 @@ namespace {
 using rowwise::Load;
 using rowwise::Store;
 
-constexpr int kThreads = 256;
-constexpr std::int64_t kMaxBlocks = 65536;
+using namespace elementwise;  // NOLINT: grid-stride elementwise kernels
 
 // kPack elements of T in one 16-byte load or store.
 template <typename T>
@@ -39,9 +37,6 @@ __device__ __forceinline__ void BackwardAt(const T* gate, const T* up, const T* 
   Store(dgate, i, d * Load(up, i) * s * (1.f + g * (1.f - s)));
   Store(dup, i, d * g * s);
 }
-
-__device__ __forceinline__ std::int64_t FirstThread() { return blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; }
-__device__ __forceinline__ std::int64_t AllThreads() { return std::int64_t{gridDim.x} * blockDim.x; }
 
 template <typename T>
 __global__ void ForwardKernel(std::int64_t count, bool packed, const T* __restrict__ gate, const T* __restrict__ up,
@@ -76,28 +71,17 @@ __global__ void BackwardKernel(std::int64_t count, bool packed, const T* __restr
     BackwardAt(gate, up, dh, dgate, dup, i);
 }
 
-bool Aligned(std::initializer_list<const void*> pointers) {
-  for (const void* p : pointers)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
-
-// Enough blocks for one pack (8 bf16 or 4 fp32 elements) per thread.
-unsigned BlocksFor(std::int64_t count) {
-  return static_cast<unsigned>(std::min<std::int64_t>((count / 4 + kThreads) / kThreads, kMaxBlocks));
-}
-
 }  // namespace
 
 cudaError_t SwiGluForward(const SwiGluShape& s, const void* gate, const void* up, void* h, cudaStream_t stream) {
   if (s.count == 0) return cudaSuccess;
   const bool packed = Aligned({gate, up, h});
   if (s.bf16)
-    ForwardKernel<<<BlocksFor(s.count), kThreads, 0, stream>>>(s.count, packed, static_cast<const __nv_bfloat16*>(gate),
+    ForwardKernel<<<BlocksFor(s.count, 4), kThreads, 0, stream>>>(s.count, packed, static_cast<const __nv_bfloat16*>(gate),
                                                                static_cast<const __nv_bfloat16*>(up),
                                                                static_cast<__nv_bfloat16*>(h));
   else
-    ForwardKernel<<<BlocksFor(s.count), kThreads, 0, stream>>>(s.count, packed, static_cast<const float*>(gate),
+    ForwardKernel<<<BlocksFor(s.count, 4), kThreads, 0, stream>>>(s.count, packed, static_cast<const float*>(gate),
                                                                static_cast<const float*>(up), static_cast<float*>(h));
   return cudaGetLastError();
 }
@@ -107,11 +91,11 @@ cudaError_t SwiGluBackward(const SwiGluShape& s, const void* gate, const void* u
   if (s.count == 0) return cudaSuccess;
   const bool packed = Aligned({gate, up, dh, dgate, dup});
   if (s.bf16)
-    BackwardKernel<<<BlocksFor(s.count), kThreads, 0, stream>>>(
+    BackwardKernel<<<BlocksFor(s.count, 4), kThreads, 0, stream>>>(
         s.count, packed, static_cast<const __nv_bfloat16*>(gate), static_cast<const __nv_bfloat16*>(up),
         static_cast<const __nv_bfloat16*>(dh), static_cast<__nv_bfloat16*>(dgate), static_cast<__nv_bfloat16*>(dup));
   else
-    BackwardKernel<<<BlocksFor(s.count), kThreads, 0, stream>>>(
+    BackwardKernel<<<BlocksFor(s.count, 4), kThreads, 0, stream>>>(
         s.count, packed, static_cast<const float*>(gate), static_cast<const float*>(up), static_cast<const float*>(dh),
         static_cast<float*>(dgate), static_cast<float*>(dup));
   return cudaGetLastError();
