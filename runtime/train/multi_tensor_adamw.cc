@@ -58,24 +58,31 @@ bool FusedApplies(const Bucket& b) {
 #endif
 }
 
-void UpdateFused(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
+void UpdateFused(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step, double grad_scale) {
 #if KP_HAS_FUSED_ADAMW
   // The kernel reads each tensor's step count from the device; one shared
   // count serves the bucket, whose tensors all have this step.
   const std::vector<torch::Tensor> steps(
       b.params.size(), torch::scalar_tensor(static_cast<double>(step), b.params.front().options()));
+  // The kernel divides each gradient by grad_scale (its AMP unscaling).
+  torch::Tensor inverse_scale;
+  if (grad_scale != 1) inverse_scale = torch::scalar_tensor(1.0 / grad_scale, b.params.front().options());
   at::_fused_adamw_(b.params, b.grads, b.exp_avg, b.exp_avg_sq, /*max_exp_avg_sqs=*/at::TensorList(), steps, o.lr(),
                     std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false,
-                    /*maximize=*/false);
+                    /*maximize=*/false, /*grad_scale=*/inverse_scale.defined() ? c10::optional<at::Tensor>(inverse_scale)
+                                                                             : c10::optional<at::Tensor>(),
+                    /*found_inf=*/c10::optional<at::Tensor>());
 #else
   (void)o;
   (void)step;
+  (void)grad_scale;
 #endif
   b = Bucket{};
 }
 
-void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step) {
-  if (FusedApplies(b)) return UpdateFused(b, o, step);
+void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step, double grad_scale) {
+  if (FusedApplies(b)) return UpdateFused(b, o, step, grad_scale);
+  if (grad_scale != 1) at::_foreach_mul_(b.grads, grad_scale);
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
@@ -124,7 +131,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       Bucket& b = by_step[state.step()];
       // Flushed before it would outgrow the bound (the default, 2^26 fp32
       // elements, keeps the temporaries near 256 MB).
-      if (b.elements > 0 && b.elements + p.numel() > bucket_elements_) Update(b, options, state.step());
+      if (b.elements > 0 && b.elements + p.numel() > bucket_elements_) Update(b, options, state.step(), grad_scale_);
       b.params.push_back(p);
       b.grads.push_back(p.grad());
       b.exp_avg.push_back(state.exp_avg());
@@ -132,8 +139,9 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       b.elements += p.numel();
     }
     for (auto& [step, b] : by_step)
-      if (!b.params.empty()) Update(b, options, step);
+      if (!b.params.empty()) Update(b, options, step, grad_scale_);
   }
+  grad_scale_ = 1;
   return loss;
 }
 

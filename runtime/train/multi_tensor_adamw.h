@@ -24,16 +24,22 @@ namespace kp::runtime {
 /// Where every tensor of an update is fp32 on one GPU and LibTorch has it
 /// (2.1 or newer), the update is PyTorch's fused AdamW kernel instead: the
 /// same formulas in fp32 registers in one pass over memory, equal to AdamW
-/// within rounding (not bit for bit).
+/// within rounding (not bit for bit). ScaleGradientsInNextStep folds a
+/// gradient scale (clipping's) into the next update: on the unfused path a
+/// multiply of the gradients first, as clipping would; in the fused kernel
+/// a division by its inverse, without the extra pass over the gradients.
 class MultiTensorAdamW : public torch::optim::AdamW {
  public:
   explicit MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
                             torch::optim::AdamWOptions defaults = {},
                             std::int64_t bucket_elements = std::int64_t{1} << 26);
   torch::Tensor step(LossClosure closure = nullptr) override;
+  /// The next step uses `scale` times every gradient (0 < scale; 1: as is).
+  void ScaleGradientsInNextStep(double scale) { grad_scale_ = scale; }
 
  private:
   std::int64_t bucket_elements_;
+  double grad_scale_ = 1;
 };
 
 }  // namespace kp::runtime

@@ -270,7 +270,8 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     return Status::Internal("step " + std::to_string(step + 1) + ": the loss or the gradient became non-finite (loss " +
                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); lower --lr");
-  ClipGradients(params, r.grad_norm, config.train.grad_clip);
+  // Clipping is folded into the update: one pass over the gradients fewer.
+  optimizer->ScaleGradientsInNextStep(ClipScale(r.grad_norm, config.train.grad_clip));
   optimizer->step();
   for (auto& [s, module] : modules) {
     if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, config.replicas.dp));

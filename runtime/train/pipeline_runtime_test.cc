@@ -15,6 +15,7 @@
 namespace kp::runtime {
 namespace {
 
+using testing::ClipInPlace;
 using testing::Config;
 using testing::DebugSpec;
 using testing::ExpectSameGrads;
@@ -193,7 +194,7 @@ std::vector<std::vector<torch::Tensor>> ClosedFormRun(const PipelineRankConfig& 
       static_cast<torch::optim::AdamWOptions&>(g.options()).lr(LearningRate(c.train, step));
     const auto grads = ClosedFormGrads(c, Tokens(c, step));
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i].clone();
-    ClipGradients(params, std::sqrt(SumInOrder(GradSquares(params))), c.train.grad_clip);
+    ClipInPlace(params, std::sqrt(SumInOrder(GradSquares(params))), c.train.grad_clip);
     opt.step();
     std::vector<torch::Tensor> snapshot;
     for (const auto& p : params) snapshot.push_back(p.detach().clone());

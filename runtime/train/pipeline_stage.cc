@@ -78,12 +78,9 @@ double SumInOrder(const std::vector<double>& squares) {
   return total;
 }
 
-void ClipGradients(const std::vector<torch::Tensor>& params, double total_norm, double max_norm) {
+double ClipScale(double total_norm, double max_norm) {
   const double coef = max_norm / (total_norm + 1e-6);
-  if (coef >= 1) return;
-  torch::NoGradGuard no_grad;
-  for (const torch::Tensor& p : params)
-    if (p.grad().defined()) p.grad().mul_(coef);
+  return coef < 1 ? coef : 1;
 }
 
 torch::Tensor MicroBatchRows(const torch::Tensor& tokens, int m, int M) {

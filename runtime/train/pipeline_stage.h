@@ -70,9 +70,9 @@ std::vector<double> GradSquares(const std::vector<torch::Tensor>& params);
 /// order: the pipeline reduces exactly this, so a single process and any
 /// split get the same norm bit for bit.
 double SumInOrder(const std::vector<double>& squares);
-/// Scales every gradient by max_norm / (total_norm + 1e-6) when that is
-/// below 1 (torch's clip_grad_norm_ rule, with the norm given).
-void ClipGradients(const std::vector<torch::Tensor>& params, double total_norm, double max_norm);
+/// The factor torch's clip_grad_norm_ scales every gradient by, given the
+/// norm: max_norm / (total_norm + 1e-6) when that is below 1, else 1.
+double ClipScale(double total_norm, double max_norm);
 
 /// Micro-batch `m` of `M` of a [batch, T + 1] token tensor: rows
 /// [m * batch / M, (m + 1) * batch / M).

@@ -29,6 +29,16 @@
 
 namespace kp::runtime::testing {
 
+// torch's clip_grad_norm_ with the norm given, on the gradients themselves
+// (the runtime folds the same scale into its optimizer step instead).
+inline void ClipInPlace(const std::vector<torch::Tensor>& params, double total_norm, double max_norm) {
+  const double scale = ClipScale(total_norm, max_norm);
+  if (scale == 1) return;
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& p : params)
+    if (p.grad().defined()) p.grad().mul_(scale);
+}
+
 /// kimi-k3-debug (KDA/MLA pattern, MoE, blocks of 4) scaled to CPU-test size.
 inline ModelSpec DebugSpec(int layers) {
   RealFileSystem fs;
@@ -143,7 +153,7 @@ inline RunResult Reference(const PipelineRankConfig& c, int steps, int dp = 1) {
     for (std::size_t i = 0; i < params.size() && dp > 1; ++i)
       const_cast<torch::Tensor&>(params[i]).mutable_grad() = sum[i].div_(dp);
     const double norm = std::sqrt(SumInOrder(GradSquares(params)));
-    ClipGradients(params, norm, c.train.grad_clip);
+    ClipInPlace(params, norm, c.train.grad_clip);
     if (step == 0)
       for (const auto& p : (*model)->named_parameters())
         if (p.value().grad().defined())
