@@ -7,7 +7,8 @@
 //
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
-//       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--dry-run] [--dump-dir DIR]
+//       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1] [--dry-run]
+//       [--dump-dir DIR]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
 // products and decode, the grouped expert GEMM): the A/B switch. --profile N
@@ -41,6 +42,7 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "planner/step_time.h"
+#include "runtime/comm/device.h"
 #include "runtime/model/cuda_kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/runtime_config.h"
@@ -62,6 +64,7 @@ struct Args {
   std::string device = "cuda", dtype = "bf16", dump_dir;
   double peak_tflops = 0;  // 0: measure
   bool dry_run = false;
+  bool memory_trace = false;
 };
 
 Result<Args> ParseArgs(int argc, char** argv) {
@@ -77,6 +80,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
       else if (k == "kda-chunk") a.kda_chunk = std::stoi(v);
       else if (k == "fused") a.fused = std::stoi(v);
       else if (k == "profile") a.profile = std::stoi(v);
+      else if (k == "memory-trace") a.memory_trace = std::stoi(v) != 0;
       else if (k == "device") a.device = v;
       else if (k == "dtype") a.dtype = v;
       else if (k == "peak-tflops") a.peak_tflops = std::stod(v);
@@ -173,6 +177,51 @@ int PrintProfile(kp::runtime::TrainSession& session, const torch::Device& device
   std::printf("PROFILE");
   for (const auto& [family, ms] : by_family) std::printf(" %s=%.4f", family.c_str(), ms / total);
   std::printf(" kernel_ms_per_step=%.3f\n", total / steps);
+  return 0;
+}
+
+// One forward and backward of a fresh model (fp32 weights, no optimizer
+// state) piece by piece on `device`: the bytes each piece leaves allocated
+// are what it keeps for the backward (the tensors it returns are a small
+// part: one residual stream).
+int PrintMemoryTrace(const kp::ModelSpec& spec, const kp::runtime::ModelOptions& options, const Args& args,
+                     const torch::Device& device) {
+  Result<std::shared_ptr<kp::runtime::StageModelImpl>> built = kp::runtime::BuildModel(spec, options);
+  if (!built.ok()) {
+    std::cerr << built.status().message() << "\n";
+    return 2;
+  }
+  kp::runtime::StageModelImpl& model = **built;
+  model.to(device);
+  model.train();
+  auto gb = [&] { return kp::runtime::AllocatedMemoryBytes(device) / 1e9; };
+  const torch::Tensor tokens =
+      torch::randint(spec.vocab, {args.batch, args.seq_len + 1}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  Synchronize(device);
+  kp::runtime::ResetPeakMemory(device);
+  const double weights = gb();
+  std::printf("memory trace (GB allocated; fp32 weights, no optimizer state): weights %.2f\n", weights);
+  double before = gb();
+  kp::runtime::ResidualStream stream = model.Embed(tokens.narrow(1, 0, args.seq_len));
+  std::printf("  %-22s +%.3f\n", "embedding", gb() - before);
+  kp::runtime::ForwardContext ctx;
+  for (const auto& layer : model.layers()) {
+    before = gb();
+    stream = layer->forward(std::move(stream), ctx);
+    const int l = layer->index();
+    const std::string what = std::string(kp::AttentionKindName(spec.attention[l])) + (layer->moe() ? " + moe" : " + ffn");
+    std::printf("  layer %-2d %-13s +%.3f\n", l, what.c_str(), gb() - before);
+  }
+  before = gb();
+  const torch::Tensor loss = model.HeadLoss(stream, tokens.narrow(1, 1, args.seq_len));
+  Synchronize(device);
+  std::printf("  %-22s +%.3f\n", "head and loss", gb() - before);
+  const double forward_end = gb();
+  loss.backward();
+  Synchronize(device);
+  std::printf("  forward end %.2f, peak %.2f (backward +%.2f over the forward's end), activations %.2f\n",
+              forward_end, kp::runtime::PeakMemoryBytes(device, kp::RealFileSystem()) / 1e9,
+              kp::runtime::PeakMemoryBytes(device, kp::RealFileSystem()) / 1e9 - forward_end, forward_end - weights);
   return 0;
 }
 
@@ -282,8 +331,11 @@ int Run(const Args& args) {
               "peak_tflops=%.2f params=%lld last_loss=%.4f peak_gb=%.2f fused=%d\n",
               median * 1e3, tokens_per_s, mfu, flops_per_token, peak,
               static_cast<long long>((*session)->parameter_count()), last_loss, peak_mem / 1e9, args.fused);
-  if (args.profile > 0) return PrintProfile(**session, device, args.profile);
-  return 0;
+  if (args.profile > 0)
+    if (const int rc = PrintProfile(**session, device, args.profile); rc != 0) return rc;
+  if (!args.memory_trace) return 0;
+  session.value().reset();  // its weights and optimizer state
+  return PrintMemoryTrace(spec, config.options, args, device);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #
 #   scripts/gpu_kernels_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), CHUNK (64),
-# STEPS (10), PARTS ("tests kda train eager"; also "wide" and "curve"),
+# STEPS (10), PARTS ("tests kda train eager"; also "fused", "wide", "wide_k2" and "curve"),
 # WIDE_BATCH (8), CURVE_BATCH (4), CURVE_REFERENCE, BUDGET_S (540), JOBS (16).
 set -u -o pipefail
 out=${1:?usage: gpu_kernels_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
@@ -49,13 +49,17 @@ run_train() {  # name, extra flags...
     grep -vE "^step +[0-9]+ " 
   local p; p=$(field "$out/$name.txt" peak_tflops RESULT); [ -n "$p" ] && [ "$peak" = 0 ] && peak=$p
 }
-if want train; then
+if want train || want fused; then  # "fused": the kernels-on runs only
   run_train fused_a --fused 1 --kda-chunk "$C"
-  run_train unfused --fused 0 --kda-chunk 16
-  run_train fused_b --fused 1 --kda-chunk "$C" --profile 2
+  want train && run_train unfused --fused 0 --kda-chunk 16
+  run_train fused_b --fused 1 --kda-chunk "$C" --profile 2 --memory-trace 1
 fi
 if want wide; then  # hidden 4096, 64 experts: where GEMMs dominate
   run_train wide --shape "$root/bench/kimi-wide.json" --batch "${WIDE_BATCH:-8}" --fused 1 --kda-chunk "$C" --profile 1
+fi
+if want wide_k2; then  # the same with Kimi K2's expert width for its hidden size
+  run_train wide_k2 --shape "$root/bench/kimi-wide-k2.json" --batch "${WIDE_BATCH:-8}" --fused 1 --kda-chunk "$C" \
+    --profile 1
 fi
 if want curve; then  # 200 steps each, kernels on (chunk C) and off (chunk 16)
   # CURVE_REFERENCE: an earlier run's kernels-off curve, not run again.
@@ -94,7 +98,7 @@ if want eager && [ -n "$flops" ] && [ "$(left)" -gt 100 ]; then
 fi
 echo "== summary ($B x $T tokens per step)"
 printf '%-10s %12s %12s %8s %9s\n' run step_ms tokens/s MFU peak_GB
-for f in fused_a unfused fused_b eager wide; do
+for f in fused_a unfused fused_b eager wide wide_k2; do
   ms=$(field "$out/$f.txt" median_step_ms RESULT); [ -n "$ms" ] || continue
   printf '%-10s %12s %12s %8s %9s\n' "$f" "$ms" "$(field "$out/$f.txt" tokens_per_s RESULT)" \
     "$(field "$out/$f.txt" mfu RESULT)" "$(field "$out/$f.txt" peak_gb RESULT)"

@@ -43,12 +43,27 @@ void ResetPeakMemory(torch::Device device) {
   (void)device;
 }
 
+#ifdef KIMI_PLAN_TORCH_CUDA
+namespace {
+// The caching allocator's allocated-bytes statistic of a GPU, all pools
+// (its type's namespace differs between LibTorch versions).
+auto AllocatedBytesStat(torch::Device device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index()).allocated_bytes[0];
+}
+}  // namespace
+#endif
+
+double AllocatedMemoryBytes(torch::Device device) {
+#ifdef KIMI_PLAN_TORCH_CUDA
+  if (device.is_cuda()) return static_cast<double>(AllocatedBytesStat(device).current);
+#endif
+  (void)device;
+  return 0;
+}
+
 double PeakMemoryBytes(torch::Device device, const FileSystem& fs) {
 #ifdef KIMI_PLAN_TORCH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
-    return static_cast<double>(stats.allocated_bytes[0].peak);
-  }
+  if (device.is_cuda()) return static_cast<double>(AllocatedBytesStat(device).peak);
 #endif
   (void)device;
   return ProcKilobytes(fs, "/proc/self/status", "VmHWM").value_or(0.0);

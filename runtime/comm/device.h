@@ -33,6 +33,10 @@ double PeakMemoryBytes(torch::Device device, const FileSystem& fs);
 /// Blackwell); 0 on the CPU or in a build without CUDA.
 int ComputeCapabilityMajor(torch::Device device);
 
+/// The bytes the CUDA caching allocator has handed out on `device` now
+/// (live tensors); 0 on the CPU or in a build without CUDA.
+double AllocatedMemoryBytes(torch::Device device);
+
 /// Starts PeakMemoryBytes's GPU peak afresh (no effect on the CPU, whose
 /// high-water mark cannot be reset).
 void ResetPeakMemory(torch::Device device);
