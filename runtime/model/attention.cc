@@ -133,12 +133,29 @@ torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, c
       fused && KdaIntraKernelApplies(qc) ? KdaIntraChunk(qc, kc, cum) : IntraChunkProducts(qc, kc, cum);
   const torch::Tensor eye = torch::eye(chunk, qc.options());
   const torch::Tensor tri = eye + bc * strict;  // I + Diag(beta) A, unit lower triangular
-  const ChunkProducts x = Products(qc, kc, vc, cum, bc, fused);
-  const torch::Tensor w = torch::linalg_solve_triangular(tri, x.v_beta, /*upper=*/false, /*left=*/true,
-                                                          /*unitriangular=*/true);
-  const torch::Tensor y = torch::linalg_solve_triangular(tri, x.k_beta_decayed, false, true, true);
-  const torch::Tensor &q_decayed = x.q_decayed, &k_to_end = x.k_to_end;
   torch::Tensor s = initial_state.defined() ? initial_state : torch::zeros({b, h, dk, dv}, qc.options());
+  torch::Tensor w, y, inverse;
+  if (fused) {
+    // The UT transform: the inverse once per chunk (C columns), then two
+    // batched products, instead of two solves of dv and dk columns; the
+    // batched solve is the slow part on a GPU (a kernel per 64 columns).
+    inverse = torch::linalg_solve_triangular(tri, eye.expand_as(tri), /*upper=*/false, /*left=*/true,
+                                             /*unitriangular=*/true);
+    if (KdaChunkCoreKernelApplies(qc, vc)) {
+      const auto [out, last] = KdaChunkCoreKernel(qc, kc, vc, cum, bc, inverse, qk, s.expand({b, h, dk, dv}));
+      if (final_state) *final_state = last;
+      return out.reshape({b, h, padded, dv}).narrow(2, 0, t_len).transpose(1, 2);
+    }
+  }
+  const ChunkProducts x = Products(qc, kc, vc, cum, bc, fused);
+  if (fused) {
+    w = torch::matmul(inverse, x.v_beta);
+    y = torch::matmul(inverse, x.k_beta_decayed);
+  } else {
+    w = torch::linalg_solve_triangular(tri, x.v_beta, /*upper=*/false, /*left=*/true, /*unitriangular=*/true);
+    y = torch::linalg_solve_triangular(tri, x.k_beta_decayed, false, true, true);
+  }
+  const torch::Tensor &q_decayed = x.q_decayed, &k_to_end = x.k_to_end;
   if (fused && KdaScanKernelApplies(w, y)) {
     // The sequential loop below as one kernel; the outputs of all chunks at
     // once from the states it leaves at the chunk starts.
@@ -279,7 +296,10 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
   } else {
     o = RunTorchForms(qx, kx, vx, fx, beta, cache);
   }
-  const torch::Tensor gate = Upcast(g_b_->forward(g_a_->forward(x))).view({b, t, heads_, dv_});
+  const torch::Tensor gate_proj = g_b_->forward(g_a_->forward(x));
+  if (fused_ && GatedRmsNormKernelApplies(o, gate_proj))
+    return o_proj_->forward(GatedRmsNormKernel(o, gate_proj, o_norm_, eps_));
+  const torch::Tensor gate = Upcast(gate_proj).view({b, t, heads_, dv_});
   const torch::Tensor rms = fused_ && RmsNormKernelApplies(o) ? RmsNormKernel(o, o_norm_, eps_)
                                                                : RmsNormalize(o, eps_) * o_norm_;
   const torch::Tensor normed = rms * torch::sigmoid(gate);

@@ -61,7 +61,9 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 /// times fewer sequential steps. T need not be a multiple of `chunk`.
 /// With `fused` and where the CUDA kernel applies (cuda_kernels.h: fp32 on a
 /// GPU, chunk 16/32/64), the intra-chunk products come from the kernel
-/// instead of a [.., C, C, dk] decay tensor; the rest is the same torch code.
+/// instead of a [.., C, C, dk] decay tensor, and the solve becomes the
+/// explicit inverse of the unit-lower-triangular matrix (C columns) times
+/// the right-hand sides; the rest is the same torch code.
 torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
                          const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr,

@@ -1,5 +1,7 @@
 #include "runtime/model/cuda_kernels.h"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #ifdef KIMI_PLAN_KDA_CUDA
@@ -87,43 +89,56 @@ cuda::KdaScan ScanOf(const torch::Tensor& w, const torch::Tensor& y) {
 
 const float* InOrNull(const torch::Tensor& t) { return t.defined() ? In(t) : nullptr; }
 
+// The chunk scan (KdaStateScan) on contiguous fp32 tensors: {u, starts, last}.
+variable_list ScanForward(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
+                          const torch::Tensor& decay, const torch::Tensor& s0) {
+  const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
+  torch::Tensor u = torch::empty_like(w), starts = torch::empty({b, h, n, dk, dv}, w.options()),
+                last = torch::empty({b, h, dk, dv}, w.options());
+  Check(cuda::KdaChunkScan(ScanOf(w, y), /*reverse=*/false, /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(w), In(y),
+                           In(k_to_end), In(decay), nullptr, In(s0), Out(u), Out(starts), Out(last),
+                           c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk scan");
+  return {u, starts, last};
+}
+
+// The scan's gradients {dw, dy, dk_to_end, ddecay, ds0} from its saved
+// tensors and the gradients of {u, starts, last} (any may be undefined).
+variable_list ScanBackward(const torch::Tensor& y, const torch::Tensor& k, const torch::Tensor& decay,
+                           const torch::Tensor& u, const torch::Tensor& starts, const torch::Tensor& du_in,
+                           const torch::Tensor& dstarts_in, const torch::Tensor& dlast_in) {
+  const torch::Tensor du = du_in.defined() ? du_in.contiguous() : torch::zeros_like(u);
+  const torch::Tensor dstarts = dstarts_in.defined() ? dstarts_in.contiguous() : torch::Tensor();
+  const torch::Tensor dlast = dlast_in.defined() ? dlast_in.contiguous() : torch::Tensor();
+  torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),
+                ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options());
+  // The same recurrence on the gradients, last chunk first: x = dU + K dS
+  // is U's whole gradient, `starts` the gradient of each chunk's end state.
+  Check(cuda::KdaChunkScan(ScanOf(u, y), /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
+                           In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), Out(dends), Out(ds0),
+                           c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk scan backward");
+  const torch::Tensor dy = -torch::matmul(du_total, starts.transpose(-1, -2));
+  const torch::Tensor dk = torch::matmul(u, dends.transpose(-1, -2));
+  const torch::Tensor ddecay = (starts * dends).sum(-1);
+  return {du_total, dy, dk, ddecay, ds0};
+}
+
 class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& w, const torch::Tensor& y,
                                const torch::Tensor& k_to_end, const torch::Tensor& decay, const torch::Tensor& s0) {
     const c10::cuda::CUDAGuard guard(w.device());
-    const torch::Tensor wc = w.contiguous(), yc = y.contiguous(), kc = k_to_end.contiguous(),
-                        dc = decay.contiguous(), sc = s0.contiguous();
-    const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
-    torch::Tensor u = torch::empty_like(wc), starts = torch::empty({b, h, n, dk, dv}, wc.options()),
-                  last = torch::empty({b, h, dk, dv}, wc.options());
-    Check(cuda::KdaChunkScan(ScanOf(wc, yc), /*reverse=*/false, /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(wc), In(yc),
-                             In(kc), In(dc), nullptr, In(sc), Out(u), Out(starts), Out(last),
-                             c10::cuda::getCurrentCUDAStream()),
-          "KDA chunk scan");
-    ctx->save_for_backward({yc, kc, dc, u, starts});
-    return {u, starts, last};
+    const torch::Tensor yc = y.contiguous(), kc = k_to_end.contiguous(), dc = decay.contiguous();
+    variable_list out = ScanForward(w.contiguous(), yc, kc, dc, s0.contiguous());
+    ctx->save_for_backward({yc, kc, dc, out[0], out[1]});
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor &y = saved[0], &k = saved[1], &decay = saved[2], &u = saved[3], &starts = saved[4];
-    const c10::cuda::CUDAGuard guard(u.device());
-    const torch::Tensor du = grads[0].defined() ? grads[0].contiguous() : torch::zeros_like(u);
-    const torch::Tensor dstarts = grads[1].defined() ? grads[1].contiguous() : torch::Tensor();
-    const torch::Tensor dlast = grads[2].defined() ? grads[2].contiguous() : torch::Tensor();
-    torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),
-                  ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options());
-    // The same recurrence on the gradients, last chunk first: x = dU + K dS
-    // is U's whole gradient, `starts` the gradient of each chunk's end state.
-    Check(cuda::KdaChunkScan(ScanOf(u, y), /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
-                             In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), Out(dends), Out(ds0),
-                             c10::cuda::getCurrentCUDAStream()),
-          "KDA chunk scan backward");
-    const torch::Tensor dy = -torch::matmul(du_total, starts.transpose(-1, -2));
-    const torch::Tensor dk = torch::matmul(u, dends.transpose(-1, -2));
-    const torch::Tensor ddecay = (starts * dends).sum(-1);
-    return {du_total, dy, dk, ddecay, ds0};
+    const c10::cuda::CUDAGuard guard(saved[3].device());
+    return ScanBackward(saved[0], saved[1], saved[2], saved[3], saved[4], grads[0], grads[1], grads[2]);
   }
 };
 
@@ -215,6 +230,55 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// x [B, T, H, D] fp32 at its strides (unit channel stride), gate [B, T, H D].
+// dx is made head-major, [B, H, T, D] in memory, as KdaChunkedCore's output
+// is, so the gradient flows back into its products without a copy.
+class GatedRmsNormFunction : public torch::autograd::Function<GatedRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& gate,
+                               const torch::Tensor& w, double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor xs = x.stride(3) == 1 ? x : x.contiguous(), g = gate.contiguous(), wc = w.contiguous();
+    torch::Tensor y = torch::empty_like(g);
+    Check(cuda::GatedRmsNormForward(ShapeOf(xs, g), In(xs), g.data_ptr(), In(wc), static_cast<float>(eps),
+                                    y.data_ptr(), c10::cuda::getCurrentCUDAStream()),
+          "gated RMSNorm");
+    ctx->save_for_backward({xs, g, wc});
+    ctx->saved_data["eps"] = eps;
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &g = saved[1], &w = saved[2];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor dy = grads[0].to(g.scalar_type()).contiguous();
+    torch::Tensor dx = torch::empty({x.size(0), x.size(2), x.size(1), x.size(3)}, x.options()).transpose(1, 2);
+    torch::Tensor dgate = torch::empty_like(g), dw_rows = torch::empty({x.numel() / x.size(3), x.size(3)}, w.options());
+    Check(cuda::GatedRmsNormBackward(ShapeOf(x, g, dx), In(x), g.data_ptr(), In(w),
+                                     static_cast<float>(ctx->saved_data["eps"].toDouble()), dy.data_ptr(), Out(dx),
+                                     dgate.data_ptr(), Out(dw_rows), c10::cuda::getCurrentCUDAStream()),
+          "gated RMSNorm backward");
+    return {dx, dgate, dw_rows.sum(0), torch::Tensor()};
+  }
+
+ private:
+  static cuda::GatedNormRows ShapeOf(const torch::Tensor& x, const torch::Tensor& gate,
+                                     const torch::Tensor& dx = torch::Tensor()) {
+    cuda::GatedNormRows s;
+    s.batch = x.size(0);
+    s.tokens = x.size(1);
+    s.heads = static_cast<int>(x.size(2));
+    s.dim = static_cast<int>(x.size(3));
+    for (int i = 0; i < 3; ++i) {
+      s.x_strides[i] = x.stride(i);
+      s.dx_strides[i] = dx.defined() ? dx.stride(i) : 0;
+    }
+    s.bf16 = gate.scalar_type() == torch::kBFloat16;
+    return s;
+  }
+};
+
 bool FloatOrBf16OnCuda(const torch::Tensor& t) {
   return OnKernelGpu(t) && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
 }
@@ -299,45 +363,103 @@ class GateCumFunction : public torch::autograd::Function<GateCumFunction> {
   }
 };
 
+cuda::KdaChunkProducts ProductsShapeOf(const torch::Tensor& q, const torch::Tensor& v) {
+  return {q.size(0) * q.size(1) * q.size(2), static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
+          static_cast<int>(v.size(4))};
+}
+
+// The chunk products of contiguous {q, k, v, g_cum, beta}:
+// {q e^G, beta k e^G, k e^{G_C - G}, beta v, e^{G_C}}.
+variable_list ProductsForward(const variable_list& in) {
+  const torch::Tensor &q = in[0], &v = in[2];
+  torch::Tensor qd = torch::empty_like(q), kb = torch::empty_like(q), ke = torch::empty_like(q),
+                vb = torch::empty_like(v), decay = torch::empty({q.size(0), q.size(1), q.size(2), q.size(4)}, q.options());
+  Check(cuda::KdaChunkProductsForward(ProductsShapeOf(q, v), In(q), In(in[1]), In(v), In(in[3]), In(in[4]), Out(qd),
+                                      Out(kb), Out(ke), Out(vb), Out(decay), c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk products");
+  return {qd, kb, ke, vb, decay};
+}
+
+// The products' input gradients from their inputs and the gradients of the
+// five products (any may be undefined: zero).
+variable_list ProductsBackward(const variable_list& in, const variable_list& grads) {
+  const torch::Tensor &q = in[0], &k = in[1], &v = in[2], &g = in[3], &beta = in[4];
+  const std::vector<torch::Tensor> like = {q, q, q, v};
+  std::vector<torch::Tensor> d(5);
+  for (int i = 0; i < 4; ++i) d[i] = grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(like[i]);
+  d[4] = grads[4].defined() ? grads[4].contiguous()
+                            : torch::zeros({q.size(0), q.size(1), q.size(2), q.size(4)}, q.options());
+  torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v),
+                dg = torch::empty_like(g), dbeta = torch::empty_like(beta);
+  Check(cuda::KdaChunkProductsBackward(ProductsShapeOf(q, v), In(q), In(k), In(v), In(g), In(beta), In(d[0]),
+                                       In(d[1]), In(d[2]), In(d[3]), In(d[4]), Out(dq), Out(dk), Out(dv), Out(dg),
+                                       Out(dbeta), c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk products backward");
+  return {dq, dk, dv, dg, dbeta};
+}
+
 class ChunkProductsFunction : public torch::autograd::Function<ChunkProductsFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& g_cum, const torch::Tensor& beta) {
     const c10::cuda::CUDAGuard guard(q.device());
-    const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), gc = g_cum.contiguous(),
-                        bc = beta.contiguous();
-    torch::Tensor qd = torch::empty_like(qc), kb = torch::empty_like(qc), ke = torch::empty_like(qc),
-                  vb = torch::empty_like(vc), decay = torch::empty({q.size(0), q.size(1), q.size(2), q.size(4)},
-                                                                    qc.options());
-    Check(cuda::KdaChunkProductsForward(ShapeOf(qc, vc), In(qc), In(kc), In(vc), In(gc), In(bc), Out(qd), Out(kb),
-                                        Out(ke), Out(vb), Out(decay), c10::cuda::getCurrentCUDAStream()),
-          "KDA chunk products");
-    ctx->save_for_backward({qc, kc, vc, gc, bc});
-    return {qd, kb, ke, vb, decay};
+    const variable_list in = {q.contiguous(), k.contiguous(), v.contiguous(), g_cum.contiguous(), beta.contiguous()};
+    ctx->save_for_backward(in);
+    return ProductsForward(in);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &g = saved[3], &beta = saved[4];
+    const c10::cuda::CUDAGuard guard(saved[0].device());
+    return ProductsBackward(saved, grads);
+  }
+};
+
+// KdaChunkedCore after the intra-chunk products and the inverse, as one
+// node: the chunk products, the UT transform's two products, the scan and
+// the output. It keeps its inputs, u and the chunk-start states; the
+// backward makes the products and y again (one elementwise pass and one
+// small batched product) instead of keeping five [B, H, n, C, d] tensors.
+class KdaChunkCoreFunction : public torch::autograd::Function<KdaChunkCoreFunction> {
+ public:
+  // inputs: q, k, v, g_cum, beta (the products' inputs), inverse and qk
+  // [B, H, n, C, C], s0 [B, H, dk, dv].
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& g_cum, const torch::Tensor& beta,
+                               const torch::Tensor& inverse, const torch::Tensor& qk, const torch::Tensor& s0) {
     const c10::cuda::CUDAGuard guard(q.device());
-    const std::vector<torch::Tensor> like = {q, q, q, v};
-    std::vector<torch::Tensor> d(5);
-    for (int i = 0; i < 4; ++i) d[i] = grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(like[i]);
-    d[4] = grads[4].defined() ? grads[4].contiguous()
-                              : torch::zeros({q.size(0), q.size(1), q.size(2), q.size(4)}, q.options());
-    torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v),
-                  dg = torch::empty_like(g), dbeta = torch::empty_like(beta);
-    Check(cuda::KdaChunkProductsBackward(ShapeOf(q, v), In(q), In(k), In(v), In(g), In(beta), In(d[0]), In(d[1]),
-                                         In(d[2]), In(d[3]), In(d[4]), Out(dq), Out(dk), Out(dv), Out(dg), Out(dbeta),
-                                         c10::cuda::getCurrentCUDAStream()),
-          "KDA chunk products backward");
-    return {dq, dk, dv, dg, dbeta};
+    const variable_list in = {q.contiguous(), k.contiguous(), v.contiguous(), g_cum.contiguous(), beta.contiguous()};
+    const variable_list p = ProductsForward(in);  // q e^G, beta k e^G, k e^{G_C - G}, beta v, e^{G_C}
+    const torch::Tensor w = torch::matmul(inverse, p[3]), y = torch::matmul(inverse, p[1]);
+    const variable_list scan = ScanForward(w, y, p[2], p[4], s0.contiguous());  // u, starts, last
+    const torch::Tensor out = torch::matmul(p[0], scan[1]) + torch::matmul(qk, scan[0]);
+    variable_list keep = in;
+    keep.insert(keep.end(), {inverse, qk, scan[0], scan[1]});
+    ctx->save_for_backward(keep);
+    return {out, scan[2]};
   }
 
- private:
-  static cuda::KdaChunkProducts ShapeOf(const torch::Tensor& q, const torch::Tensor& v) {
-    return {q.size(0) * q.size(1) * q.size(2), static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
-            static_cast<int>(v.size(4))};
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const variable_list in(saved.begin(), saved.begin() + 5);
+    const torch::Tensor &inverse = saved[5], &qk = saved[6], &u = saved[7], &starts = saved[8];
+    const c10::cuda::CUDAGuard guard(u.device());
+    const variable_list p = ProductsForward(in);
+    const torch::Tensor y = torch::matmul(inverse, p[1]);
+    const torch::Tensor dout = grads[0].defined() ? grads[0].contiguous()
+                                                  : torch::zeros({u.size(0), u.size(1), u.size(2), u.size(3),
+                                                                  u.size(4)}, u.options());
+    auto t = [](const torch::Tensor& x) { return x.transpose(-1, -2); };
+    // out = Qd starts + qk u
+    const torch::Tensor dq_decayed = torch::matmul(dout, t(starts)), dstarts = torch::matmul(t(p[0]), dout);
+    const torch::Tensor dqk = torch::matmul(dout, t(u)), du = torch::matmul(t(qk), dout);
+    const variable_list ds = ScanBackward(y, p[2], p[4], u, starts, du, dstarts, grads[1]);  // dw, dy, dke, ddecay, ds0
+    // w = inverse (beta v), y = inverse (beta k e^G)
+    const torch::Tensor dinverse = torch::matmul(ds[0], t(p[3])) + torch::matmul(ds[1], t(p[1]));
+    const torch::Tensor dv_beta = torch::matmul(t(inverse), ds[0]), dk_beta = torch::matmul(t(inverse), ds[1]);
+    variable_list d = ProductsBackward(in, {dq_decayed, dk_beta, ds[2], dv_beta, ds[3]});
+    d.insert(d.end(), {dinverse, dqk, ds[4]});
+    return d;
   }
 };
 
@@ -425,6 +547,51 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
   }
 };
 
+// Logits a chunk of LinearCrossEntropyFunction holds when the caller leaves
+// it to us: 2^26 (128 MB in bf16, with as much again for their gradient).
+constexpr std::int64_t kLogitsPerChunk = std::int64_t{1} << 26;
+
+class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& targets, std::int64_t rows_per_chunk) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor xc = x.contiguous(), t = targets.contiguous();
+    const torch::Tensor w = weight.to(xc.scalar_type()).contiguous();
+    const std::int64_t n = xc.size(0), vocab = w.size(0);
+    const auto fp32 = xc.options().dtype(torch::kFloat);
+    torch::Tensor loss = torch::empty({n}, fp32), dx = torch::empty_like(xc), dw = torch::zeros(w.sizes(), fp32);
+    const std::int64_t step = rows_per_chunk > 0 ? rows_per_chunk : std::max<std::int64_t>(1, kLogitsPerChunk / vocab);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    for (std::int64_t r = 0; r < n; r += step) {
+      const std::int64_t rows = std::min(step, n - r);
+      const torch::Tensor xr = xc.narrow(0, r, rows);
+      const torch::Tensor logits = torch::mm(xr, w.t());
+      const torch::Tensor dloss = torch::ones({rows}, fp32);
+      torch::Tensor lse = torch::empty({rows}, fp32), dlogits = torch::empty_like(logits);
+      const cuda::LogitRows shape{rows, vocab, xc.scalar_type() == torch::kBFloat16};
+      const std::int64_t* tr = t.data_ptr<std::int64_t>() + r;
+      Check(cuda::CrossEntropyForward(shape, logits.data_ptr(), tr, loss.data_ptr<float>() + r, Out(lse), stream),
+            "linear cross entropy");
+      Check(cuda::CrossEntropyBackward(shape, logits.data_ptr(), tr, In(lse), In(dloss), dlogits.data_ptr(), stream),
+            "linear cross entropy gradient");
+      torch::Tensor dx_rows = dx.narrow(0, r, rows);
+      torch::mm_out(dx_rows, dlogits, w);
+      dw.add_(torch::mm(dlogits.t(), xr));
+    }
+    ctx->save_for_backward({dx, dw});
+    return {loss.sum()};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &dx = saved[0], &dw = saved[1];
+    const torch::Tensor g = grads[0].to(torch::kFloat);
+    // The scale in fp32, then one rounding to x's dtype.
+    return {(dx.to(torch::kFloat) * g).to(dx.scalar_type()), dw * g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
@@ -465,6 +632,20 @@ torch::Tensor RmsNormKernel(const torch::Tensor& x, const torch::Tensor& weight,
   TORCH_CHECK(RmsNormKernelApplies(x), "RmsNormKernel: unsupported input");
   const std::int64_t dim = x.size(-1);
   return RmsNormFunction::apply(x.reshape({-1, dim}), weight.to(torch::kFloat), eps)[0].view(x.sizes());
+}
+
+bool GatedRmsNormKernelApplies(const torch::Tensor& x, const torch::Tensor& gate) {
+  return OnCudaInFp32(x) && FloatOrBf16OnCuda(gate) && x.dim() == 4 && gate.dim() == 3 &&
+         gate.device() == x.device() && gate.size(0) == x.size(0) && gate.size(1) == x.size(1) &&
+         gate.size(2) == x.size(2) * x.size(3) && x.size(2) <= std::numeric_limits<int>::max() &&
+         cuda::RmsNormSupports(static_cast<int>(x.size(3)));
+}
+
+torch::Tensor GatedRmsNormKernel(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& weight,
+                                 double eps) {
+  TORCH_CHECK(GatedRmsNormKernelApplies(x, gate) && weight.numel() == x.size(3),
+              "GatedRmsNormKernel: x [B, T, H, D] fp32, gate [B, T, H D] and weight [D] on a supported GPU");
+  return GatedRmsNormFunction::apply(x, gate, weight.to(torch::kFloat).reshape({x.size(3)}), eps)[0];
 }
 
 bool AttnResKernelApplies(const std::vector<torch::Tensor>& values) {
@@ -583,6 +764,19 @@ torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tenso
   return CrossEntropyFunction::apply(logits, targets)[0];
 }
 
+bool LinearCrossEntropyKernelApplies(const torch::Tensor& x, const torch::Tensor& weight) {
+  return FloatOrBf16OnCuda(x) && x.dim() == 2 && weight.dim() == 2 && weight.size(1) == x.size(1) &&
+         weight.size(0) > 0 && weight.scalar_type() == torch::kFloat && weight.device() == x.device();
+}
+
+torch::Tensor LinearCrossEntropyKernel(const torch::Tensor& x, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, std::int64_t rows_per_chunk) {
+  TORCH_CHECK(LinearCrossEntropyKernelApplies(x, weight) && targets.dim() == 1 && targets.size(0) == x.size(0) &&
+                  targets.scalar_type() == torch::kLong && targets.device() == x.device(),
+              "LinearCrossEntropyKernel: rows [N, D] and an fp32 weight [V, D] on a supported GPU, int64 targets [N]");
+  return LinearCrossEntropyFunction::apply(x, weight, targets, rows_per_chunk)[0];
+}
+
 bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
   return OnCudaInFp32(q) && OnCudaInFp32(v) && q.dim() == 5 && v.dim() == 5 &&
          cuda::KdaChunkProductsSupports(static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
@@ -599,6 +793,28 @@ std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const 
                   shapes_fit,
               "KdaChunkProductsKernel: fp32 CUDA tensors of a supported shape");
   return ChunkProductsFunction::apply(q, k, v, g_cum, beta);
+}
+
+bool KdaChunkCoreKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
+  return KdaChunkProductsKernelApplies(q, v) && KdaScanKernelApplies(v, q);
+}
+
+std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& v, const torch::Tensor& g_cum,
+                                                           const torch::Tensor& beta, const torch::Tensor& inverse,
+                                                           const torch::Tensor& qk, const torch::Tensor& s0) {
+  const std::int64_t b = q.size(0), h = q.size(1), dk = q.size(4), dv = v.size(4);
+  const std::vector<std::int64_t> state = {b, h, dk, dv};
+  const bool shapes_fit = q.dim() == 5 && k.sizes() == q.sizes() && g_cum.sizes() == q.sizes() &&
+                          v.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.dim() == 5 &&
+                          beta.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.size(4) == 1 &&
+                          inverse.sizes() == at::IntArrayRef(SquareShape(q)) && qk.sizes() == inverse.sizes() &&
+                          s0.sizes() == at::IntArrayRef(state);
+  TORCH_CHECK(KdaChunkCoreKernelApplies(q, v) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && OnCudaInFp32(beta) &&
+                  OnCudaInFp32(inverse) && OnCudaInFp32(qk) && OnCudaInFp32(s0) && shapes_fit,
+              "KdaChunkCoreKernel: fp32 CUDA tensors of a supported shape");
+  const variable_list out = KdaChunkCoreFunction::apply(q, k, v, g_cum, beta, inverse, qk, s0);
+  return {out[0], out[1]};
 }
 
 bool CastKernelApplies(const torch::Tensor& x, c10::ScalarType dtype) {
@@ -640,6 +856,10 @@ KdaScanResult KdaStateScan(const torch::Tensor&, const torch::Tensor&, const tor
 bool KdaRecurrentKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 bool AttnResKernelApplies(const std::vector<torch::Tensor>&) { return false; }
 bool RmsNormKernelApplies(const torch::Tensor&) { return false; }
+bool GatedRmsNormKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+torch::Tensor GatedRmsNormKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double) {
+  throw std::logic_error("GatedRmsNormKernel: this build has no CUDA kernels");
+}
 torch::Tensor RmsNormKernel(const torch::Tensor&, const torch::Tensor&, double) {
   throw std::logic_error("RmsNormKernel: this build has no CUDA kernels");
 }
@@ -665,6 +885,13 @@ std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor&, const to
                                                   const torch::Tensor&, const torch::Tensor&) {
   throw std::logic_error("KdaChunkProductsKernel: this build has no CUDA KDA kernels");
 }
+bool KdaChunkCoreKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("KdaChunkCoreKernel: this build has no CUDA KDA kernels");
+}
 bool MoeCombineKernelApplies(const torch::Tensor&, std::int64_t) { return false; }
 torch::Tensor MoeCombineKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
   throw std::logic_error("MoeCombineKernel: this build has no CUDA kernels");
@@ -672,6 +899,10 @@ torch::Tensor MoeCombineKernel(const torch::Tensor&, const torch::Tensor&, const
 bool CastKernelApplies(const torch::Tensor&, c10::ScalarType) { return false; }
 torch::Tensor CastKernel(const torch::Tensor&, c10::ScalarType) {
   throw std::logic_error("CastKernel: this build has no CUDA kernels");
+}
+bool LinearCrossEntropyKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+torch::Tensor LinearCrossEntropyKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
+  throw std::logic_error("LinearCrossEntropyKernel: this build has no CUDA kernels");
 }
 bool CrossEntropyKernelApplies(const torch::Tensor&) { return false; }
 torch::Tensor CrossEntropyKernel(const torch::Tensor&, const torch::Tensor&) {

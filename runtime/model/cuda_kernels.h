@@ -67,6 +67,19 @@ bool RmsNormKernelApplies(const torch::Tensor& x);
 /// fp32 inside; differentiable in x and the fp32 weight [D].
 torch::Tensor RmsNormKernel(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+/// True when GatedRmsNormKernel takes x and gate: built, x fp32 [B, T, H, D]
+/// and gate [B, T, H D] fp32 or bf16 on one Hopper or newer GPU, D a
+/// multiple of 32.
+bool GatedRmsNormKernelApplies(const torch::Tensor& x, const torch::Tensor& gate);
+
+/// KDA's gated output norm (attention.h): RmsNormalize(x) * weight *
+/// sigmoid(gate) per head, as [B, T, H D] in the gate's dtype, fp32 inside.
+/// x is read at its strides (KdaChunkedCore's output needs no copy).
+/// Differentiable in x, the gate and the fp32 weight [D]; keeps x and the
+/// gate, not the fp32 norm or the sigmoid.
+torch::Tensor GatedRmsNormKernel(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& weight,
+                                 double eps);
+
 /// True when AttnResReadKernel takes these depth values (the stack entries
 /// then the partial sum): built, on one Hopper or newer GPU, all fp32 or all bf16 of
 /// one shape [..., D], at most 16 of them, D a multiple of 32.
@@ -117,6 +130,21 @@ bool CrossEntropyKernelApplies(const torch::Tensor& logits);
 /// log-sum-exp per row, and writes the gradient in the logits' dtype.
 torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tensor& targets);
 
+/// True when LinearCrossEntropyKernel takes rows x [N, D] and the weight
+/// [V, D]: built, x fp32 or bf16 on a Hopper or newer GPU, the weight fp32
+/// on the same device.
+bool LinearCrossEntropyKernelApplies(const torch::Tensor& x, const torch::Tensor& weight);
+
+/// The sum over rows of CrossEntropyKernel(torch::linear(x, weight cast to
+/// x's dtype), targets), without ever holding all N x V logits: the rows go
+/// in chunks of `rows_per_chunk` (0: ~64M logits a chunk), and each chunk's
+/// gradients with respect to x and the weight are made in the forward, so
+/// the backward only scales them by the incoming gradient. Differentiable in
+/// x and the weight (an fp32 gradient); keeps dx [N, D] in x's dtype and
+/// dweight [V, D] fp32 instead of the logits.
+torch::Tensor LinearCrossEntropyKernel(const torch::Tensor& x, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, std::int64_t rows_per_chunk = 0);
+
 /// True when KdaChunkProductsKernel takes q [B, H, n, C, dk] and v [B, H, n,
 /// C, dv]: built, fp32 on a Hopper or newer GPU, dk and dv multiples of 32 up
 /// to 256, C <= max(dk, dv) and C * max(dk, dv) <= 8192.
@@ -129,6 +157,22 @@ bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& 
 std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const torch::Tensor& k,
                                                   const torch::Tensor& v, const torch::Tensor& g_cum,
                                                   const torch::Tensor& beta);
+
+/// True when KdaChunkCoreKernel takes q [B, H, n, C, dk] and v [B, H, n, C,
+/// dv]: the chunk products' and the scan's conditions together.
+bool KdaChunkCoreKernelApplies(const torch::Tensor& q, const torch::Tensor& v);
+
+/// KdaChunkedCore (attention.h) after the intra-chunk products: from its
+/// chunked inputs, the inverse of I + Diag(beta) A and the intra-chunk qk
+/// [B, H, n, C, C], and the initial state s0 [B, H, dk, dv], the output
+/// [B, H, n, C, dv] and the final state, by the products, the UT
+/// transform's products, the scan and the output products. One autograd
+/// node, differentiable in all eight inputs, which keeps its inputs, u and
+/// the chunk-start states only: the backward makes the products again.
+std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& v, const torch::Tensor& g_cum,
+                                                           const torch::Tensor& beta, const torch::Tensor& inverse,
+                                                           const torch::Tensor& qk, const torch::Tensor& s0);
 
 /// True when CastKernel takes x to `dtype`: built, x fp32 on a Hopper or
 /// newer GPU, dtype bf16.

@@ -412,6 +412,61 @@ TEST(CrossEntropyKernelTest, MatchesTorchInFp64AndBf16WithIgnoredTargets) {
   EXPECT_NEAR(LanguageModelLoss(x3, t3, true).item<double>(), LanguageModelLoss(x3, t3, false).item<double>(), 1e-5);
 }
 
+TEST(GatedRmsNormKernelTest, MatchesTheTorchFormsInFp64FromAHeadMajorView) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  // x as KdaChunkedCore leaves it: [B, H, padded, D] cut to T tokens and
+  // transposed to [B, T, H, D]; the gate [B, T, H D].
+  const std::int64_t b = 2, h = 3, t = 37, padded = 48, d = 64;
+  const torch::Tensor x0 = Random({b, h, padded, d}, 90) * 2, gate0 = Random({b, t, h * d}, 91) * 2;
+  const torch::Tensor w0 = 1 + 0.3 * Random({d}, 92), r = Random({b, t, h * d}, 93);
+  auto run = [&](torch::Device device, torch::Dtype gate_dtype, bool kernel) {
+    const auto fp = kernel ? torch::kFloat : torch::kDouble;
+    const torch::Tensor base = x0.to(device, fp).requires_grad_(true);
+    const torch::Tensor gate = gate0.to(device, gate_dtype).requires_grad_(true);
+    const torch::Tensor w = w0.to(device, fp).requires_grad_(true);
+    const torch::Tensor x = base.narrow(2, 0, t).transpose(1, 2);
+    const torch::Tensor y =
+        kernel ? GatedRmsNormKernel(x, gate, w, 1e-6)
+               : (RmsNormalize(x, 1e-6) * w * torch::sigmoid(gate.to(fp).view({b, t, h, d}))).reshape({b, t, h * d});
+    const auto g = torch::autograd::grad({(y.to(torch::kDouble) * r.to(device)).sum()}, {base, gate, w});
+    return std::vector<torch::Tensor>{y, g[0], g[1], g[2]};
+  };
+  const auto want = run(torch::kCPU, torch::kDouble, false);
+  const auto got = run(torch::kCUDA, torch::kFloat, true);
+  for (int i = 0; i < 4; ++i) EXPECT_LT(RelativeError(got[i], want[i]), 1e-5) << i;
+  EXPECT_EQ(got[1].narrow(2, t, padded - t).abs().max().item<double>(), 0.0);  // no gradient into the padding
+  const auto bf16 = run(torch::kCUDA, torch::kBFloat16, true);
+  EXPECT_EQ(bf16[0].scalar_type(), torch::kBFloat16);
+  for (int i = 0; i < 4; ++i) EXPECT_LT(RelativeError(bf16[i], want[i]), 2e-2) << i;
+}
+
+TEST(LinearCrossEntropyKernelTest, MatchesTheLinearThenCrossEntropyInFp64ChunkByChunk) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  // 37 rows in chunks of 16 (the last one partial), two ignored targets.
+  const std::int64_t n = 37, d = 64, v = 500;
+  const torch::Tensor x0 = Random({n, d}, 62), w0 = Random({v, d}, 63) * 0.3;
+  torch::Tensor targets = torch::randint(v, {n}, torch::kLong);
+  targets.index_put_({torch::tensor({3, 17})}, -100);
+  auto run = [&](torch::Device device, torch::Dtype dtype, bool kernel) {
+    const torch::Tensor x = x0.to(device, dtype).requires_grad_(true);
+    const torch::Tensor w = w0.to(device, kernel ? torch::kFloat : dtype).requires_grad_(true);
+    const torch::Tensor t = targets.to(device);
+    const torch::Tensor loss = kernel ? LinearCrossEntropyKernel(x, w, t, 16) / (t != -100).sum()
+                                      : torch::nn::functional::cross_entropy(torch::linear(x, w), t);
+    const auto g = torch::autograd::grad({loss * 3.0}, {x, w});
+    return std::vector<torch::Tensor>{loss, g[0], g[1]};
+  };
+  const auto want = run(torch::kCPU, torch::kDouble, false);
+  const auto got = run(torch::kCUDA, torch::kFloat, true);
+  for (int i = 0; i < 3; ++i) EXPECT_LT(RelativeError(got[i], want[i]), 1e-5) << i;
+  EXPECT_EQ(got[1][17].abs().max().item<double>(), 0.0);
+  const auto bf16 = run(torch::kCUDA, torch::kBFloat16, true);
+  EXPECT_EQ(bf16[1].scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(bf16[2].scalar_type(), torch::kFloat);
+  EXPECT_LT(RelativeError(bf16[0], want[0]), 1e-2);
+  for (int i = 1; i < 3; ++i) EXPECT_LT(RelativeError(bf16[i], want[i]), 3e-2) << i;
+}
+
 TEST(CastKernelTest, EqualsTorchsCastBitForBitBothWays) {
   SKIP_WITHOUT_CUDA_KERNELS();
   // Aligned packs, a tail, and a view 4 bytes off alignment; values across

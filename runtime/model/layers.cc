@@ -251,15 +251,53 @@ bool ExpertBankImpl::GroupedApplies(const torch::Tensor& x_sorted) const {
 #endif
 }
 
+#if KP_HAS_GROUPED_MM
+namespace {
+
+// down(silu(gate) * up) with the down projection a grouped GEMM, keeping gate
+// and up but not their product: the backward recomputes it (one elementwise
+// pass) rather than holding an [M, ffn] tensor per layer until then. The
+// gradients are _grouped_mm's own rules, so they equal the composition's.
+class GroupedSwiGluDownFunction : public torch::autograd::Function<GroupedSwiGluDownFunction> {
+ public:
+  // down_t [E, ffn, D]: each expert's down weight transposed.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
+                                                const torch::Tensor& up, const torch::Tensor& down_t,
+                                                const torch::Tensor& ends) {
+    ctx->save_for_backward({gate, up, down_t, ends});
+    return {at::_grouped_mm(SiluTimes(gate, up, /*fused=*/true), down_t, ends)};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &down_t = saved[2], &ends = saved[3];
+    const torch::Tensor dy = grads[0].contiguous();
+    const torch::Tensor gate = saved[0].detach().requires_grad_(true), up = saved[1].detach().requires_grad_(true);
+    torch::Tensor h;
+    {
+      torch::AutoGradMode enable(true);
+      h = SiluTimes(gate, up, /*fused=*/true);
+    }
+    const torch::Tensor d_down_t = at::_grouped_mm(h.detach().t(), dy, ends);  // [E, ffn, D]
+    const torch::Tensor dh = at::_grouped_mm(dy, down_t.transpose(1, 2), ends);
+    const torch::autograd::variable_list d = torch::autograd::grad({h}, {gate, up}, {dh});
+    return {d[0], d[1], d_down_t, torch::Tensor()};
+  }
+};
+
+}  // namespace
+#endif
+
 torch::Tensor ExpertBankImpl::ForwardGrouped(const torch::Tensor& x_sorted, const torch::Tensor& ends) {
 #if KP_HAS_GROUPED_MM
   const auto dt = x_sorted.scalar_type();
   // [M, in] x [E, in, out] with expert e's rows ending at ends[e]: one GEMM
   // launch per projection for every expert, sizes read on the device.
-  auto grouped = [&](const Matrix& m, const torch::Tensor& x) {
-    return at::_grouped_mm(x, CastWeight(m.weight, dt).transpose(1, 2), ends);
-  };
-  return grouped(down_, SiluTimes(grouped(gate_, x_sorted), grouped(up_, x_sorted), /*fused=*/true));
+  auto weight_t = [&](const Matrix& m) { return CastWeight(m.weight, dt).transpose(1, 2); };
+  const torch::Tensor gate = at::_grouped_mm(x_sorted, weight_t(gate_), ends);
+  const torch::Tensor up = at::_grouped_mm(x_sorted, weight_t(up_), ends);
+  return GroupedSwiGluDownFunction::apply(gate, up, weight_t(down_), ends)[0];
 #else
   throw std::logic_error("ExpertBankImpl::ForwardGrouped: this LibTorch has no grouped GEMM");
 #endif

@@ -195,6 +195,8 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   bool GroupedApplies(const torch::Tensor& x_sorted) const;
   /// forward's result with one grouped GEMM per projection for all experts;
   /// ends [E] int32 on x's device: expert e's rows are [ends[e-1], ends[e]).
+  /// Keeps the gate and up projections for the backward, which recomputes
+  /// their SwiGLU product.
   torch::Tensor ForwardGrouped(const torch::Tensor& x_sorted, const torch::Tensor& ends);
   void AddLora(const LoraOptions& lora, Init& init) override;
   void Merge() override;

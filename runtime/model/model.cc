@@ -229,9 +229,18 @@ HeadImpl::HeadImpl(const ModelSpec& spec, const ModelOptions& options) {
                                                                    1.0 / std::sqrt(double(spec.hidden)), init, false));
 }
 
-torch::Tensor HeadImpl::Logits(const ResidualStream& in) {
-  const torch::Tensor h = output_res_ ? output_res_->forward(in.blocks, in.hidden) : in.hidden;
-  return lm_head_->forward(norm_->forward(h));
+torch::Tensor HeadImpl::Normed(const ResidualStream& in) {
+  return norm_->forward(output_res_ ? output_res_->forward(in.blocks, in.hidden) : in.hidden);
+}
+
+torch::Tensor HeadImpl::Logits(const ResidualStream& in) { return lm_head_->forward(Normed(in)); }
+
+torch::Tensor HeadImpl::Loss(const ResidualStream& in, const torch::Tensor& targets, bool fused) {
+  const torch::Tensor h = Normed(in);
+  const torch::Tensor rows = h.reshape({-1, h.size(-1)}), ids = targets.reshape({-1});
+  if (fused && !lm_head_->has_lora() && LinearCrossEntropyKernelApplies(rows, lm_head_->weight()))
+    return LinearCrossEntropyKernel(rows, lm_head_->weight(), ids) / (ids != -100).sum();
+  return LanguageModelLoss(lm_head_->forward(h), targets, fused);
 }
 
 torch::Tensor HeadImpl::forward(const ResidualStream& in) { return Upcast(Logits(in)); }
@@ -266,7 +275,7 @@ torch::Tensor StageModelImpl::Head(const ResidualStream& in) {
 
 torch::Tensor StageModelImpl::HeadLoss(const ResidualStream& in, const torch::Tensor& targets) {
   TORCH_CHECK(head_, "this stage holds no head");
-  return LanguageModelLoss(head_->Logits(in), targets, fused_kernels_);
+  return head_->Loss(in, targets, fused_kernels_);
 }
 
 torch::Tensor StageModelImpl::forward(const torch::Tensor& tokens, const ForwardContext& ctx) {

@@ -117,6 +117,10 @@ class HeadImpl : public torch::nn::Module {
   torch::Tensor forward(const ResidualStream& in);
   /// The logits in the activations' dtype (forward before its upcast).
   torch::Tensor Logits(const ResidualStream& in);
+  /// LanguageModelLoss of Logits(in). `fused`: where the CUDA kernels apply,
+  /// by LinearCrossEntropyKernel (cuda_kernels.h), which never holds all the
+  /// logits; otherwise from Logits with LanguageModelLoss's `fused`.
+  torch::Tensor Loss(const ResidualStream& in, const torch::Tensor& targets, bool fused);
   AttnResImpl* output_res() { return output_res_.get(); }  ///< null without blocks
   RmsNormImpl& norm() { return *norm_; }
   ProjImpl& lm_head() { return *lm_head_; }
@@ -125,6 +129,7 @@ class HeadImpl : public torch::nn::Module {
   std::shared_ptr<AttnResImpl> output_res_;
   std::shared_ptr<RmsNormImpl> norm_;
   std::shared_ptr<ProjImpl> lm_head_;
+  torch::Tensor Normed(const ResidualStream& in);  // the final norm's output, before the LM head
 };
 
 /// A contiguous piece of the model: the embedding if stage.embedding, decoder
@@ -145,9 +150,8 @@ class StageModelImpl : public torch::nn::Module {
   ResidualStream RunLayers(ResidualStream in, const ForwardContext& ctx = {});
   /// Requires stage().head.
   torch::Tensor Head(const ResidualStream& in);
-  /// LanguageModelLoss of the head's logits, from logits in the activations'
-  /// dtype by the loss kernel where the options' fused kernels apply (no
-  /// fp32 copy of the logits). Requires stage().head.
+  /// The head's Loss with the options' fused kernels: where they apply, the
+  /// logits are made and used a chunk of rows at a time. Requires stage().head.
   torch::Tensor HeadLoss(const ResidualStream& in, const torch::Tensor& targets);
   /// tokens -> fp32 logits; requires a stage holding embedding and head.
   torch::Tensor forward(const torch::Tensor& tokens, const ForwardContext& ctx = {});
