@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -315,7 +317,40 @@ Status CheckDbFile(const std::string& path, StoreMode mode, bool* existing) {
   return Status::Ok();
 }
 
+// A name beside `path` no other process or thread of this one uses.
+std::string ScratchNameFor(const std::string& path) {
+  static std::atomic<int> counter{0};
+  return path + ".new-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+void RemoveWithJournals(const std::string& path) {
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
+}
+
 }  // namespace
+
+Status Store::CreateWhole(const std::string& path, const Clock& clock) {
+  // SQLite creates a file empty and writes its header and schema later, so
+  // a reader between the two would see an empty or headless file. Built
+  // under another name and closed (which checkpoints the WAL into it), it
+  // is linked into place complete; link, unlike rename, never replaces a
+  // store another process linked first.
+  const std::string scratch = ScratchNameFor(path);
+  {
+    Result<std::unique_ptr<Store>> made = OpenInPlace(scratch, clock, StoreMode::kWrite);
+    if (!made.ok()) {
+      RemoveWithJournals(scratch);
+      return made.status();
+    }
+  }
+  int rc = ::link(scratch.c_str(), path.c_str());
+  if (rc != 0 && errno != EEXIST) rc = ::rename(scratch.c_str(), path.c_str());  // a file system without links
+  const int err = rc == 0 || errno == EEXIST ? 0 : errno;
+  RemoveWithJournals(scratch);
+  if (err != 0) return Status::IoError(DbError(path, std::string("cannot create: ") + std::strerror(err)));
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock& clock, StoreMode mode) {
   if (path.empty()) return Status::InvalidArgument("--db: the path is empty; name the database file");
@@ -341,6 +376,15 @@ Status Store::CheckPath(const std::string& path, StoreMode mode) {
 }
 
 Result<std::unique_ptr<Store>> Store::OpenChecked(const std::string& path, const Clock& clock, StoreMode mode) {
+  std::error_code ec;
+  if (path != ":memory:" && mode == StoreMode::kWrite && !std::filesystem::exists(path, ec)) {
+    KP_RETURN_IF_ERROR(Store::CheckPath(path, mode));
+    KP_RETURN_IF_ERROR(CreateWhole(path, clock));
+  }
+  return OpenInPlace(path, clock, mode);
+}
+
+Result<std::unique_ptr<Store>> Store::OpenInPlace(const std::string& path, const Clock& clock, StoreMode mode) {
   const bool memory = path == ":memory:";
   bool existing = false;
   if (!memory) KP_RETURN_IF_ERROR(CheckDbFile(path, mode, &existing));

@@ -162,7 +162,10 @@ class Store {
   static constexpr int kBusyTimeoutMs = 5000;
 
   /// Opens the database at `path` for `mode`. kWrite creates a missing file
-  /// (its directory must exist) and migrates it; kRead opens an existing
+  /// (its directory must exist) and migrates it, building it beside the path
+  /// and linking it into place whole, so a concurrent reader sees either no
+  /// file or a complete store, and of two concurrent creators one store
+  /// wins and both write to it; kRead opens an existing
   /// file read-only (a file older than this build is migrated first when it
   /// is writable). ":memory:" gives a private in-memory store for tests.
   ///
@@ -239,6 +242,10 @@ class Store {
  private:
   Store(sqlite3* db, const Clock& clock, std::string path) : db_(db), clock_(clock), path_(std::move(path)) {}
   static Result<std::unique_ptr<Store>> OpenChecked(const std::string& path, const Clock& clock, StoreMode mode);
+  // OpenChecked without making a missing file whole first: SQLite creates it in place.
+  static Result<std::unique_ptr<Store>> OpenInPlace(const std::string& path, const Clock& clock, StoreMode mode);
+  // Builds a new store beside `path` and links it into place (Open's contract).
+  static Status CreateWhole(const std::string& path, const Clock& clock);
   Status Exec(const std::string& sql);
   /// The one-line "--db: PATH: ..." status of a failed SQLite call `what`.
   Status SqlError(int rc, const std::string& what) const;

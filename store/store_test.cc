@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
+#include <vector>
 #include <gtest/gtest.h>
 
 namespace kp {
@@ -257,6 +260,42 @@ TEST_F(BadStoreTest, AWriteLockHeldLongerThanTheTimeoutIsOneLine) {
   sqlite3_exec(holder, "ROLLBACK", nullptr, nullptr, nullptr);
   sqlite3_close(holder);
   EXPECT_TRUE((*s)->InsertPlan(Sample()).ok());
+}
+
+// Creators race to make one new store while a reader polls it: the reader
+// only ever finds no file or a whole store, both creators write to the one
+// store that won, and no scratch file is left beside it.
+TEST_F(BadStoreTest, ConcurrentCreatorsShareOneWholeStoreAndAReaderSeesNoHalfOfIt) {
+  for (int round = 0; round < 20; ++round) {
+    const std::string path = dir_ + "/race" + std::to_string(round) + ".db";
+    std::atomic<bool> done{false};
+    std::vector<std::string> reader_errors;
+    std::thread reader([&] {
+      FakeClock clock;
+      while (!done) {
+        auto r = Store::Open(path, clock, StoreMode::kRead);
+        if (!r.ok() && r.status().code() != Status::Code::kNotFound) reader_errors.push_back(r.status().message());
+      }
+    });
+    std::vector<Status> results(3);
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 3; ++w)
+      writers.emplace_back([&, w] {
+        FakeClock clock;
+        auto s = Store::Open(path, clock);
+        results[w] = s.ok() ? (*s)->InsertPlan(Sample()).status() : s.status();
+      });
+    for (auto& t : writers) t.join();
+    done = true;
+    reader.join();
+    for (const Status& r : results) EXPECT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(reader_errors.empty()) << reader_errors.front();
+    FakeClock clock;
+    auto s = Store::Open(path, clock, StoreMode::kRead);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ((*s)->ListPlans()->size(), 3u);
+  }
+  for (const std::string& e : Entries()) EXPECT_EQ(e.find(".new-"), std::string::npos) << e;
 }
 
 TEST(StoreTest, ReopeningKeepsRecordsAndDoesNotMigrateTwice) {
