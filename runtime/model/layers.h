@@ -63,6 +63,10 @@ class ProjImpl : public torch::nn::Module, public LoraAdaptable {
   bool lora_target() const { return lora_target_; }
   bool has_lora() const { return lora_a_.defined(); }
   torch::Tensor& weight() { return weight_; }
+  /// Keeps the weight's slice [first, first + count) of `dim` (0: output
+  /// features, 1: input features) in place: the parameter keeps its name
+  /// and object (tensor parallelism's shards). Requires no LoRA.
+  void KeepSlice(std::int64_t dim, std::int64_t first, std::int64_t count);
 
  private:
   torch::Tensor weight_, lora_a_, lora_b_;
@@ -138,6 +142,9 @@ class SwiGluImpl : public ChannelMixer {
              bool fused);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor Mix(const torch::Tensor& x, bool) override { return forward(x); }
+  ProjImpl* gate() { return gate_.get(); }  ///< null when not gated (GELU)
+  ProjImpl& up() { return *up_; }
+  ProjImpl& down() { return *down_; }
 
  private:
   std::shared_ptr<ProjImpl> gate_, up_, down_;

@@ -1,0 +1,144 @@
+// Tensor parallelism's collectives and the first split layer, over the
+// in-process communicator: each collective against its definition computed
+// locally from every rank's (seeded) inputs, each backward against the
+// conjugate collective's definition, and a SwiGLU split over 2 and 3 ranks
+// against the whole layer in fp64.
+#include "runtime/model/tensor_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/comm/in_process_communicator.h"
+#include "runtime/model/layers.h"
+
+namespace kp::runtime {
+namespace {
+
+// Rank r's tensor: seeded by (seed, r), so every rank can make every rank's.
+torch::Tensor Seeded(std::uint64_t seed, int rank, at::IntArrayRef shape) {
+  return Init(seed, static_cast<std::uint64_t>(rank)).Normal(shape, 1.0).to(torch::kDouble);
+}
+
+Status Expect(bool ok, const std::string& what) { return ok ? Status::Ok() : Status::Internal(what); }
+
+bool Close(const torch::Tensor& a, const torch::Tensor& b, double tol) {
+  return a.sizes() == b.sizes() && (a - b).abs().max().item<double>() <= tol * (1 + b.abs().max().item<double>());
+}
+
+TEST(TensorParallelTest, AllGatherAndReduceScatterMatchTheirDefinitions) {
+  const int n = 3;
+  const auto statuses = RunRanks(n, [&](Communicator& c) -> Status {
+    const torch::Tensor x = Seeded(1, c.rank(), {2, 6, 4});
+    std::vector<torch::Tensor> all;
+    for (int r = 0; r < n; ++r) all.push_back(Seeded(1, r, {2, 6, 4}));
+    KP_ASSIGN_OR_RETURN(const torch::Tensor gathered, AllGather(c, x, 1));
+    KP_RETURN_IF_ERROR(Expect(torch::equal(gathered, torch::cat(all, 1)), "all-gather"));
+    KP_ASSIGN_OR_RETURN(const torch::Tensor scattered, ReduceScatter(c, x, 1));
+    const torch::Tensor sum = (all[0] + all[1]) + all[2];  // rank order
+    KP_RETURN_IF_ERROR(Expect(torch::equal(scattered, sum.narrow(1, 2 * c.rank(), 2)), "reduce-scatter"));
+    const Result<torch::Tensor> bad = ReduceScatter(c, Seeded(1, c.rank(), {2, 5}), 1);
+    return Expect(!bad.ok() && bad.status().message().find("do not divide") != std::string::npos,
+                  "a length 5 over 3 ranks is refused");
+  });
+  EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+}
+
+// Each collective's forward and the gradient it sends back for upstream
+// gradients seeded per rank, both computed here from every rank's tensors.
+TEST(TensorParallelTest, EachCollectivesBackwardIsItsConjugate) {
+  const int n = 2;
+  const auto statuses = RunRanks(n, [&](Communicator& c) -> Status {
+    const int me = c.rank();
+    std::vector<torch::Tensor> xs, gs_full, gs_half;
+    for (int r = 0; r < n; ++r) {
+      xs.push_back(Seeded(10, r, {3, 4}));
+      gs_full.push_back(Seeded(20, r, {3, 4}));
+      gs_half.push_back(Seeded(30, r, {3, 2}));
+    }
+    const torch::Tensor x = xs[me].clone().requires_grad_(true);
+    auto grad_of = [&](const torch::Tensor& y, const torch::Tensor& upstream) {
+      return torch::autograd::grad({y}, {x}, {upstream})[0];
+    };
+    // Copy: identity forward; the upstream gradients summed.
+    torch::Tensor y = CopyToTensorParallel(c, x);
+    KP_RETURN_IF_ERROR(Expect(torch::equal(y, xs[me]), "copy forward"));
+    KP_RETURN_IF_ERROR(Expect(torch::equal(grad_of(y, gs_full[me]), gs_full[0] + gs_full[1]), "copy backward"));
+    // Reduce: the sum forward; the gradient passes.
+    y = ReduceFromTensorParallel(c, x);
+    KP_RETURN_IF_ERROR(Expect(torch::equal(y, xs[0] + xs[1]), "reduce forward"));
+    KP_RETURN_IF_ERROR(Expect(torch::equal(grad_of(y, gs_full[me]), gs_full[me]), "reduce backward"));
+    // Gather along dim 1: [3, 8]; backward: the sum's shard of this rank.
+    y = GatherSequence(c, x, 1);
+    KP_RETURN_IF_ERROR(Expect(torch::equal(y, torch::cat(xs, 1)), "gather forward"));
+    const torch::Tensor g8_me = torch::cat({gs_full[me], gs_full[me]}, 1) * (me + 1);
+    const torch::Tensor g8_sum = torch::cat({gs_full[0], gs_full[0]}, 1) * 1 + torch::cat({gs_full[1], gs_full[1]}, 1) * 2;
+    KP_RETURN_IF_ERROR(Expect(torch::equal(grad_of(y, g8_me), g8_sum.narrow(1, 4 * me, 4)), "gather backward"));
+    // Scatter along dim 1: the sum's shard [3, 2]; backward: every rank's gradient gathered.
+    y = ScatterSequence(c, x, 1);
+    KP_RETURN_IF_ERROR(Expect(torch::equal(y, (xs[0] + xs[1]).narrow(1, 2 * me, 2)), "scatter forward"));
+    KP_RETURN_IF_ERROR(Expect(torch::equal(grad_of(y, gs_half[me]), torch::cat(gs_half, 1)), "scatter backward"));
+    // Split along dim 1: own shard; backward: every rank's gradient gathered.
+    y = SplitSequence(c, x, 1);
+    KP_RETURN_IF_ERROR(Expect(torch::equal(y, xs[me].narrow(1, 2 * me, 2)), "split forward"));
+    return Expect(torch::equal(grad_of(y, gs_half[me]), torch::cat(gs_half, 1)), "split backward");
+  });
+  EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+}
+
+struct SwiGluRun {
+  torch::Tensor out, dx, dgate, dup, ddown;
+};
+
+// Forward and backward of a SwiGLU (dim 8, hidden 12, fp64) built from
+// seed 5; with `tp`, sharded over it first.
+SwiGluRun RunSwiGlu(Communicator* tp) {
+  Init init(5);
+  SwiGluImpl ffn(8, 12, /*gated=*/true, 0.3, 0.3, init, /*fused=*/false);
+  ffn.to(torch::kDouble);
+  if (tp != nullptr && !ShardSwiGlu(ffn, *tp).ok()) throw std::runtime_error("shard");
+  const torch::Tensor x = Seeded(40, 0, {2, 5, 8}).requires_grad_(true);
+  const torch::Tensor w = Seeded(41, 0, {2, 5, 8});
+  SwiGluRun r;
+  r.out = tp != nullptr ? TensorParallelSwiGlu(*tp, ffn, x) : ffn.forward(x);
+  const auto g = torch::autograd::grad({(r.out * w).sum()},
+                                       {x, ffn.gate()->weight(), ffn.up().weight(), ffn.down().weight()});
+  r.dx = g[0];
+  r.dgate = g[1];
+  r.dup = g[2];
+  r.ddown = g[3];
+  return r;
+}
+
+TEST(TensorParallelTest, ASwiGluSplitOverTwoOrThreeRanksEqualsTheWholeLayer) {
+  const SwiGluRun whole = RunSwiGlu(nullptr);
+  for (int n : {2, 3}) {
+    const auto statuses = RunRanks(n, [&](Communicator& c) -> Status {
+      const SwiGluRun part = RunSwiGlu(&c);
+      const std::int64_t local = 12 / n, first = c.rank() * local;
+      // fp64: only the final sum's order differs from the whole layer's.
+      KP_RETURN_IF_ERROR(Expect(Close(part.out, whole.out, 1e-12), "output"));
+      KP_RETURN_IF_ERROR(Expect(Close(part.dx, whole.dx, 1e-12), "input gradient"));
+      KP_RETURN_IF_ERROR(Expect(Close(part.dgate, whole.dgate.narrow(0, first, local), 1e-12), "gate gradient"));
+      KP_RETURN_IF_ERROR(Expect(Close(part.dup, whole.dup.narrow(0, first, local), 1e-12), "up gradient"));
+      return Expect(Close(part.ddown, whole.ddown.narrow(1, first, local), 1e-12), "down gradient");
+    });
+    EXPECT_TRUE(FirstError(statuses).ok()) << "tp " << n << ": " << FirstError(statuses).message();
+  }
+}
+
+TEST(TensorParallelTest, ATpThatDoesNotDivideTheHiddenUnitsIsRefusedNamingTheFlag) {
+  const auto statuses = RunRanks(5, [](Communicator& c) -> Status {
+    Init init(5);
+    SwiGluImpl ffn(8, 12, true, 0.3, 0.3, init, false);
+    const Status s = ShardSwiGlu(ffn, c);
+    return Expect(s.code() == Status::Code::kInvalidArgument && s.message().rfind("--tp: 5 does not divide", 0) == 0 &&
+                      ffn.up().weight().size(0) == 12,
+                  "got: " + s.message());
+  });
+  EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+}
+
+}  // namespace
+}  // namespace kp::runtime
