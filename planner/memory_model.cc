@@ -188,34 +188,47 @@ double LoraParams(const ModelSpec& m, const LoraOptions& lora) {
   return total;
 }
 
-namespace {
-
-}  // namespace
-
-RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                        const ParamCount& pc, const std::vector<int>& stages) {
-  RankParams rp;
+RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, const ParamCount& pc,
+                              const std::vector<int>& stages) {
+  RankParamSums sums;
   const ModelSpec& m = req.model;
   for (int s : stages) {
     const StageLayers& st = split.stages[s];
     for (int l = st.first_layer; l < st.end_layer; ++l) {
       const LayerParams& lp = pc.layers[l];
-      rp.dense += (lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj) / p.tp + lp.router +
-                  lp.norms;
-      rp.expert += lp.routed_experts / (p.ep * p.etp);
+      sums.tp_sharded += lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj;
+      sums.replicated += lp.router + lp.norms;
+      sums.expert += lp.routed_experts;
       if (req.mode == TrainMode::kLora) {
         LayerLora ll = LoraOfLayer(m, l, req.lora);
-        rp.lora_dense += ll.tp_sharded / p.tp;
-        rp.lora_expert += ll.expert_sharded / (p.ep * p.etp);
+        sums.lora_tp_sharded += ll.tp_sharded;
+        sums.lora_expert += ll.expert_sharded;
       }
     }
-    if (st.embedding) rp.dense += pc.embedding / p.tp;
+    if (st.embedding) sums.tp_sharded += pc.embedding;
     // Tied embeddings: Megatron-LM keeps a copy of the word embeddings on the
     // last stage for the head (and all-reduces its gradient with the first).
     const double head = pc.head > 0 ? pc.head : (st.embedding ? 0 : pc.embedding);
-    if (st.head) rp.dense += head / p.tp + pc.final_norm;
+    if (st.head) {
+      sums.tp_sharded += head;
+      sums.replicated += pc.final_norm;
+    }
   }
+  return sums;
+}
+
+RankParams ShardParams(const RankParamSums& s, const ParallelPlan& p) {
+  RankParams rp;
+  rp.dense = s.tp_sharded / p.tp + s.replicated;
+  rp.expert = s.expert / (double(p.ep) * p.etp);
+  rp.lora_dense = s.lora_tp_sharded / p.tp;
+  rp.lora_expert = s.lora_expert / (double(p.ep) * p.etp);
   return rp;
+}
+
+RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                        const ParamCount& pc, const std::vector<int>& stages) {
+  return ShardParams(ParamSumsOfRank(req, split, pc, stages), p);
 }
 
 double ExpertBytesPerParam(const ModelSpec& m) {
@@ -247,19 +260,49 @@ void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams&
   r.optimizer = Bytes(3 * kFp32 * (rp.lora_dense / dense_shards + rp.lora_expert / expert_shards));
 }
 
-/// Activations and buffers of one micro-batch through one stage.
-Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, Recompute r) {
+}  // namespace
+
+Bytes StageActivationBytes(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st) {
   const ModelSpec& m = req.model;
+  const bool groups = req.recompute == Recompute::kFull && req.recompute_method == RecomputeMethod::kUniform;
   double bytes = 0;
-  for (int l = st.first_layer; l < st.end_layer; ++l)
-    bytes += LayerActivationBytes(m, l, req.seq_length(), req.micro_batch, p, req.sequence_parallel, r,
-                                  req.flash_attention, req.efficiency.moe_imbalance)
+  for (int l = st.first_layer; l < st.end_layer; ++l) {
+    const int index = l - st.first_layer;
+    // A uniform group keeps only its first layer's input.
+    if (groups && index % req.recompute_layers != 0) continue;
+    bytes += LayerActivationBytes(m, l, req.seq_length(), req.micro_batch, p, req.sequence_parallel,
+                                  LayerRecompute(req, index), req.flash_attention, req.efficiency.moe_imbalance)
                  .value();
+  }
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const double column = kBf16 * m.hidden * tokens / (req.sequence_parallel ? p.tp : 1);
   bytes += AttnResStackColumns(m, st) * column;
   return Bytes(bytes);
 }
+
+Bytes RecomputeWorkingSet(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                          const std::vector<int>& stages) {
+  if (req.recompute != Recompute::kFull) return Bytes(0);
+  // Uniform redoes a group at a time; block one layer at a time.
+  const int group = req.recompute_method == RecomputeMethod::kUniform ? req.recompute_layers : 1;
+  Bytes most;
+  for (int s : stages) {
+    const StageLayers& st = split.stages[s];
+    const int end = req.recompute_method == RecomputeMethod::kUniform
+                        ? st.end_layer
+                        : std::min(st.end_layer, st.first_layer + req.recompute_layers);
+    for (int g = st.first_layer; g < end; g += group) {
+      Bytes sum;
+      for (int l = g; l < std::min(end, g + group); ++l)
+        sum += LayerActivationBytes(req.model, l, req.seq_length(), req.micro_batch, p, req.sequence_parallel,
+                                    Recompute::kNone, req.flash_attention, req.efficiency.moe_imbalance);
+      most = std::max(most, sum);
+    }
+  }
+  return most;
+}
+
+namespace {
 
 Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
@@ -286,7 +329,7 @@ Bytes DispatchBuffers(const PlanRequest& req, const ParallelPlan& p) {
 }
 
 RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                       const ParamCount& pc, int rank, Bytes largest_layer) {
+                       const ParamCount& pc, int rank) {
   RoleMemory r;
   r.rank = rank;
   const int spr = StagesPerRank(req.schedule, p.vp);
@@ -297,15 +340,16 @@ RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const Stag
   Bytes chunk;
   bool has_head = false;
   for (int s : stages) {
-    chunk = std::max(chunk, StageActivation(req, p, split.stages[s], req.recompute));
+    chunk = std::max(chunk, StageActivationBytes(req, p, split.stages[s]));
     has_head |= split.stages[s].head;
   }
   const int inflight = PeakInflightChunks(req.schedule, p.pp, spr, microbatches, rank);
   r.activations = chunk * inflight;
   r.details.push_back({"in-flight chunks x " + std::to_string(inflight), r.activations});
   if (req.recompute == Recompute::kFull) {
-    r.activations += largest_layer;
-    r.details.push_back({"recompute working set", largest_layer});
+    const Bytes working = RecomputeWorkingSet(req, p, split, stages);
+    r.activations += working;
+    r.details.push_back({"recompute working set", working});
   }
   if (has_head) {
     const Bytes logits = LogitsBytes(req, p);
@@ -387,13 +431,25 @@ std::string Over(const std::string& role, const RoleMemory& r, const GpuSpec& gp
 
 }  // namespace
 
+std::vector<RankParams> ParamsOfRanks(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                                      const ParamCount& pc) {
+  const int spr = StagesPerRank(req.schedule, p.vp);
+  std::vector<RankParams> out;
+  for (int rank = 0; rank < p.pp; ++rank)
+    out.push_back(ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank)));
+  return out;
+}
+
 Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                        const ParamCount& pc) {
-  const int spr = StagesPerRank(req.schedule, p.vp);
+  return ActorMemoryFloor(req, p, ParamsOfRanks(req, p, split, pc));
+}
+
+Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
   Bytes most;
-  for (int rank = 0; rank < p.pp; ++rank) {
+  for (const RankParams& rp : ranks) {
     RoleMemory r;
-    FillStates(req, p, ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank)), r);
+    FillStates(req, p, rp, r);
     most = std::max(most, r.weights + r.grads + r.optimizer);
   }
   // ActorOnRank's `other` is the dispatch buffers plus this reserve.
@@ -405,7 +461,7 @@ MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& p, const
   MemoryReport out;
   const Bytes largest = LargestLayerActivation(req, p);
   for (int rank = 0; rank < p.pp; ++rank) {
-    RoleMemory a = ActorOnRank(req, p, split, pc, rank, largest);
+    RoleMemory a = ActorOnRank(req, p, split, pc, rank);
     if (rank == 0 || a.total() > out.actor.total()) out.actor = a;
     RoleMemory ref = Reference(req, p, split, pc, rank, largest);
     if (rank == 0 || ref.total() > out.reference.total()) out.reference = ref;

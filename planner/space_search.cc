@@ -68,7 +68,8 @@ struct Point {
   auto Key() const {
     return std::make_tuple(time, gpus, Bytes() - headroom, int(knobs.placement), knobs.rollout_gpus, plan.tp, plan.cp,
                            plan.pp, plan.dp, plan.ep, plan.etp, plan.vp, int(knobs.schedule), int(split),
-                           knobs.micro_batch, int(knobs.recompute));
+                           knobs.micro_batch, int(knobs.recompute), int(knobs.recompute_method),
+                           knobs.recompute_layers);
   }
 };
 
@@ -414,6 +415,8 @@ PlanKnobs KnobsOf(const PlanRequest& r) {
   k.schedule = r.schedule;
   k.micro_batch = r.micro_batch;
   k.recompute = r.recompute;
+  k.recompute_method = r.recompute_method;
+  k.recompute_layers = r.recompute_layers;
   k.placement = r.placement;
   k.rollout_gpus = r.placement == Placement::kSplit ? r.rollout_gpus : 0;
   return k;
@@ -424,6 +427,8 @@ PlanRequest ApplyKnobs(const PlanRequest& base, const PlanKnobs& k, const Parall
   r.schedule = k.schedule;
   r.micro_batch = k.micro_batch;
   r.recompute = k.recompute;
+  r.recompute_method = k.recompute_method;
+  r.recompute_layers = k.recompute_layers;
   r.placement = k.placement;
   r.rollout_gpus = k.rollout_gpus;
   r.plan = plan;

@@ -22,6 +22,8 @@ struct PlanKnobs {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batch = 1;
   Recompute recompute = Recompute::kSelective;
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;  ///< full only
+  int recompute_layers = 1;                                      ///< full only
   Placement placement = Placement::kColocated;
   int rollout_gpus = 0;  ///< split placement: the rollout pool
   bool operator==(const PlanKnobs&) const = default;

@@ -83,7 +83,8 @@ struct ChunkCost {
 
 // Compute with one efficiency constant for every product (--matmul-efficiency,
 // or no calibration table): FLOPs over peak x efficiency.
-void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc, ChunkCost& c) {
+void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc,
+                     ChunkCost& c) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
   const double tokens = MicroBatchTokens(req, p);
@@ -104,8 +105,8 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, c
   // A frozen base has no weight gradients: under LoRA only the adapters' W remains.
   c.w = req.mode == TrainMode::kLora ? c.f * (LoraParams(m, req.lora) / pc.total) : c.f;
   c.b_input = c.f;
-  if (req.recompute == Recompute::kFull) c.b_input += c.f;
-  if (req.recompute == Recompute::kSelective && !req.flash_attention)
+  if (rc == Recompute::kFull) c.b_input += c.f;
+  if (rc == Recompute::kSelective && !req.flash_attention)
     c.b_input += ComputeTime(Flops(core * tokens / p.tp), peak);
 }
 
@@ -113,7 +114,7 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, c
 // table gives its shape (forward A[m,k]B[k,n]; data gradient (m, k, n);
 // weight gradient (k, n, m)), the memory-bound passes at the measured copy
 // bandwidth (the backward moves twice the forward's bytes).
-void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc,
+void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc,
                        const GemmGrid& grid, ChunkCost& c) {
   const CalibrationTable& table = *req.calibration;
   const BytesPerSecond copy =
@@ -143,19 +144,19 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   recomputed += bytes(ops.recomputed_core_bytes);
   c.f += fwd_gemm;
   if (req.mode == TrainMode::kLora) c.w = fwd_gemm * (LoraParams(req.model, req.lora) / pc.total);
-  if (req.recompute == Recompute::kFull) c.b_input += c.f;
-  if (req.recompute == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
+  if (rc == Recompute::kFull) c.b_input += c.f;
+  if (rc == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
 }
 
-// One decoder layer (or the head, layer < 0) for one micro-batch: its
-// compute and the TP, EP and CP collectives inside it.
-ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc) {
+// One decoder layer (or the head, layer < 0) for one micro-batch, recomputed
+// as `rc` says: its compute and the TP, EP and CP collectives inside it.
+ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
   ChunkCost c;
   const GemmGrid* grid = req.calibration && e.gemm_from_table ? req.calibration->Gemm(GemmDtype::kBf16) : nullptr;
-  if (grid) CalibratedCompute(req, p, layer, pc, *grid, c);
-  else ConstantCompute(req, p, layer, pc, c);
+  if (grid) CalibratedCompute(req, p, layer, rc, pc, *grid, c);
+  else ConstantCompute(req, p, layer, rc, pc, c);
   if (layer < 0) return c;
 
   const double tokens = MicroBatchTokens(req, p);
@@ -195,15 +196,11 @@ struct SyncTerms {
 };
 
 // Gradient sync and the optimizer step on the rank with the most parameters.
-SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                           const ParamCount& pc) {
+SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
   const EfficiencyModel& e = req.efficiency;
-  const int spr = StagesPerRank(req.schedule, p.vp);
   RankParams most;
-  for (int rank = 0; rank < p.pp; ++rank) {
-    RankParams rp = ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank));
+  for (const RankParams& rp : ranks)
     if (rp.dense + rp.expert > most.dense + most.expert) most = rp;
-  }
   const bool lora = req.mode == TrainMode::kLora;
   const double dense = lora ? most.lora_dense : most.dense;
   const double expert = lora ? most.lora_expert : most.expert;
@@ -256,9 +253,10 @@ struct StageCostCache::Impl {
     kinds = static_cast<int>(firsts.size());
   }
 
-  std::vector<std::optional<ChunkCost>>& Table(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc) {
+  std::vector<std::optional<ChunkCost>>& Table(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc,
+                                               Recompute rc) {
     Prepare(req.model, pc);
-    const Context key{p.tp, p.cp, p.ep, p.etp, req.micro_batch, static_cast<int>(req.recompute)};
+    const Context key{p.tp, p.cp, p.ep, p.etp, req.micro_batch, static_cast<int>(rc)};
     auto it = tables.find(key);
     if (it == tables.end()) it = tables.emplace(key, std::vector<std::optional<ChunkCost>>(kinds + 1)).first;
     return it->second;
@@ -273,21 +271,40 @@ struct StageCostCache::Impl {
   }
 };
 
-// The price of `layer` (the head when < 0) from `table` (a StageCostCache
-// table of this request and plan), priced once.
-const ChunkCost& CachedCost(StageCostCache::Impl& cache, std::vector<std::optional<ChunkCost>>& table,
-                            const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc) {
-  std::optional<ChunkCost>& slot = table[layer < 0 ? cache.kinds : cache.kind_of_layer[layer]];
-  if (!slot) slot = CostOfLayer(req, p, layer, pc);
-  return *slot;
-}
+// Prices layers of one request and plan, each recomputed as it says,
+// through the cache's tables when there is a cache (each priced once).
+class LayerPricer {
+ public:
+  LayerPricer(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc, StageCostCache* cache)
+      : req_(req), p_(p), pc_(pc), cache_(cache ? &cache->impl() : nullptr) {}
+
+  ChunkCost operator()(int layer, Recompute rc) {
+    if (!cache_) return CostOfLayer(req_, p_, layer, rc, pc_);
+    std::vector<std::optional<ChunkCost>>*& table = tables_[static_cast<int>(rc)];
+    if (!table) table = &cache_->Table(req_, p_, pc_, rc);
+    std::optional<ChunkCost>& slot = (*table)[layer < 0 ? cache_->kinds : cache_->kind_of_layer[layer]];
+    if (!slot) slot = CostOfLayer(req_, p_, layer, rc, pc_);
+    return *slot;
+  }
+
+ private:
+  const PlanRequest& req_;
+  const ParallelPlan& p_;
+  const ParamCount& pc_;
+  StageCostCache::Impl* cache_;
+  std::vector<std::optional<ChunkCost>>* tables_[3] = {};
+};
 
 StageCostCache::StageCostCache() : impl_(std::make_unique<Impl>()) {}
 StageCostCache::~StageCostCache() = default;
 
 Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                               const ParamCount& pc) {
-  const SyncTerms t = SyncAndOptimizer(req, p, split, pc);
+  return StepTimeFloorOfLayout(req, p, ParamsOfRanks(req, p, split, pc));
+}
+
+Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
+  const SyncTerms t = SyncAndOptimizer(req, p, ranks);
   // Rounding is monotone, so the step's longer sum is never below this one;
   // shaved all the same, as a floor may only be lower.
   return (t.dp_comm + t.optimizer) * (1 - 1e-12);
@@ -320,7 +337,7 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.tokens_per_step = double(req.sequences()) * req.seq_length();
   const int spr = StagesPerRank(req.schedule, p.vp);
 
-  std::vector<std::optional<ChunkCost>>* table = cache ? &cache->impl().Table(req, p, pc) : nullptr;
+  LayerPricer price(req, p, pc, cache);
   // The critical rank: the one with the most work per micro-batch. Each
   // rank's own bubble is kept for the floor (StepTime::total_floor).
   Seconds f, b, w, tp, ep, cp;
@@ -329,9 +346,9 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
     ChunkCost sum;
     for (int s : StagesOfRank(req.schedule, p.pp, spr, rank)) {
       const StageLayers& st = split.stages[s];
-      for (int l = st.first_layer; l < st.end_layer; ++l)
-        Accumulate(sum, table ? CachedCost(cache->impl(), *table, req, p, l, pc) : CostOfLayer(req, p, l, pc));
-      if (st.head) Accumulate(sum, table ? CachedCost(cache->impl(), *table, req, p, -1, pc) : CostOfLayer(req, p, -1, pc));
+      for (int l = st.first_layer; l < st.end_layer; ++l) Accumulate(sum, price(l, LayerRecompute(req, l - st.first_layer)));
+      // The head's forward is counted again under full recomputation, by either method.
+      if (st.head) Accumulate(sum, price(-1, req.recompute));
     }
     const Seconds comm = (sum.tp + sum.ep + sum.cp) / 3.0;
     const Seconds bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm,
@@ -359,7 +376,7 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   const Seconds hop = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes);
   t.pp_comm = hop * CriticalHops(req.schedule, p.pp, p.vp, t.microbatches, req.p2p());
 
-  const SyncTerms sync = SyncAndOptimizer(req, p, split, pc);
+  const SyncTerms sync = SyncAndOptimizer(req, p, ParamsOfRanks(req, p, split, pc));
   t.dp_comm = sync.dp_comm;
   t.optimizer = sync.optimizer;
 

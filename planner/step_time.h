@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/units.h"
+#include "planner/memory_model.h"
 #include "planner/plan_request.h"
 #include "specs/param_count.h"
 #include "specs/stage_split.h"
@@ -45,11 +47,13 @@ struct StepTime {
   /// One micro-batch through the critical rank (for the simulator).
   Seconds f, b, w;
   /// A floor on `total` for every recompute setting of the same plan and
-  /// micro-batch size: total with the bubble of the pipeline rank whose
-  /// bubble is least. Recomputation only lengthens each rank's B, and every
-  /// schedule's bubble grows with B, so a plan that recomputes more is at
-  /// least this slow (equal to `total` when every rank's bubble is the
-  /// critical one's). Computed with the request's own recompute.
+  /// micro-batch size that recomputes each layer at least as much as the
+  /// request's (LayerRecompute; under none: every setting; under full block
+  /// N: block N' >= N and full uniform): total with the bubble of the
+  /// pipeline rank whose bubble is least. Recomputation only lengthens each
+  /// rank's B, and every schedule's bubble grows with B, so a plan that
+  /// recomputes more is at least this slow (equal to `total` when every
+  /// rank's bubble is the critical one's).
   Seconds total_floor;
 };
 
@@ -63,7 +67,8 @@ std::string PricingOf(const PlanRequest& req);
 /// where requests differ only in the micro-batch size, recompute, schedule,
 /// placement and split and plans in their sizes: keyed by the layer's kind
 /// (layers alike in attention, MoE and parameter counts share one), tp, cp,
-/// ep, etp, the micro-batch size and recompute. The step sums the same
+/// ep, etp, the micro-batch size and how the layer is recomputed
+/// (LayerRecompute, so block settings share the tables). The step sums the same
 /// per-layer prices whether they come from here or not, so a cached
 /// evaluation equals an uncached one exactly. Owned by its caller; one per
 /// request family, never shared between models, GPUs or workloads.
@@ -90,6 +95,9 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
 /// size and recompute setting of the plan.
 Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                               const ParamCount& pc);
+/// The same from the ranks' parameters (ParamsOfRanks of a plan that
+/// differs from `p` at most in dp and cp).
+Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks);
 
 }  // namespace kp
 
