@@ -83,6 +83,8 @@ Bytes RecomputeWorkingSet(const PlanRequest& req, const ParallelPlan& p, const S
 /// The stage indices rank `rank` holds: rank + k*pp for loop schedules,
 /// {rank, 2pp-1-rank} for V-shaped ones.
 std::vector<int> StagesOfRank(ScheduleKind kind, int pp, int stages_per_rank, int rank);
+/// StagesOfRank(kind, pp, stages_per_rank, rank)[k], without the list.
+int StageOfRank(ScheduleKind kind, int pp, int rank, int k);
 
 /// Attention-residual stack columns a stage stores for one micro-batch:
 /// the stack it receives plus every stack a block start inside it creates.
@@ -136,9 +138,18 @@ Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& plan, const S
 /// differs from `plan` at most in dp and cp), without visiting the layers.
 Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& plan, const std::vector<RankParams>& ranks);
 
-/// The full report. `split` is the pipeline split the actor uses.
+/// A ceiling on the GPU memory a plan leaves at its peak (the GPU less the
+/// largest colocated phase, or less actor + reference when split), for
+/// every micro-batch size and recompute setting, from the ranks' parameters
+/// as above: the GPU less ActorMemoryFloor and the reference's weights (the
+/// heaviest rank's), and colocated less the least rank's states, those
+/// weights and the rollout's share. Below zero: no setting fits.
+Bytes HeadroomCeiling(const PlanRequest& req, const ParallelPlan& plan, const std::vector<RankParams>& ranks);
+
+/// The full report. `split` is the pipeline split the actor uses; `ranks`
+/// (optional) are the plan's ParamsOfRanks when the caller has them.
 MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
-                            const ParamCount& params);
+                            const ParamCount& params, const std::vector<RankParams>* ranks = nullptr);
 
 }  // namespace kp
 

@@ -191,12 +191,9 @@ void Accumulate(ChunkCost& sum, const ChunkCost& c) {
   sum.f += c.f; sum.b_input += c.b_input; sum.w += c.w; sum.tp += c.tp; sum.ep += c.ep; sum.cp += c.cp;
 }
 
-struct SyncTerms {
-  Seconds dp_comm, optimizer;
-};
+}  // namespace
 
-// Gradient sync and the optimizer step on the rank with the most parameters.
-SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
+SyncTerms SyncTermsOf(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
   const EfficiencyModel& e = req.efficiency;
   RankParams most;
   for (const RankParams& rp : ranks)
@@ -224,8 +221,6 @@ SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const 
   t.optimizer = TransferTime(Bytes(kAdamBytesPerParam * (dense / shards_dense + expert / shards_expert)), req.gpu.hbm);
   return t;
 }
-
-}  // namespace
 
 struct StageCostCache::Impl {
   // Layers alike in everything their price reads (attention kind, MoE or
@@ -262,6 +257,13 @@ struct StageCostCache::Impl {
     return it->second;
   }
 
+  // The MFU numerator's FLOPs per token: one model and sequence per cache.
+  double ModelFlops(const ModelSpec& m, const ParamCount& pc, int seq) {
+    if (!model_flops) model_flops = ModelTrainFlopsPerToken(m, pc, seq);
+    return *model_flops;
+  }
+  std::optional<double> model_flops;
+
   static bool Alike(const ModelSpec& m, const ParamCount& pc, int a, int b) {
     const LayerParams &x = pc.layers[a], &y = pc.layers[b];
     return m.attention[a] == m.attention[b] && m.is_moe_layer(a) == m.is_moe_layer(b) &&
@@ -270,6 +272,8 @@ struct StageCostCache::Impl {
            x.latent_proj == y.latent_proj && x.router == y.router && x.norms == y.norms;
   }
 };
+
+namespace {
 
 // Prices layers of one request and plan, each recomputed as it says,
 // through the cache's tables when there is a cache (each priced once).
@@ -295,6 +299,8 @@ class LayerPricer {
   std::vector<std::optional<ChunkCost>>* tables_[3] = {};
 };
 
+}  // namespace
+
 StageCostCache::StageCostCache() : impl_(std::make_unique<Impl>()) {}
 StageCostCache::~StageCostCache() = default;
 
@@ -304,7 +310,10 @@ Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, con
 }
 
 Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
-  const SyncTerms t = SyncAndOptimizer(req, p, ranks);
+  return SyncFloor(SyncTermsOf(req, p, ranks));
+}
+
+Seconds SyncFloor(const SyncTerms& t) {
   // Rounding is monotone, so the step's longer sum is never below this one;
   // shaved all the same, as a floor may only be lower.
   return (t.dp_comm + t.optimizer) * (1 - 1e-12);
@@ -329,13 +338,22 @@ std::string PricingOf(const PlanRequest& req) {
   return out;
 }
 
+Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc, StageCostCache* cache) {
+  LayerPricer price(req, p, pc, cache);
+  ChunkCost sum;
+  for (int l = 0; l < req.model.layers; ++l) Accumulate(sum, price(l, Recompute::kNone));
+  Accumulate(sum, price(-1, Recompute::kNone));
+  return sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
+}
+
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc, StageCostCache* cache) {
+                          const ParamCount& pc, StageCostCache* cache, const SyncTerms* given_sync) {
   const ModelSpec& m = req.model;
   StepTime t;
   t.microbatches = static_cast<int>(req.sequences() / (static_cast<long long>(p.dp) * req.micro_batch));
   t.tokens_per_step = double(req.sequences()) * req.seq_length();
   const int spr = StagesPerRank(req.schedule, p.vp);
+  const OptimizerSync step_sync = req.step_sync();
 
   LayerPricer price(req, p, pc, cache);
   // The critical rank: the one with the most work per micro-batch. Each
@@ -344,15 +362,15 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   Seconds least_bubble;
   for (int rank = 0; rank < p.pp; ++rank) {
     ChunkCost sum;
-    for (int s : StagesOfRank(req.schedule, p.pp, spr, rank)) {
-      const StageLayers& st = split.stages[s];
+    for (int k = 0; k < spr; ++k) {
+      const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
       for (int l = st.first_layer; l < st.end_layer; ++l) Accumulate(sum, price(l, LayerRecompute(req, l - st.first_layer)));
       // The head's forward is counted again under full recomputation, by either method.
       if (st.head) Accumulate(sum, price(-1, req.recompute));
     }
     const Seconds comm = (sum.tp + sum.ep + sum.cp) / 3.0;
     const Seconds bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm,
-                                      req.step_sync());
+                                      step_sync);
     if (rank == 0 || bubble < least_bubble) least_bubble = bubble;
     const Seconds work = sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
     if (rank == 0 || work > f + b + w + tp + ep + cp) {
@@ -370,13 +388,13 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.tp_comm = tp * M;
   t.ep_comm = ep * M;
   t.cp_comm = cp * M;
-  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
+  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, step_sync);
 
   const double hop_bytes = MicroBatchTokens(req, p) * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
   const Seconds hop = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes);
   t.pp_comm = hop * CriticalHops(req.schedule, p.pp, p.vp, t.microbatches, req.p2p());
 
-  const SyncTerms sync = SyncAndOptimizer(req, p, ParamsOfRanks(req, p, split, pc));
+  const SyncTerms sync = given_sync ? *given_sync : SyncTermsOf(req, p, ParamsOfRanks(req, p, split, pc));
   t.dp_comm = sync.dp_comm;
   t.optimizer = sync.optimizer;
 
@@ -386,7 +404,8 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.total_floor = std::min(t.total, t.total - t.bubble + least_bubble) * (1 - 1e-12);
   const int gpus = p.world();
   t.tokens_per_s_per_gpu = t.tokens_per_step / t.total.value() / gpus;
-  double flops_per_token = ModelTrainFlopsPerToken(m, pc, req.seq_length());
+  double flops_per_token = cache ? cache->impl().ModelFlops(m, pc, req.seq_length())
+                                 : ModelTrainFlopsPerToken(m, pc, req.seq_length());
   if (req.mode == TrainMode::kLora) flops_per_token *= (2.0 + LoraParams(m, req.lora) / pc.total) / 3.0;
   const double model_flops = flops_per_token * t.tokens_per_step;
   const double peak = (req.bf16 ? req.gpu.bf16 : req.gpu.fp16).value();

@@ -85,9 +85,33 @@ class StageCostCache {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The step's time; `cache` (optional) remembers stage costs between calls.
+/// The DP gradient sync and the optimizer step (EstimateStepTime's dp_comm
+/// and optimizer) on the rank with the most parameters, from the ranks'
+/// parameters (ParamsOfRanks): no micro-batch size or recompute setting
+/// changes them.
+struct SyncTerms {
+  Seconds dp_comm, optimizer;
+};
+SyncTerms SyncTermsOf(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks);
+/// dp_comm + optimizer as a floor on the step's total (StepTimeFloorOfLayout).
+Seconds SyncFloor(const SyncTerms& sync);
+
+/// The step's time; `cache` (optional) remembers stage costs between calls;
+/// `sync` (optional) is the plan's SyncTermsOf when the caller has it.
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc, StageCostCache* cache = nullptr);
+                          const ParamCount& pc, StageCostCache* cache = nullptr, const SyncTerms* sync = nullptr);
+
+/// The work of one micro-batch of req.micro_batch sequences through every
+/// decoder layer and the head without recomputation: F + B + W and the TP,
+/// EP and CP collectives inside them (the per-layer prices EstimateStepTime
+/// sums, from `cache` when given), over the whole model. The critical
+/// pipeline rank does at least a pp-th of it per micro-batch and every
+/// recompute setting adds to it, so whatever the schedule, split and
+/// recompute setting, EstimateStepTime's total at this micro-batch size is
+/// at least ModelWork x micro-batches / pp + StepTimeFloorOfLayout (up to
+/// rounding: shave a floor built from it).
+Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc,
+                  StageCostCache* cache = nullptr);
 
 /// The gradient sync and optimizer terms of EstimateStepTime (dp_comm +
 /// optimizer), which no micro-batch size or recompute setting changes and
