@@ -266,12 +266,23 @@ class SpaceSearch {
     return r;
   }
 
-  const std::optional<StageSplit>& SplitOf(int pp, int spr, int split) {
+  // A split rule's stages on pp ranks of spr stages each, if it can build
+  // them, with the layers of the largest (the recompute counts' range).
+  struct SplitEntry {
+    std::optional<StageSplit> stages;
+    int largest_chunk = 1;  ///< 1 when there are no stages: the plain settings only
+    long long recompute_settings() const { return RecomputeCount(largest_chunk); }
+  };
+  const SplitEntry& SplitOf(int pp, int spr, int split) {
     auto key = std::make_tuple(pp, spr, split);
     auto it = splits_.find(key);
     if (it == splits_.end()) {
-      Result<StageSplit> s = SplitLayers(o_.splits[split], req_.model.layers, pp, spr);
-      it = splits_.emplace(key, s.ok() ? std::optional<StageSplit>(*s) : std::nullopt).first;
+      SplitEntry e;
+      if (Result<StageSplit> s = SplitLayers(o_.splits[split], req_.model.layers, pp, spr); s.ok()) {
+        e.stages = *s;
+        e.largest_chunk = LargestChunk(*s);
+      }
+      it = splits_.emplace(key, std::move(e)).first;
     }
     return it->second;
   }
@@ -280,8 +291,7 @@ class SpaceSearch {
   // on pp ranks: RecomputeSettings of its largest chunk, or the three
   // plain ones when the rule cannot build its stages.
   int RecomputeCountOf(int pp, const SchedulePick& s, int split) {
-    const std::optional<StageSplit>& st = SplitOf(pp, StagesPerRank(s.kind, s.vp), split);
-    return RecomputeCount(st ? LargestChunk(*st) : 1);
+    return SplitOf(pp, StagesPerRank(s.kind, s.vp), split).recompute_settings();
   }
 
   // Schedules of a pipeline of pp ranks, and the settings their layouts
@@ -381,8 +391,9 @@ class SpaceSearch {
     for (const SchedulePick& s : choices.schedules)
       for (int split = 0; split < static_cast<int>(o_.splits.size()); ++split) {
         p.vp = s.vp;
-        const std::optional<StageSplit>& stages = SplitOf(p.pp, StagesPerRank(s.kind, s.vp), split);
-        const long long per_layout = static_cast<long long>(mbs.size()) * RecomputeCount(stages ? LargestChunk(*stages) : 1);
+        const SplitEntry& entry = SplitOf(p.pp, StagesPerRank(s.kind, s.vp), split);
+        const std::optional<StageSplit>& stages = entry.stages;
+        const long long per_layout = static_cast<long long>(mbs.size()) * entry.recompute_settings();
         if (!o_.prune) {
           for (int ep : eps)
             for (int etp : etps) {
@@ -471,16 +482,16 @@ class SpaceSearch {
   // Every micro-batch size and recompute setting of a layout checked with
   // CheckPlan and priced: the brute force.
   void BruteForceLayout(const ParallelPlan& p, ScheduleKind kind, int split, const std::vector<int>& mbs) {
-    const std::optional<StageSplit>& stages = SplitOf(p.pp, StagesPerRank(kind, p.vp), split);
+    const SplitEntry& entry = SplitOf(p.pp, StagesPerRank(kind, p.vp), split);
     for (int mb : mbs)
-      for (const RecomputeSetting& rc : RecomputeSettings(stages ? LargestChunk(*stages) : 1)) {
+      for (const RecomputeSetting& rc : RecomputeSettings(entry.largest_chunk)) {
         PlanRequest& r = Working(kind, split, mb);
         rc.ApplyTo(r);
         if (!CheckPlan(r, p).empty()) {
           ++counts_.pruned_constraints;
           continue;
         }
-        Offer(r, p, split, EstimateStepTime(r, p, *stages, pc_, &stage_costs_));
+        Offer(r, p, split, EstimateStepTime(r, p, *entry.stages, pc_, &stage_costs_));
       }
   }
 
@@ -490,8 +501,9 @@ class SpaceSearch {
   void PriceLayout(const Layout& l) {
     const long long seqs = req_.sequences();
     const std::vector<int> mbs = Divisors(seqs / l.plan.dp, seqs);
-    const StageSplit& stages = *SplitOf(l.plan.pp, StagesPerRank(l.schedule.kind, l.schedule.vp), l.split);
-    const int chunk = LargestChunk(stages);
+    const SplitEntry& entry = SplitOf(l.plan.pp, StagesPerRank(l.schedule.kind, l.schedule.vp), l.split);
+    const StageSplit& stages = *entry.stages;
+    const int chunk = entry.largest_chunk;
     const long long settings = RecomputeCount(chunk);
     const std::int64_t gpus = work_.actor_gpus();
     if (results_.Useless(l.floor, gpus, l.headroom_ceiling)) {
@@ -533,8 +545,17 @@ class SpaceSearch {
     const StepTime none = step({Recompute::kNone});
     Seconds floor = none.total_floor;
     consider(none);
-    if (results_.Useless(floor, gpus, l.headroom_ceiling)) ++counts_.pruned_time;
-    else consider(step({Recompute::kSelective}));
+    if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
+      ++counts_.pruned_time;
+    } else if (r.flash_attention) {
+      // Selective recomputation redoes only the eager softmax and dropout:
+      // with flash attention its step is none's, to the bit (the brute
+      // force, which prices it, holds this to it).
+      RecomputeSetting{Recompute::kSelective}.ApplyTo(r);
+      consider(none);
+    } else {
+      consider(step({Recompute::kSelective}));
+    }
     long long left = 2LL * (chunk - 1) + 1;  // block 1 .. chunk-1, full, uniform 2 .. chunk
     for (int n = 1; n < chunk; ++n, --left) {
       if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
@@ -565,7 +586,7 @@ class SpaceSearch {
   void Offer(const PlanRequest& r, const ParallelPlan& p, int split, const StepTime& step,
              const std::vector<RankParams>* ranks = nullptr) {
     ++counts_.evaluated;
-    const StageSplit& stages = *SplitOf(p.pp, StagesPerRank(r.schedule, p.vp), split);
+    const StageSplit& stages = *SplitOf(p.pp, StagesPerRank(r.schedule, p.vp), split).stages;
     MemoryReport mem = EstimateMemory(r, p, stages, pc_, ranks);
     if (!mem.feasible()) return;
     ++counts_.feasible;
@@ -599,7 +620,7 @@ class SpaceSearch {
   SpaceCounts counts_;
   std::vector<PlacementCase> placements_;
   PlanRequest work_;  ///< the request of the placement being searched (Working)
-  std::map<std::tuple<int, int, int>, std::optional<StageSplit>> splits_;
+  std::map<std::tuple<int, int, int>, SplitEntry> splits_;
   std::vector<std::optional<PipelineChoices>> pipelines_;
   std::map<std::tuple<int, int, bool, int>, std::vector<RankParamSums>> sums_;
   std::vector<RankParams> ranks_;
