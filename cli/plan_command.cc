@@ -54,7 +54,7 @@ void PrintEvaluation(std::ostream& out, const PlanRequest& r, const ParamCount& 
                                      : "LoRA rank " + std::to_string(r.lora.rank) + " " + LoraExpertsName(r.lora.experts))
       << ", " << (r.placement == Placement::kColocated ? "colocated" : "split") << "\n";
   out << "plan      " << PlanLine(e.plan) << "   (" << ScheduleName(r.schedule) << ", " << SendModeName(r.p2p())
-      << " sends, recompute " << RecomputeName(r.recompute) << ")\n";
+      << " sends, recompute " << RecomputeLabel(r) << ")\n";
   out << "split     " << e.layer_split.ToString() << ": " << e.split.ToString() << "\n\n";
   Table t({"role", "weights", "grads", "optimizer", "activations", "other", "total", "capacity", "fits"});
   auto row = [&](const char* name, const RoleMemory& m) {

@@ -38,6 +38,10 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("p2p", po::value<std::string>(),
        "async | blocking: how pipeline ranks send (default: blocking for 1f1b and interleaved-1f1b with --engine verl, as Megatron-LM runs them; else async)")
       ("recompute", po::value<std::string>(), "none | selective | full (default selective)")
+      ("recompute-method", po::value<std::string>(),
+       "with --recompute full: uniform | block (Megatron-LM's; default uniform)")
+      ("recompute-num-layers", IntFlag(1, limits::kMaxLayers),
+       "with --recompute full: uniform: layers per checkpointed group; block: layers recomputed per pipeline chunk (default 1)")
       ("sequence-parallel", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("flash-attention", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
@@ -121,6 +125,19 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
     else if (v == "selective") r.recompute = Recompute::kSelective;
     else if (v == "full") r.recompute = Recompute::kFull;
     else return Status::InvalidArgument("--recompute: must be none, selective or full, got \"" + v + "\"");
+  }
+  if (vm.count("recompute-method")) {
+    const std::string v = vm["recompute-method"].as<std::string>();
+    if (v == "uniform") r.recompute_method = RecomputeMethod::kUniform;
+    else if (v == "block") r.recompute_method = RecomputeMethod::kBlock;
+    else return Status::InvalidArgument("--recompute-method: must be uniform or block, got \"" + v + "\"");
+    if (r.recompute != Recompute::kFull)
+      return Status::InvalidArgument("--recompute-method: needs --recompute full");
+  }
+  if (vm.count("recompute-num-layers")) {
+    r.recompute_layers = vm["recompute-num-layers"].as<int>();
+    if (r.recompute != Recompute::kFull)
+      return Status::InvalidArgument("--recompute-num-layers: needs --recompute full");
   }
   KP_ASSIGN_OR_RETURN(r.sequence_parallel, OnOff(vm, "sequence-parallel", r.sequence_parallel));
   KP_ASSIGN_OR_RETURN(r.distributed_optimizer, OnOff(vm, "distributed-optimizer", r.distributed_optimizer));

@@ -26,6 +26,10 @@ std::string PlacementLabel(const PlanKnobs& k) {
   return k.placement == Placement::kColocated ? "colocated" : "split " + std::to_string(k.rollout_gpus);
 }
 
+std::string KnobsRecompute(const PlanKnobs& k) {
+  return RecomputeLabel(k.recompute, k.recompute_method, k.recompute_layers);
+}
+
 std::string Gb(Bytes b) { return FormatFixed(b.value() / 1e9, 1); }
 
 std::string CandidateTable(const std::vector<SpaceCandidate>& list) {
@@ -37,7 +41,7 @@ std::string CandidateTable(const std::vector<SpaceCandidate>& list) {
     const StepTime& s = c.evaluation.step;
     t.AddRow({std::to_string(++i), PlacementLabel(c.knobs), ScheduleLabel(c), std::to_string(p.tp),
               std::to_string(p.pp), std::to_string(p.ep), std::to_string(p.etp), std::to_string(p.cp),
-              std::to_string(p.dp), std::to_string(c.knobs.micro_batch), RecomputeName(c.knobs.recompute),
+              std::to_string(p.dp), std::to_string(c.knobs.micro_batch), KnobsRecompute(c.knobs),
               c.evaluation.layer_split.ToString(), std::to_string(c.actor_gpus),
               Gb(c.evaluation.memory.actor.total()), Gb(c.headroom), FormatFixed(s.total.value(), 2),
               FormatFixed(s.tokens_per_s_per_gpu, 0), FormatFixed(100 * s.mfu, 1) + "%"});
@@ -58,6 +62,7 @@ json CandidateJson(const PlanRequest& req, const ParamCount& pc, const SpaceCand
   const PlanRequest r = ApplyKnobs(req, c.knobs, c.evaluation.plan, c.evaluation.layer_split);
   json j = EvaluationToJson(r, pc, c.evaluation);
   j["settings"] = {{"micro_batch", c.knobs.micro_batch}, {"recompute", RecomputeName(c.knobs.recompute)},
+                   {"recompute_method", RecomputeMethodJson(r)}, {"recompute_num_layers", RecomputeLayersJson(r)},
                    {"schedule", ScheduleName(c.knobs.schedule)}, {"vp", c.evaluation.plan.vp},
                    {"placement", c.knobs.placement == Placement::kColocated ? "colocated" : "split"},
                    {"rollout_gpus", c.knobs.rollout_gpus}, {"layer_split", c.evaluation.layer_split.ToString()}};
@@ -155,11 +160,19 @@ SpaceOptions OptionsFor(const po::variables_map& vm, const CliEnv& env, const Pl
   return o;
 }
 
+// The method flags of a full recompute other than plain uniform 1.
+std::string RecomputeFlags(const PlanKnobs& k) {
+  if (k.recompute != Recompute::kFull || (k.recompute_method == RecomputeMethod::kUniform && k.recompute_layers == 1))
+    return "";
+  return std::string(" --recompute-method ") + RecomputeMethodName(k.recompute_method) + " --recompute-num-layers " +
+         std::to_string(k.recompute_layers);
+}
+
 // The settings a plan needs beyond its sizes, as the flags that set them.
 std::string SettingsFlags(const SpaceCandidate& c) {
   std::string out = std::string("--schedule ") + ScheduleName(c.knobs.schedule) +
                     " --micro-batch " + std::to_string(c.knobs.micro_batch) + " --recompute " +
-                    RecomputeName(c.knobs.recompute) + " --layer-split " + c.evaluation.layer_split.ToString() +
+                    RecomputeName(c.knobs.recompute) + RecomputeFlags(c.knobs) + " --layer-split " + c.evaluation.layer_split.ToString() +
                     " --placement " + (c.knobs.placement == Placement::kColocated ? "colocated" : "split");
   if (c.knobs.placement == Placement::kSplit) out += " --rollout-gpus " + std::to_string(c.knobs.rollout_gpus);
   return out;

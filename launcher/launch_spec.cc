@@ -273,6 +273,11 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
   Flag(a, "--rollout-n", r.rollout_n);
   Flag(a, "--schedule", ScheduleName(r.schedule));
   Flag(a, "--recompute", RecomputeName(r.recompute));
+  // Plain full recomputation is uniform 1, the flags' defaults.
+  if (r.recompute == Recompute::kFull && (r.recompute_method != RecomputeMethod::kUniform || r.recompute_layers != 1)) {
+    Flag(a, "--recompute-method", RecomputeMethodName(r.recompute_method));
+    Flag(a, "--recompute-num-layers", r.recompute_layers);
+  }
   if (r.placement == Placement::kSplit) {
     Flag(a, "--placement", "split");
     Flag(a, "--rollout-gpus", r.rollout_gpus);
@@ -315,7 +320,7 @@ std::vector<std::string> DescribeLaunch(const Launch& l) {
   lines.push_back("Plan: " + r.model.name + " on " + std::to_string(r.nodes) + " x " + std::to_string(r.gpus_per_node) +
                   " " + r.gpu.name + " (" + std::to_string(r.world()) + " GPUs), " +
                   (r.mode == TrainMode::kLora ? "LoRA rank " + std::to_string(r.lora.rank) : std::string("full fine-tuning")) +
-                  ", schedule " + ScheduleName(r.schedule) + ", recompute " + RecomputeName(r.recompute) + ".");
+                  ", schedule " + ScheduleName(r.schedule) + ", recompute " + RecomputeLabel(r) + ".");
   lines.push_back("Layout: " + LayoutLine(l.plan()) + ".");
   lines.push_back("Stage split: " + l.evaluation.layer_split.ToString() + ", " + l.evaluation.split.ToString() + ".");
   if (l.teacher_nodes() > 0)

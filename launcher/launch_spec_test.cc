@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "launcher/launcher.h"
 #include "launcher/test_util.h"
 
@@ -176,6 +178,25 @@ TEST(LaunchSpec, NativeRunArgsCarryThePlan) {
     return s;
   }();
   EXPECT_NE(joined.find("--mode lora --lora-rank 32 --lora-alpha 64 "), std::string::npos) << joined;
+}
+
+// Plain full recomputation is the flags' default (uniform 1); a method or
+// count beyond it is carried.
+TEST(LaunchSpec, NativeRunArgsCarryTheRecomputeMethod) {
+  Launch l = SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative);
+  l.request.recompute = Recompute::kFull;
+  auto after = [](const std::vector<std::string>& args, const std::string& flag) {
+    auto it = std::find(args.begin(), args.end(), flag);
+    return it == args.end() || it + 1 == args.end() ? std::string("(absent)") : *(it + 1);
+  };
+  std::vector<std::string> args = NativeRunArgs(l, 0);
+  EXPECT_EQ(after(args, "--recompute"), "full");
+  EXPECT_EQ(after(args, "--recompute-method"), "(absent)");
+  l.request.recompute_method = RecomputeMethod::kBlock;
+  l.request.recompute_layers = 3;
+  args = NativeRunArgs(l, 0);
+  EXPECT_EQ(after(args, "--recompute-method"), "block");
+  EXPECT_EQ(after(args, "--recompute-num-layers"), "3");
 }
 
 TEST(LaunchSpec, NcclDefaultsAreTheSeeds) {

@@ -90,8 +90,8 @@ void AddActor(const Launch& l, OverrideList& o) {
   const std::string rc = m + "override_transformer_config.";
   o.Add(rc + "recompute_granularity", r.recompute == Recompute::kNone ? "null" : RecomputeName(r.recompute));
   if (r.recompute == Recompute::kFull) {
-    o.Add(rc + "recompute_method", "uniform");
-    o.Add(rc + "recompute_num_layers", 1);
+    o.Add(rc + "recompute_method", RecomputeMethodName(r.recompute_method));
+    o.Add(rc + "recompute_num_layers", r.recompute_layers);
   }
   o.Add("actor_rollout_ref.actor.ppo_mini_batch_size", r.global_batch);
   o.Add("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", r.micro_batch);

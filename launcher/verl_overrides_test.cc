@@ -111,8 +111,14 @@ TEST(VerlOverrides, FollowVpRecomputeAndTheTeacherPool) {
   EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size"), "2");
   EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity"), "full");
   EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method"), "uniform");
+  EXPECT_EQ(m.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers"), "1");
   EXPECT_EQ(m.at("actor_rollout_ref.model.path"), "'/data/kimi k2.6'");
   for (const auto& [k, v] : m) EXPECT_NE(k.rfind("distillation.", 0), 0u) << "no teacher pool, yet " << k;
+  l.request.recompute_method = RecomputeMethod::kBlock;
+  l.request.recompute_layers = 2;
+  const auto block = Overrides(l);
+  EXPECT_EQ(block.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method"), "block");
+  EXPECT_EQ(block.at("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers"), "2");
 }
 
 const std::string kFirst =

@@ -40,6 +40,14 @@ Status ValidateRequest(const PlanRequest& r) {
   if (r.sequences() > limits::kMaxBatch)
     return Status::InvalidArgument("--global-batch: global batch x rollout n = " + S(r.sequences()) +
                                    " sequences per step; at most " + S(limits::kMaxBatch));
+  if (r.recompute_layers <= 0)
+    return Status::InvalidArgument("--recompute-num-layers: must be a positive integer, got " + S(r.recompute_layers));
+  if (r.recompute != Recompute::kFull && r.recompute_method != RecomputeMethod::kUniform)
+    return Status::InvalidArgument(std::string("--recompute-method: applies to --recompute full only, got --recompute ") +
+                                   RecomputeName(r.recompute));
+  if (r.recompute != Recompute::kFull && r.recompute_layers != 1)
+    return Status::InvalidArgument(std::string("--recompute-num-layers: applies to --recompute full only, got --recompute ") +
+                                   RecomputeName(r.recompute));
   if (r.response_length < 0)
     return Status::InvalidArgument("--response-length: must be >= 0, got " + S(r.response_length));
   if (r.mode == TrainMode::kLora) {

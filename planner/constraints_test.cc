@@ -138,5 +138,22 @@ TEST(ConstraintsTest, RequestValuesAreChecked) {
   EXPECT_EQ(ValidateRequest(r).message(), "--moe-imbalance: must be >= 1");
 }
 
+// Megatron-LM's recompute method and layer count belong to full recomputation.
+TEST(ConstraintsTest, RecomputeMethodAndLayersNeedFullRecompute) {
+  PlanRequest r = H200Full();
+  r.recompute = Recompute::kFull;
+  r.recompute_method = RecomputeMethod::kBlock;
+  r.recompute_layers = 3;
+  EXPECT_TRUE(ValidateRequest(r).ok());
+  r.recompute_layers = 0;
+  EXPECT_EQ(ValidateRequest(r).message(), "--recompute-num-layers: must be a positive integer, got 0");
+  r.recompute_layers = 3;
+  r.recompute = Recompute::kSelective;
+  EXPECT_EQ(ValidateRequest(r).message(), "--recompute-method: applies to --recompute full only, got --recompute selective");
+  r.recompute_method = RecomputeMethod::kUniform;
+  r.recompute = Recompute::kNone;
+  EXPECT_EQ(ValidateRequest(r).message(), "--recompute-num-layers: applies to --recompute full only, got --recompute none");
+}
+
 }  // namespace
 }  // namespace kp

@@ -99,10 +99,14 @@ Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_bat
 }
 
 std::vector<int> StagesOfRank(ScheduleKind kind, int pp, int stages_per_rank, int rank) {
-  if (ScheduleIsVShaped(kind)) return {rank, 2 * pp - 1 - rank};
   std::vector<int> out;
-  for (int k = 0; k < stages_per_rank; ++k) out.push_back(rank + k * pp);
+  for (int k = 0; k < (ScheduleIsVShaped(kind) ? 2 : stages_per_rank); ++k) out.push_back(StageOfRank(kind, pp, rank, k));
   return out;
+}
+
+int StageOfRank(ScheduleKind kind, int pp, int rank, int k) {
+  if (ScheduleIsVShaped(kind)) return k == 0 ? rank : 2 * pp - 1 - rank;
+  return rank + k * pp;
 }
 
 int AttnResStackColumns(const ModelSpec& m, const StageLayers& st) {
@@ -188,34 +192,47 @@ double LoraParams(const ModelSpec& m, const LoraOptions& lora) {
   return total;
 }
 
-namespace {
-
-}  // namespace
-
-RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                        const ParamCount& pc, const std::vector<int>& stages) {
-  RankParams rp;
+RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, const ParamCount& pc,
+                              const std::vector<int>& stages) {
+  RankParamSums sums;
   const ModelSpec& m = req.model;
   for (int s : stages) {
     const StageLayers& st = split.stages[s];
     for (int l = st.first_layer; l < st.end_layer; ++l) {
       const LayerParams& lp = pc.layers[l];
-      rp.dense += (lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj) / p.tp + lp.router +
-                  lp.norms;
-      rp.expert += lp.routed_experts / (p.ep * p.etp);
+      sums.tp_sharded += lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj;
+      sums.replicated += lp.router + lp.norms;
+      sums.expert += lp.routed_experts;
       if (req.mode == TrainMode::kLora) {
         LayerLora ll = LoraOfLayer(m, l, req.lora);
-        rp.lora_dense += ll.tp_sharded / p.tp;
-        rp.lora_expert += ll.expert_sharded / (p.ep * p.etp);
+        sums.lora_tp_sharded += ll.tp_sharded;
+        sums.lora_expert += ll.expert_sharded;
       }
     }
-    if (st.embedding) rp.dense += pc.embedding / p.tp;
+    if (st.embedding) sums.tp_sharded += pc.embedding;
     // Tied embeddings: Megatron-LM keeps a copy of the word embeddings on the
     // last stage for the head (and all-reduces its gradient with the first).
     const double head = pc.head > 0 ? pc.head : (st.embedding ? 0 : pc.embedding);
-    if (st.head) rp.dense += head / p.tp + pc.final_norm;
+    if (st.head) {
+      sums.tp_sharded += head;
+      sums.replicated += pc.final_norm;
+    }
   }
+  return sums;
+}
+
+RankParams ShardParams(const RankParamSums& s, const ParallelPlan& p) {
+  RankParams rp;
+  rp.dense = s.tp_sharded / p.tp + s.replicated;
+  rp.expert = s.expert / (double(p.ep) * p.etp);
+  rp.lora_dense = s.lora_tp_sharded / p.tp;
+  rp.lora_expert = s.lora_expert / (double(p.ep) * p.etp);
   return rp;
+}
+
+RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                        const ParamCount& pc, const std::vector<int>& stages) {
+  return ShardParams(ParamSumsOfRank(req, split, pc, stages), p);
 }
 
 double ExpertBytesPerParam(const ModelSpec& m) {
@@ -247,19 +264,77 @@ void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams&
   r.optimizer = Bytes(3 * kFp32 * (rp.lora_dense / dense_shards + rp.lora_expert / expert_shards));
 }
 
-/// Activations and buffers of one micro-batch through one stage.
-Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, Recompute r) {
+// LayerActivationBytes of one request and plan by layer and recompute,
+// each layer shape priced once: a layer's bytes depend on its attention
+// kind and whether it is a MoE layer, nothing else of the layer.
+class LayerBytes {
+ public:
+  LayerBytes(const PlanRequest& req, const ParallelPlan& p) : req_(req), p_(p) {}
+  Bytes operator()(int layer, Recompute r) {
+    const ModelSpec& m = req_.model;
+    const int shape = static_cast<int>(m.attention[layer]) * 2 + (m.is_moe_layer(layer) ? 1 : 0);
+    std::optional<Bytes>& slot = memo_[shape * 3 + static_cast<int>(r)];
+    if (!slot)
+      slot = LayerActivationBytes(m, layer, req_.seq_length(), req_.micro_batch, p_, req_.sequence_parallel, r,
+                                  req_.flash_attention, req_.efficiency.moe_imbalance);
+    return *slot;
+  }
+
+ private:
+  const PlanRequest& req_;
+  const ParallelPlan& p_;
+  std::optional<Bytes> memo_[3 * 2 * 3];  // attention kinds x MoE or not x recompute settings
+};
+
+Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, LayerBytes& layer) {
   const ModelSpec& m = req.model;
+  const bool groups = req.recompute == Recompute::kFull && req.recompute_method == RecomputeMethod::kUniform;
   double bytes = 0;
-  for (int l = st.first_layer; l < st.end_layer; ++l)
-    bytes += LayerActivationBytes(m, l, req.seq_length(), req.micro_batch, p, req.sequence_parallel, r,
-                                  req.flash_attention, req.efficiency.moe_imbalance)
-                 .value();
+  for (int l = st.first_layer; l < st.end_layer; ++l) {
+    const int index = l - st.first_layer;
+    // A uniform group keeps only its first layer's input.
+    if (groups && index % req.recompute_layers != 0) continue;
+    bytes += layer(l, LayerRecompute(req, index)).value();
+  }
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const double column = kBf16 * m.hidden * tokens / (req.sequence_parallel ? p.tp : 1);
   bytes += AttnResStackColumns(m, st) * column;
   return Bytes(bytes);
 }
+
+// The largest group (uniform) or layer (block) full recomputation redoes at
+// once in one stage, with every activation.
+Bytes StageWorkingSet(const PlanRequest& req, const StageLayers& st, LayerBytes& layer) {
+  if (req.recompute != Recompute::kFull) return Bytes(0);
+  // Uniform redoes a group at a time; block one layer at a time.
+  const bool uniform = req.recompute_method == RecomputeMethod::kUniform;
+  const int group = uniform ? req.recompute_layers : 1;
+  const int end = uniform ? st.end_layer : std::min(st.end_layer, st.first_layer + req.recompute_layers);
+  Bytes most;
+  for (int g = st.first_layer; g < end; g += group) {
+    Bytes sum;
+    for (int l = g; l < std::min(end, g + group); ++l) sum += layer(l, Recompute::kNone);
+    most = std::max(most, sum);
+  }
+  return most;
+}
+
+}  // namespace
+
+Bytes StageActivationBytes(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st) {
+  LayerBytes layer(req, p);
+  return StageActivation(req, p, st, layer);
+}
+
+Bytes RecomputeWorkingSet(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                          const std::vector<int>& stages) {
+  LayerBytes layer(req, p);
+  Bytes most;
+  for (int s : stages) most = std::max(most, StageWorkingSet(req, split.stages[s], layer));
+  return most;
+}
+
+namespace {
 
 Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
@@ -267,12 +342,9 @@ Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
   return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
 }
 
-Bytes LargestLayerActivation(const PlanRequest& req, const ParallelPlan& p) {
+Bytes LargestLayerActivation(const PlanRequest& req, LayerBytes& layer) {
   Bytes best;
-  for (int l = 0; l < req.model.layers; ++l)
-    best = std::max(best, LayerActivationBytes(req.model, l, req.seq_length(), req.micro_batch, p,
-                                               req.sequence_parallel, Recompute::kNone,
-                                               req.flash_attention, req.efficiency.moe_imbalance));
+  for (int l = 0; l < req.model.layers; ++l) best = std::max(best, layer(l, Recompute::kNone));
   return best;
 }
 
@@ -285,55 +357,55 @@ Bytes DispatchBuffers(const PlanRequest& req, const ParallelPlan& p) {
   return Bytes(2 * copies * kBf16 * in);  // all-to-all send and receive buffers
 }
 
+// The actor on pipeline rank `rank`, whose parameters are `params`; the
+// readable parts (RoleMemory::details) only when `details` is set, as a
+// report names only its worst rank's.
 RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                       const ParamCount& pc, int rank, Bytes largest_layer) {
+                       const RankParams& params, int rank, LayerBytes& layer, bool details) {
   RoleMemory r;
   r.rank = rank;
   const int spr = StagesPerRank(req.schedule, p.vp);
-  const std::vector<int> stages = StagesOfRank(req.schedule, p.pp, spr, rank);
-  FillStates(req, p, ParamsOfRank(req, p, split, pc, stages), r);
+  FillStates(req, p, params, r);
 
   const int microbatches = static_cast<int>(req.sequences() / (p.dp * req.micro_batch));
-  Bytes chunk;
+  Bytes chunk, working;
   bool has_head = false;
-  for (int s : stages) {
-    chunk = std::max(chunk, StageActivation(req, p, split.stages[s], req.recompute));
-    has_head |= split.stages[s].head;
+  for (int k = 0; k < spr; ++k) {
+    const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
+    chunk = std::max(chunk, StageActivation(req, p, st, layer));
+    working = std::max(working, StageWorkingSet(req, st, layer));
+    has_head |= st.head;
   }
   const int inflight = PeakInflightChunks(req.schedule, p.pp, spr, microbatches, rank);
   r.activations = chunk * inflight;
-  r.details.push_back({"in-flight chunks x " + std::to_string(inflight), r.activations});
+  if (details) r.details.push_back({"in-flight chunks x " + std::to_string(inflight), r.activations});
   if (req.recompute == Recompute::kFull) {
-    r.activations += largest_layer;
-    r.details.push_back({"recompute working set", largest_layer});
+    r.activations += working;
+    if (details) r.details.push_back({"recompute working set", working});
   }
   if (has_head) {
     const Bytes logits = LogitsBytes(req, p);
     r.activations += logits;
-    r.details.push_back({"logits", logits});
+    if (details) r.details.push_back({"logits", logits});
   }
   const Bytes dispatch = DispatchBuffers(req, p);
   r.other = dispatch + kRuntimeReserve;
-  if (dispatch.value() > 0) r.details.push_back({"MoE dispatch buffers", dispatch});
-  r.details.push_back({"CUDA/NCCL reserve", kRuntimeReserve});
+  if (details && dispatch.value() > 0) r.details.push_back({"MoE dispatch buffers", dispatch});
+  if (details) r.details.push_back({"CUDA/NCCL reserve", kRuntimeReserve});
   r.capacity = req.gpu.memory;
   return r;
 }
 
-RoleMemory Reference(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                     const ParamCount& pc, int rank, Bytes largest_layer) {
+RoleMemory Reference(const PlanRequest& req, const RankParams& params, int rank, Bytes largest_layer,
+                     const ParallelPlan& p, bool details) {
   RoleMemory r;
   r.rank = rank;
   r.capacity = req.gpu.memory;
   // Under LoRA the self-teacher is the actor with its adapters switched off:
   // no second copy of the base.
-  if (req.mode == TrainMode::kFull) {
-    const int spr = StagesPerRank(req.schedule, p.vp);
-    RankParams rp = ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank));
-    r.weights = Bytes(kBf16 * (rp.dense + rp.expert));
-  }
+  if (req.mode == TrainMode::kFull) r.weights = Bytes(kBf16 * (params.dense + params.expert));
   r.activations = largest_layer + LogitsBytes(req, p);
-  r.details.push_back({"one layer + logits, forward only", r.activations});
+  if (details) r.details.push_back({"one layer + logits, forward only", r.activations});
   return r;
 }
 
@@ -387,29 +459,73 @@ std::string Over(const std::string& role, const RoleMemory& r, const GpuSpec& gp
 
 }  // namespace
 
+std::vector<RankParams> ParamsOfRanks(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                                      const ParamCount& pc) {
+  const int spr = StagesPerRank(req.schedule, p.vp);
+  std::vector<RankParams> out;
+  for (int rank = 0; rank < p.pp; ++rank)
+    out.push_back(ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank)));
+  return out;
+}
+
 Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                        const ParamCount& pc) {
-  const int spr = StagesPerRank(req.schedule, p.vp);
+  return ActorMemoryFloor(req, p, ParamsOfRanks(req, p, split, pc));
+}
+
+Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
   Bytes most;
-  for (int rank = 0; rank < p.pp; ++rank) {
+  for (const RankParams& rp : ranks) {
     RoleMemory r;
-    FillStates(req, p, ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank)), r);
+    FillStates(req, p, rp, r);
     most = std::max(most, r.weights + r.grads + r.optimizer);
   }
   // ActorOnRank's `other` is the dispatch buffers plus this reserve.
   return most + kRuntimeReserve;
 }
 
-MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                            const ParamCount& pc) {
-  MemoryReport out;
-  const Bytes largest = LargestLayerActivation(req, p);
-  for (int rank = 0; rank < p.pp; ++rank) {
-    RoleMemory a = ActorOnRank(req, p, split, pc, rank, largest);
-    if (rank == 0 || a.total() > out.actor.total()) out.actor = a;
-    RoleMemory ref = Reference(req, p, split, pc, rank, largest);
-    if (rank == 0 || ref.total() > out.reference.total()) out.reference = ref;
+Bytes HeadroomCeiling(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
+  Bytes most_states, least_states, reference;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    RoleMemory r;
+    FillStates(req, p, ranks[i], r);
+    const Bytes states = r.weights + r.grads + r.optimizer;
+    most_states = std::max(most_states, states);
+    if (i == 0 || states < least_states) least_states = states;
+    if (req.mode == TrainMode::kFull) reference = std::max(reference, Bytes(kBf16 * (ranks[i].dense + ranks[i].expert)));
   }
+  // most_states + the reserve is ActorMemoryFloor.
+  Bytes peak = most_states + kRuntimeReserve + reference;
+  if (req.placement == Placement::kColocated)
+    peak = std::max(peak, least_states + reference + req.gpu.memory * req.gpu_memory_utilization);
+  // Reference::weights is the heaviest rank's up to rounding in the
+  // comparison that picks it: shaved, as a ceiling may only be higher.
+  return req.gpu.memory - peak * (1 - 1e-9);
+}
+
+MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                            const ParamCount& pc, const std::vector<RankParams>* ranks) {
+  MemoryReport out;
+  const std::vector<RankParams> own = ranks ? std::vector<RankParams>() : ParamsOfRanks(req, p, split, pc);
+  const std::vector<RankParams>& params = ranks ? *ranks : own;
+  LayerBytes layer(req, p);
+  const Bytes largest = LargestLayerActivation(req, layer);
+  int worst_actor = 0, worst_reference = 0;
+  Bytes actor_total, reference_total;
+  for (int rank = 0; rank < p.pp; ++rank) {
+    const Bytes a = ActorOnRank(req, p, split, params[rank], rank, layer, false).total();
+    if (rank == 0 || a > actor_total) {
+      actor_total = a;
+      worst_actor = rank;
+    }
+    const Bytes ref = Reference(req, params[rank], rank, largest, p, false).total();
+    if (rank == 0 || ref > reference_total) {
+      reference_total = ref;
+      worst_reference = rank;
+    }
+  }
+  out.actor = ActorOnRank(req, p, split, params[worst_actor], worst_actor, layer, true);
+  out.reference = Reference(req, params[worst_reference], worst_reference, largest, p, true);
   out.rollout = Rollout(req, p, pc);
   out.rollout_kv_per_sequence = KvPerSequence(req, p);
   const Bytes kv_budget = out.rollout.other - kRuntimeReserve;

@@ -64,9 +64,27 @@ Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_bat
                            const ParallelPlan& p, bool sequence_parallel, Recompute r,
                            bool flash, double moe_imbalance);
 
+/// What one micro-batch leaves stored in one stage (a pipeline chunk)
+/// between its forward and its backward under req's recompute setting: per
+/// layer LayerActivationBytes of LayerRecompute's setting (full block N: the
+/// first N layers' inputs, every activation of the rest), except that
+/// full uniform N keeps only the input of each group of N layers; plus the
+/// attention-residual stack columns (AttnResStackColumns).
+Bytes StageActivationBytes(const PlanRequest& req, const ParallelPlan& p, const StageLayers& stage);
+
+/// What full recomputation materialises at once in a backward on the rank
+/// holding `stages`: the largest recomputed group (uniform N: N consecutive
+/// layers of a chunk, the last group of a chunk possibly shorter) or layer
+/// (block), with every activation (Recompute::kNone); zero unless req
+/// recomputes fully. Counted once per rank, beside its in-flight chunks.
+Bytes RecomputeWorkingSet(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                          const std::vector<int>& stages);
+
 /// The stage indices rank `rank` holds: rank + k*pp for loop schedules,
 /// {rank, 2pp-1-rank} for V-shaped ones.
 std::vector<int> StagesOfRank(ScheduleKind kind, int pp, int stages_per_rank, int rank);
+/// StagesOfRank(kind, pp, stages_per_rank, rank)[k], without the list.
+int StageOfRank(ScheduleKind kind, int pp, int rank, int k);
 
 /// Attention-residual stack columns a stage stores for one micro-batch:
 /// the stack it receives plus every stack a block start inside it creates.
@@ -80,6 +98,26 @@ struct RankParams {
 };
 RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                         const ParamCount& pc, const std::vector<int>& stages);
+
+/// The parameters of the given stages before TP and EP cut them: what
+/// ParamsOfRank divides (so that a search can keep them across layouts that
+/// differ in tp, ep and etp only, and get ParamsOfRank's values exactly).
+struct RankParamSums {
+  double tp_sharded = 0;   ///< cut by tp: attention, dense FFN, shared experts, latents, embedding, head
+  double replicated = 0;   ///< on every TP rank: router, norms
+  double expert = 0;       ///< routed experts, cut by ep x etp
+  double lora_tp_sharded = 0, lora_expert = 0;
+};
+RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, const ParamCount& pc,
+                              const std::vector<int>& stages);
+/// ParamsOfRank from the sums: tp_sharded / tp + replicated, expert / (ep etp).
+RankParams ShardParams(const RankParamSums& sums, const ParallelPlan& p);
+
+/// ParamsOfRank of every pipeline rank, rank 0 first, each for the stages
+/// req.schedule gives it (StagesOfRank). They depend on the plan's tp, pp,
+/// vp, ep and etp, not on its dp or cp.
+std::vector<RankParams> ParamsOfRanks(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                                      const ParamCount& pc);
 
 /// LoRA adapter parameters over the whole model (before any sharding).
 double LoraParams(const ModelSpec& m, const LoraOptions& lora);
@@ -96,10 +134,22 @@ double ExpertBytesPerParam(const ModelSpec& m);
 /// prunes a layout whose floor exceeds the GPU.
 Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
                        const ParamCount& params);
+/// The same from the ranks' parameters (ParamsOfRanks of a plan that
+/// differs from `plan` at most in dp and cp), without visiting the layers.
+Bytes ActorMemoryFloor(const PlanRequest& req, const ParallelPlan& plan, const std::vector<RankParams>& ranks);
 
-/// The full report. `split` is the pipeline split the actor uses.
+/// A ceiling on the GPU memory a plan leaves at its peak (the GPU less the
+/// largest colocated phase, or less actor + reference when split), for
+/// every micro-batch size and recompute setting, from the ranks' parameters
+/// as above: the GPU less ActorMemoryFloor and the reference's weights (the
+/// heaviest rank's), and colocated less the least rank's states, those
+/// weights and the rollout's share. Below zero: no setting fits.
+Bytes HeadroomCeiling(const PlanRequest& req, const ParallelPlan& plan, const std::vector<RankParams>& ranks);
+
+/// The full report. `split` is the pipeline split the actor uses; `ranks`
+/// (optional) are the plan's ParamsOfRanks when the caller has them.
 MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& plan, const StageSplit& split,
-                            const ParamCount& params);
+                            const ParamCount& params, const std::vector<RankParams>* ranks = nullptr);
 
 }  // namespace kp
 

@@ -52,6 +52,75 @@ TEST_F(KorthikantiTest, FlashAttentionDropsTheQuadraticTerm) {
   EXPECT_DOUBLE_EQ(flash, s * b * h * 34 + 4 * a * s * b);
 }
 
+// Megatron-LM's full recomputation by method and layer count, on a stage of
+// L = 8 GPT layers with TP 8 and SP: a layer keeps sbh/t (34 + 5as/h)
+// without recomputation and its input, 2sbh/t, when recomputed.
+class RecomputeMethodTest : public ::testing::Test {
+ protected:
+  static constexpr double s = 2048, b = 1, h = 4096, a = 32, t = 8, L = 8, V = 51200;
+  const double full = s * b * h / t * (34 + 5 * a * s / h);
+  const double input = 2 * s * b * h / t;
+  PlanRequest r;
+  StageSplit split{{StageLayers{0, 8, true, true}}};
+  void SetUp() override {
+    r.model = Gpt(8, 4096, 32, 51200);
+    r.gpu = testing::Gpu("h200");
+    r.prompt_length = 2048;
+    r.response_length = 0;
+    r.global_batch = 1;
+    r.flash_attention = false;
+    r.plan.tp = 8;
+    r.recompute = Recompute::kFull;
+  }
+  void Set(RecomputeMethod m, int n) {
+    r.recompute_method = m;
+    r.recompute_layers = n;
+  }
+  double Stage() { return StageActivationBytes(r, r.plan, split.stages[0]).value(); }
+  double Working() { return RecomputeWorkingSet(r, r.plan, split, {0}).value(); }
+};
+
+TEST_F(RecomputeMethodTest, BlockKeepsTheInputsOfTheFirstNAndEverythingOfTheRest) {
+  for (int n : {1, 3, 7}) {
+    Set(RecomputeMethod::kBlock, n);
+    EXPECT_DOUBLE_EQ(Stage(), n * input + (L - n) * full) << n;
+    EXPECT_DOUBLE_EQ(Working(), full) << n;  // one layer recomputed at a time
+  }
+  // N at or beyond the stage's layers recomputes them all: plain full.
+  for (int n : {8, 20}) {
+    Set(RecomputeMethod::kBlock, n);
+    EXPECT_DOUBLE_EQ(Stage(), L * input) << n;
+    EXPECT_DOUBLE_EQ(Working(), full) << n;
+  }
+}
+
+TEST_F(RecomputeMethodTest, UniformKeepsOneInputPerGroupAndRecomputesAGroupAtATime) {
+  // groups of 1 (plain full), 2, 3 (3 + 3 + 2), 8 and 20 (one group)
+  const std::pair<int, double> groups[] = {{1, 8}, {2, 4}, {3, 3}, {8, 1}, {20, 1}};
+  for (const auto& [n, count] : groups) {
+    Set(RecomputeMethod::kUniform, n);
+    EXPECT_DOUBLE_EQ(Stage(), count * input) << n;
+    EXPECT_DOUBLE_EQ(Working(), std::min<double>(n, L) * full) << n;
+  }
+  r.recompute = Recompute::kSelective;
+  Set(RecomputeMethod::kUniform, 1);
+  EXPECT_DOUBLE_EQ(Working(), 0);
+}
+
+// The actor's activations on one rank without a pipeline: one micro-batch
+// in flight, the recompute working set once, and the head's fp32 logits
+// with their bf16 gradient (s b V / t x 6 bytes).
+TEST_F(RecomputeMethodTest, TheActorAddsTheWorkingSetOnceBesideItsChunks) {
+  r.nodes = 1;
+  r.gpus_per_node = 8;
+  const ParamCount pc = CountParams(r.model);
+  const double logits = s * b * V / t * 6;
+  Set(RecomputeMethod::kBlock, 3);
+  EXPECT_DOUBLE_EQ(EstimateMemory(r, r.plan, split, pc).actor.activations.value(), 3 * input + 5 * full + full + logits);
+  Set(RecomputeMethod::kUniform, 4);
+  EXPECT_DOUBLE_EQ(EstimateMemory(r, r.plan, split, pc).actor.activations.value(), 2 * input + 4 * full + logits);
+}
+
 TEST(MemoryModelTest, ContextParallelSplitsTheSequence) {
   ModelSpec m = Gpt(2, 1024, 16, 1000);
   ParallelPlan p1, p4;

@@ -73,7 +73,7 @@ std::vector<PlanTerm> CompareTerms(const PlanRequest& ar, const PlanEvaluation& 
   add("schedule", set, ScheduleName(ar.schedule), ScheduleName(br.schedule));
   add("micro-batch", set, ar.micro_batch, br.micro_batch);
   add("micro-batches per DP rank", set, a.step.microbatches, b.step.microbatches);
-  add("recompute", set, RecomputeName(ar.recompute), RecomputeName(br.recompute));
+  add("recompute", set, RecomputeLabel(ar), RecomputeLabel(br));
   add("layer split", set, SplitSummary(a), SplitSummary(b));
   add("placement", set, PlacementOf(ar), PlacementOf(br));
   add("rollout", set, RolloutOf(a.plan), RolloutOf(b.plan));

@@ -13,6 +13,14 @@ json PlanToJson(const ParallelPlan& p) {
           {"rollout_tp", p.rollout_tp}, {"rollout_ep", p.rollout_ep}, {"rollout_dp", p.rollout_dp}};
 }
 
+json RecomputeMethodJson(const PlanRequest& r) {
+  return r.recompute == Recompute::kFull ? json(RecomputeMethodName(r.recompute_method)) : json(nullptr);
+}
+
+json RecomputeLayersJson(const PlanRequest& r) {
+  return r.recompute == Recompute::kFull ? json(r.recompute_layers) : json(nullptr);
+}
+
 json RequestToJson(const PlanRequest& r) {
   json lora = nullptr;
   if (r.mode == TrainMode::kLora)
@@ -25,6 +33,7 @@ json RequestToJson(const PlanRequest& r) {
       {"prompt_length", r.prompt_length}, {"response_length", r.response_length},
       {"global_batch", r.global_batch}, {"micro_batch", r.micro_batch}, {"rollout_n", r.rollout_n},
       {"schedule", ScheduleName(r.schedule)}, {"recompute", RecomputeName(r.recompute)},
+      {"recompute_method", RecomputeMethodName(r.recompute_method)}, {"recompute_num_layers", r.recompute_layers},
       {"optimizer_sync", r.optimizer_sync ? json(OptimizerSyncName(*r.optimizer_sync)) : json(nullptr)},
       {"p2p", r.send_mode ? json(SendModeName(*r.send_mode)) : json(nullptr)},
       {"sequence_parallel", r.sequence_parallel}, {"distributed_optimizer", r.distributed_optimizer},
@@ -76,6 +85,10 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     }
     const std::string rc = j.at("recompute");
     r.recompute = rc == "none" ? Recompute::kNone : rc == "full" ? Recompute::kFull : Recompute::kSelective;
+    // Records from before the recompute methods recomputed fully as uniform 1.
+    r.recompute_method =
+        j.value("recompute_method", std::string("uniform")) == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+    r.recompute_layers = j.value("recompute_num_layers", 1);
     r.sequence_parallel = j.at("sequence_parallel");
     r.distributed_optimizer = j.at("distributed_optimizer");
     r.bf16 = j.at("dtype") == "bf16";
@@ -132,6 +145,9 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
       {"violations", e.violations},
       {"plan", PlanToJson(e.plan)},
       {"schedule", ScheduleName(req.schedule)},
+      {"recompute", RecomputeName(req.recompute)},
+      {"recompute_method", RecomputeMethodJson(req)},
+      {"recompute_num_layers", RecomputeLayersJson(req)},
       {"optimizer_sync", OptimizerSyncName(req.step_sync())},
       {"p2p", SendModeName(req.p2p())},
       {"split", e.split.ToString()},

@@ -14,6 +14,10 @@ namespace kp {
 extern const char* const kPlanSchema;
 
 nlohmann::json PlanToJson(const ParallelPlan& p);
+/// The request's recompute method ("uniform" | "block") and layer count
+/// (N) as JSON values: null unless it recomputes fully.
+nlohmann::json RecomputeMethodJson(const PlanRequest& req);
+nlohmann::json RecomputeLayersJson(const PlanRequest& req);
 /// The whole request, the model and GPU specs included, so a recorded plan
 /// can be evaluated again (RequestFromJson) without its presets.
 nlohmann::json RequestToJson(const PlanRequest& req);

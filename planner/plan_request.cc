@@ -11,6 +11,24 @@ const char* RecomputeName(Recompute r) {
   return "?";
 }
 
+const char* RecomputeMethodName(RecomputeMethod m) {
+  return m == RecomputeMethod::kUniform ? "uniform" : "block";
+}
+
+std::string RecomputeLabel(Recompute r, RecomputeMethod method, int layers) {
+  if (r != Recompute::kFull || (method == RecomputeMethod::kUniform && layers == 1)) return RecomputeName(r);
+  return std::string("full ") + RecomputeMethodName(method) + " " + std::to_string(layers);
+}
+
+std::string RecomputeLabel(const PlanRequest& r) {
+  return RecomputeLabel(r.recompute, r.recompute_method, r.recompute_layers);
+}
+
+Recompute LayerRecompute(const PlanRequest& r, int index) {
+  if (r.recompute != Recompute::kFull || r.recompute_method == RecomputeMethod::kUniform) return r.recompute;
+  return index < r.recompute_layers ? Recompute::kFull : Recompute::kNone;
+}
+
 const char* LoraExpertsName(LoraExperts e) {
   return e == LoraExperts::kSharedOuter ? "shared-outer" : "per-expert";
 }

@@ -36,6 +36,14 @@ struct ParallelPlan {
 enum class TrainMode { kFull, kLora };
 enum class LoraExperts { kSharedOuter, kPerExpert };
 enum class Recompute { kNone, kSelective, kFull };
+/// Which layers full recomputation (Recompute::kFull) redoes, Megatron-LM's
+/// --recompute-method with --recompute-num-layers N, per pipeline chunk (a
+/// stage; each virtual stage of interleaving and the V schedules):
+/// uniform cuts the chunk's layers into groups of N, keeps only each
+/// group's input and recomputes every layer (N = 1 is plain full
+/// recomputation); block recomputes the chunk's first N layers, keeping
+/// their inputs, and keeps every activation of the rest.
+enum class RecomputeMethod { kUniform, kBlock };
 enum class Placement { kColocated, kSplit };
 
 /// LoRA adapters over a frozen base. The default targets, attention
@@ -82,6 +90,9 @@ struct PlanRequest {
   /// How pipeline ranks send to each other; unset: async (kimi-plan's runtime).
   std::optional<SendMode> send_mode;
   Recompute recompute = Recompute::kSelective;
+  /// With full recompute only (else uniform and 1, as ValidateRequest holds).
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  int recompute_layers = 1;    ///< --recompute-num-layers: N of the method
   bool sequence_parallel = true;
   bool distributed_optimizer = true;
   bool bf16 = true;            ///< false: fp16 (same sizes, fp16 peak)
@@ -111,6 +122,17 @@ struct PlanRequest {
 };
 
 const char* RecomputeName(Recompute r);
+const char* RecomputeMethodName(RecomputeMethod m);
+/// The setting as one word or phrase: "none", "selective", "full" (uniform
+/// groups of one layer), "full uniform N" or "full block N".
+std::string RecomputeLabel(Recompute r, RecomputeMethod method, int layers);
+/// RecomputeLabel of the request's setting.
+std::string RecomputeLabel(const PlanRequest& r);
+/// How the layer at `index` of a pipeline chunk (0: the chunk's first) is
+/// recomputed in backward: under full, kFull for every layer (uniform) or
+/// for the chunk's first recompute_layers (block) and kNone for the rest of
+/// block's; otherwise the request's setting.
+Recompute LayerRecompute(const PlanRequest& r, int index);
 const char* LoraExpertsName(LoraExperts e);
 
 }  // namespace kp

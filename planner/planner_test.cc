@@ -84,11 +84,23 @@ TEST(PlannerTest, RequestsRoundTripThroughTheirRecord) {
   PlanRequest r = Seed("h200", 2, ParallelPlan{4, 1, 1, 4, 1, 1, 4, 8, 8, 1}, TrainMode::kLora);
   r.lora.experts = LoraExperts::kPerExpert;
   r.recompute = Recompute::kFull;
+  r.recompute_method = RecomputeMethod::kBlock;
+  r.recompute_layers = 3;
   r.schedule = ScheduleKind::kZbH1;
   r.efficiency.moe_imbalance = 1.5;
   auto back = RequestFromJson(RequestToJson(r));
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(RequestToJson(*back), RequestToJson(r));
+  EXPECT_EQ(back->recompute_method, RecomputeMethod::kBlock);
+  EXPECT_EQ(back->recompute_layers, 3);
+  // A record from before the methods recomputed fully as uniform 1.
+  nlohmann::json old = RequestToJson(r);
+  old.erase("recompute_method");
+  old.erase("recompute_num_layers");
+  auto plain = RequestFromJson(old);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->recompute_method, RecomputeMethod::kUniform);
+  EXPECT_EQ(plain->recompute_layers, 1);
   const ParamCount pc = CountParams(r.model);
   auto a = PlanFixed(r, pc), b = PlanFixed(*back, pc);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -25,18 +25,19 @@ std::vector<int> VpChoices(const PlanRequest& req) {
 
 }  // namespace
 
-std::optional<ParallelPlan> ChooseRollout(const PlanRequest& req, const ParamCount& pc) {
+namespace {
+
+// The engines of at most `max_gpus` GPUs, fewest GPUs first, then more tp.
+std::vector<ParallelPlan> RolloutCandidates(const PlanRequest& req, std::int64_t max_gpus) {
   const ModelSpec& m = req.model;
-  const int pool = req.rollout_pool_gpus();
   std::vector<ParallelPlan> options;
   for (int tp : Divisors(req.gpus_per_node, req.gpus_per_node)) {
     if (m.heads % tp != 0) continue;
-    for (int dp = 1; tp * dp <= pool; dp *= 2) {
+    for (std::int64_t dp = 1; tp * dp <= max_gpus; dp *= 2) {
       ParallelPlan p;
       p.rollout_tp = tp;
-      p.rollout_dp = dp;
-      p.rollout_ep = m.is_moe() ? tp * dp : 1;
-      if (pool % (tp * dp) != 0) continue;
+      p.rollout_dp = static_cast<int>(dp);
+      p.rollout_ep = m.is_moe() ? static_cast<int>(tp * dp) : 1;
       if (m.is_moe() && m.moe.num_experts % p.rollout_ep != 0) continue;
       if (!m.is_moe() && dp > 1) continue;
       options.push_back(p);
@@ -47,14 +48,31 @@ std::optional<ParallelPlan> ChooseRollout(const PlanRequest& req, const ParamCou
       return a.rollout_gpus_per_engine() < b.rollout_gpus_per_engine();
     return a.rollout_tp > b.rollout_tp;
   });
-  for (const ParallelPlan& r : options) {
-    // The rollout's memory does not depend on the actor's layout: check it
-    // with a trivial actor split.
-    MemoryReport mem = EstimateMemory(req, r, StageSplit{{StageLayers{0, m.layers, true, true}}}, pc);
-    const Bytes need = mem.rollout.weights + mem.rollout.activations + GB(2.0) + mem.rollout_kv_per_sequence;
-    if (need <= mem.rollout.capacity) return r;
-  }
+  return options;
+}
+
+bool RolloutFits(const PlanRequest& req, const ParamCount& pc, const ParallelPlan& r) {
+  // The rollout's memory does not depend on the actor's layout: check it
+  // with a trivial actor split.
+  MemoryReport mem = EstimateMemory(req, r, StageSplit{{StageLayers{0, req.model.layers, true, true}}}, pc);
+  const Bytes need = mem.rollout.weights + mem.rollout.activations + GB(2.0) + mem.rollout_kv_per_sequence;
+  return need <= mem.rollout.capacity;
+}
+
+}  // namespace
+
+std::optional<ParallelPlan> ChooseRollout(const PlanRequest& req, const ParamCount& pc) {
+  const std::int64_t pool = req.rollout_pool_gpus();
+  for (const ParallelPlan& r : RolloutCandidates(req, pool))
+    if (pool % r.rollout_gpus_per_engine() == 0 && RolloutFits(req, pc, r)) return r;
   return std::nullopt;
+}
+
+std::vector<ParallelPlan> FittingRollouts(const PlanRequest& req, const ParamCount& pc, std::int64_t max_gpus) {
+  std::vector<ParallelPlan> out;
+  for (const ParallelPlan& r : RolloutCandidates(req, max_gpus))
+    if (RolloutFits(req, pc, r)) out.push_back(r);
+  return out;
 }
 
 std::vector<ParallelPlan> EnumeratePlans(const PlanRequest& req) {

@@ -27,6 +27,10 @@ std::vector<ParallelPlan> EnumeratePlans(const PlanRequest& req);
 /// The rollout engine with the fewest GPUs whose weights and one sequence's
 /// KV fit, preferring tensor over data parallelism; nullopt when none fits.
 std::optional<ParallelPlan> ChooseRollout(const PlanRequest& req, const ParamCount& pc);
+/// Every engine ChooseRollout considers that fits in req's placement, up to
+/// `max_gpus` GPUs, in its order of preference: ChooseRollout of a pool is
+/// the first of them whose size divides the pool.
+std::vector<ParallelPlan> FittingRollouts(const PlanRequest& req, const ParamCount& pc, std::int64_t max_gpus);
 
 /// `cache` (optional) remembers layer prices; one cache may serve requests
 /// that differ only in their cluster's size (FindNearestFit's).

@@ -14,7 +14,6 @@ namespace kp {
 
 namespace {
 
-constexpr Recompute kRecomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
 constexpr int kCpChoices[] = {1, 2, 4, 8, 16};
 
 // Divisors of n up to `limit`, ascending; O(sqrt n), as n can be a batch
@@ -56,6 +55,37 @@ std::vector<SchedulePick> SchedulesFor(const std::vector<ScheduleKind>& kinds, i
   return out;
 }
 
+// One recompute setting of the space.
+struct RecomputeSetting {
+  Recompute rc = Recompute::kNone;
+  RecomputeMethod method = RecomputeMethod::kUniform;
+  int layers = 1;
+  void ApplyTo(PlanRequest& r) const {
+    r.recompute = rc;
+    r.recompute_method = method;
+    r.recompute_layers = layers;
+  }
+};
+
+int LargestChunk(const StageSplit& split) {
+  int most = 0;
+  for (const StageLayers& s : split.stages) most = std::max(most, s.layer_count());
+  return most;
+}
+
+// The settings of a layout whose largest chunk (stage) holds `chunk`
+// layers: none, selective, full (uniform 1), block 1 to chunk - 1 and
+// uniform 2 to chunk. Block N >= chunk recomputes what full does, and
+// uniform N > chunk keeps what uniform chunk keeps.
+std::vector<RecomputeSetting> RecomputeSettings(int chunk) {
+  std::vector<RecomputeSetting> out = {{Recompute::kNone}, {Recompute::kSelective}, {Recompute::kFull}};
+  for (int n = 1; n < chunk; ++n) out.push_back({Recompute::kFull, RecomputeMethod::kBlock, n});
+  for (int n = 2; n <= chunk; ++n) out.push_back({Recompute::kFull, RecomputeMethod::kUniform, n});
+  return out;
+}
+
+long long RecomputeCount(int chunk) { return 3 + 2LL * std::max(0, chunk - 1); }
+
 // What orders and dominates candidates, without the evaluation.
 struct Point {
   Seconds time;
@@ -68,7 +98,8 @@ struct Point {
   auto Key() const {
     return std::make_tuple(time, gpus, Bytes() - headroom, int(knobs.placement), knobs.rollout_gpus, plan.tp, plan.cp,
                            plan.pp, plan.dp, plan.ep, plan.etp, plan.vp, int(knobs.schedule), int(split),
-                           knobs.micro_batch, int(knobs.recompute));
+                           knobs.micro_batch, int(knobs.recompute), int(knobs.recompute_method),
+                           knobs.recompute_layers);
   }
 };
 
@@ -153,22 +184,41 @@ class Results {
 // A layout that passed the structural rules and the memory floor, with
 // the floor of its step time, waiting to be priced.
 struct Layout {
-  int placement;
   ParallelPlan plan;
-  ScheduleKind schedule;
+  SchedulePick schedule;
   int split;
-  Seconds floor;           ///< StepTimeFloorOfLayout: no micro-batch or recompute is faster
-  Bytes headroom_ceiling;  ///< the GPU less ActorMemoryFloor: no setting leaves more
+  SyncTerms sync;          ///< SyncTermsOf: what every setting adds
+  Seconds floor;           ///< SyncFloor + the least WorkFloor of its micro-batch sizes
+  Bytes headroom_ceiling;  ///< HeadroomCeiling: no setting leaves more
 };
 
 struct PlacementCase {
-  PlacementCase(Placement placement, int rollout_gpus) : knobs{} {
+  PlacementCase(Placement placement, int rollout_gpus, std::optional<ParallelPlan> engine) : knobs{}, rollout(engine) {
     knobs.placement = placement;
     knobs.rollout_gpus = rollout_gpus;
   }
   PlanKnobs knobs;
   std::optional<ParallelPlan> rollout;  ///< ChooseRollout's engine; none fits: nullopt
 };
+
+// The split placement's pools, each with ChooseRollout's engine: the first
+// fitting engine (in its order of preference) whose size divides the pool.
+std::vector<std::pair<int, ParallelPlan>> RolloutPools(const PlanRequest& req, const ParamCount& pc) {
+  const std::int64_t world = req.world();
+  if (world < 2) return {};
+  PlanRequest split = req;
+  split.placement = Placement::kSplit;
+  split.rollout_gpus = 1;
+  const std::vector<ParallelPlan> engines = FittingRollouts(split, pc, world - 1);
+  std::vector<int> engine_of(world, -1);  // the pool's engine in `engines`
+  for (size_t e = 0; e < engines.size(); ++e)
+    for (std::int64_t g = engines[e].rollout_gpus_per_engine(); g < world; g += engines[e].rollout_gpus_per_engine())
+      if (engine_of[g] < 0) engine_of[g] = static_cast<int>(e);
+  std::vector<std::pair<int, ParallelPlan>> out;
+  for (std::int64_t g = 1; g < world; ++g)
+    if (engine_of[g] >= 0) out.emplace_back(static_cast<int>(g), engines[engine_of[g]]);
+  return out;
+}
 
 class SpaceSearch {
  public:
@@ -178,26 +228,27 @@ class SpaceSearch {
       o_.schedules = {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1,
                       ScheduleKind::kZbH2, ScheduleKind::kZbv, ScheduleKind::kDualPipeV};
     if (o_.splits.empty()) o_.splits = {{LayerSplitKind::kEven, {}}, {LayerSplitKind::kMegatron, {}}};
-    placements_.emplace_back(Placement::kColocated, 0);
-    for (int pool : RolloutPoolSizes(req.world())) placements_.emplace_back(Placement::kSplit, pool);
-    for (PlacementCase& c : placements_) {
-      working_.push_back(ApplyKnobs(req_, c.knobs, req_.plan, req_.layer_split));
-      c.rollout = ChooseRollout(working_.back(), pc_);
-    }
+    PlanRequest colocated = req_;
+    colocated.placement = Placement::kColocated;
+    placements_.emplace_back(Placement::kColocated, 0, ChooseRollout(colocated, pc_));
+    for (const auto& [pool, engine] : RolloutPools(req_, pc_)) placements_.emplace_back(Placement::kSplit, pool, engine);
   }
 
   SpaceSearchResult Run() {
     Stopwatch watch;
-    for (size_t i = 0; i < placements_.size(); ++i) VisitPlacement(static_cast<int>(i));
-    // Cheapest floors first: fast plans found early make the floors of the
-    // rest bite. The order changes what is pruned, never the results.
-    std::stable_sort(layouts_.begin(), layouts_.end(),
-                     [](const Layout& a, const Layout& b) { return a.floor < b.floor; });
-    for (size_t i = 0; i < layouts_.size(); ++i) {
-      PriceLayout(layouts_[i]);
-      if (o_.progress && i % 4096 == 0) o_.progress(double(i) / layouts_.size());
+    // Placement by placement, the most actor GPUs first (colocated, then
+    // the smallest pools), where the fastest plans usually are; in each,
+    // the cheapest floors first. Fast plans found early make the floors of
+    // the rest bite; the order changes what is pruned, never the results.
+    for (size_t i = 0; i < placements_.size(); ++i) {
+      work_ = ApplyKnobs(req_, placements_[i].knobs, req_.plan, req_.layer_split);
+      layouts_.clear();
+      VisitPlacement(static_cast<int>(i));
+      std::stable_sort(layouts_.begin(), layouts_.end(),
+                       [](const Layout& a, const Layout& b) { return a.floor < b.floor; });
+      for (const Layout& l : layouts_) PriceLayout(l);
+      if (o_.progress) o_.progress(double(i + 1) / placements_.size());
     }
-    if (o_.progress) o_.progress(1.0);
     SpaceSearchResult out = std::move(results_).Take();
     out.counts = counts_;
     out.seconds = watch.Seconds();
@@ -205,22 +256,74 @@ class SpaceSearch {
   }
 
  private:
-  // The request of placement `i` with the given settings; one per
-  // placement, reused, so that no point copies the model.
-  PlanRequest& Working(int i, ScheduleKind schedule, int split, int micro_batch) {
-    PlanRequest& r = working_[i];
+  // The request of the placement being searched with the given settings,
+  // reused, so that no point copies the model.
+  PlanRequest& Working(ScheduleKind schedule, int split, int micro_batch) {
+    PlanRequest& r = work_;
     r.schedule = schedule;
     r.layer_split = o_.splits[split];
     r.micro_batch = micro_batch;
     return r;
   }
 
-  const std::optional<StageSplit>& SplitOf(int pp, int spr, int split) {
+  // A split rule's stages on pp ranks of spr stages each, if it can build
+  // them, with the layers of the largest (the recompute counts' range).
+  struct SplitEntry {
+    std::optional<StageSplit> stages;
+    int largest_chunk = 1;  ///< 1 when there are no stages: the plain settings only
+    long long recompute_settings() const { return RecomputeCount(largest_chunk); }
+  };
+  const SplitEntry& SplitOf(int pp, int spr, int split) {
     auto key = std::make_tuple(pp, spr, split);
     auto it = splits_.find(key);
     if (it == splits_.end()) {
-      Result<StageSplit> s = SplitLayers(o_.splits[split], req_.model.layers, pp, spr);
-      it = splits_.emplace(key, s.ok() ? std::optional<StageSplit>(*s) : std::nullopt).first;
+      SplitEntry e;
+      if (Result<StageSplit> s = SplitLayers(o_.splits[split], req_.model.layers, pp, spr); s.ok()) {
+        e.stages = *s;
+        e.largest_chunk = LargestChunk(*s);
+      }
+      it = splits_.emplace(key, std::move(e)).first;
+    }
+    return it->second;
+  }
+
+  // The recompute settings of a layout of schedule `s` and split rule `split`
+  // on pp ranks: RecomputeSettings of its largest chunk, or the three
+  // plain ones when the rule cannot build its stages.
+  int RecomputeCountOf(int pp, const SchedulePick& s, int split) {
+    return SplitOf(pp, StagesPerRank(s.kind, s.vp), split).recompute_settings();
+  }
+
+  // Schedules of a pipeline of pp ranks, and the settings their layouts
+  // have per (ep, etp, micro-batch) together: one entry per pp.
+  struct PipelineChoices {
+    std::vector<SchedulePick> schedules;
+    long long settings = 0;  ///< the sum over schedules and split rules of RecomputeCountOf
+  };
+  const PipelineChoices& ChoicesOf(int pp) {
+    if (static_cast<int>(pipelines_.size()) <= pp) pipelines_.resize(pp + 1);
+    std::optional<PipelineChoices>& c = pipelines_[pp];
+    if (!c) {
+      c.emplace();
+      c->schedules = SchedulesFor(o_.schedules, req_.model.layers, pp);
+      for (const SchedulePick& s : c->schedules)
+        for (int split = 0; split < static_cast<int>(o_.splits.size()); ++split)
+          c->settings += RecomputeCountOf(pp, s, split);
+    }
+    return *c;
+  }
+
+  // The parameters of each rank of a layout before TP and EP cut them:
+  // shared by every layout of the same pipeline shape and split.
+  const std::vector<RankParamSums>& SumsOf(int pp, const SchedulePick& s, int split, const StageSplit& stages) {
+    const int spr = StagesPerRank(s.kind, s.vp);
+    auto key = std::make_tuple(pp, spr, ScheduleIsVShaped(s.kind), split);
+    auto it = sums_.find(key);
+    if (it == sums_.end()) {
+      std::vector<RankParamSums> ranks;
+      for (int rank = 0; rank < pp; ++rank)
+        ranks.push_back(ParamSumsOfRank(req_, stages, pc_, StagesOfRank(s.kind, pp, spr, rank)));
+      it = sums_.emplace(key, std::move(ranks)).first;
     }
     return it->second;
   }
@@ -228,55 +331,144 @@ class SpaceSearch {
   void VisitPlacement(int i) {
     const PlacementCase& c = placements_[i];
     const ModelSpec& m = req_.model;
-    const std::int64_t gpus = req_.world() - (c.knobs.placement == Placement::kSplit ? c.knobs.rollout_gpus : 0);
-    for (int tp : Divisors(req_.gpus_per_node, req_.gpus_per_node))
+    const std::int64_t gpus = work_.actor_gpus();
+    for (int tp : Divisors(req_.gpus_per_node, req_.gpus_per_node)) {
+      const bool tp_ok = m.heads % tp == 0 && !(has_mha_ && m.kv_heads % tp != 0 && tp % m.kv_heads != 0);
       for (int cp : kCpChoices) {
         if (gpus % (tp * cp) != 0) continue;
+        const bool cp_ok = cp == 1 || req_.seq_length() % (2 * cp) == 0;
         for (int pp : Divisors(gpus / (tp * cp), m.layers + 2)) {
           ParallelPlan p;
           p.tp = tp; p.cp = cp; p.pp = pp; p.dp = static_cast<int>(gpus / (std::int64_t{tp} * cp * pp));
           if (c.rollout) {
             p.rollout_tp = c.rollout->rollout_tp; p.rollout_ep = c.rollout->rollout_ep; p.rollout_dp = c.rollout->rollout_dp;
           }
-          VisitSizes(i, p);
+          VisitSizes(i, p, tp_ok && cp_ok);
         }
       }
+    }
   }
 
-  // Every ep, etp, schedule, split, micro-batch and recompute of one
-  // tp x cp x pp x dp.
-  void VisitSizes(int i, ParallelPlan p) {
+  // Every ep, etp, schedule, split, micro-batch and recompute setting of
+  // one tp x cp x pp x dp. `sizes_ok`: tp and cp pass their rules.
+  void VisitSizes(int i, ParallelPlan p, bool sizes_ok) {
     const ModelSpec& m = req_.model;
     const long long seqs = req_.sequences();
     const std::vector<int> mbs = seqs % p.dp == 0 ? Divisors(seqs / p.dp, seqs) : std::vector<int>{1};
     const std::vector<int> eps = m.is_moe() ? Divisors(m.moe.num_experts, 1LL * p.tp * p.dp * p.cp) : std::vector<int>{1};
     const std::vector<int> etps = m.is_moe() ? Divisors(p.tp, p.tp) : std::vector<int>{1};
-    const long long per_layout = static_cast<long long>(mbs.size()) * 3;
-    const std::vector<SchedulePick> schedules = SchedulesFor(o_.schedules, m.layers, p.pp);
+    const PipelineChoices& choices = ChoicesOf(p.pp);
+    const long long per_setting = static_cast<long long>(mbs.size() * eps.size() * etps.size());
+    // A whole tp x cp x pp x dp at once, where a rule no ep, etp, schedule
+    // or split changes is broken, or no rollout engine fits.
+    if (o_.prune || !placements_[i].rollout) {
+      const long long all = per_setting * choices.settings;
+      if (!placements_[i].rollout) {
+        counts_.considered += all;
+        counts_.pruned_memory += all;
+        return;
+      }
+      if (!sizes_ok || seqs % p.dp != 0) {
+        counts_.considered += all;
+        counts_.pruned_constraints += all;
+        return;
+      }
+    }
+    // The ep x etp that fold into the layout (Megatron's MoE folding, the
+    // expert width: CheckPlan's rules no schedule, split or micro-batch
+    // size changes, on integers), each with its work floor once a layout
+    // needs it.
+    struct Experts {
+      int ep, etp;
+      std::optional<Seconds> work;
+    };
+    std::vector<Experts> experts;
     for (int ep : eps)
       for (int etp : etps)
-        for (const SchedulePick& s : schedules)
-          for (int split = 0; split < static_cast<int>(o_.splits.size()); ++split) {
-            p.ep = ep; p.etp = etp; p.vp = s.vp;
-            counts_.considered += per_layout;
-            if (!placements_[i].rollout) {
-              counts_.pruned_memory += per_layout;
-              continue;
+        if (!m.is_moe() || ((1LL * p.tp * p.dp * p.cp) % (1LL * ep * etp) == 0 && m.moe.expert_ffn % etp == 0))
+          experts.push_back({ep, etp, std::nullopt});
+    const long long folding_broken = static_cast<long long>(eps.size() * etps.size() - experts.size());
+    for (const SchedulePick& s : choices.schedules)
+      for (int split = 0; split < static_cast<int>(o_.splits.size()); ++split) {
+        p.vp = s.vp;
+        const SplitEntry& entry = SplitOf(p.pp, StagesPerRank(s.kind, s.vp), split);
+        const std::optional<StageSplit>& stages = entry.stages;
+        const long long per_layout = static_cast<long long>(mbs.size()) * entry.recompute_settings();
+        if (!o_.prune) {
+          for (int ep : eps)
+            for (int etp : etps) {
+              p.ep = ep; p.etp = etp;
+              counts_.considered += per_layout;
+              BruteForceLayout(p, s.kind, split, mbs);
             }
-            VisitLayout(i, p, s.kind, split, mbs);
-          }
+          continue;
+        }
+        counts_.considered += per_layout * static_cast<long long>(eps.size() * etps.size());
+        if (!stages) {
+          counts_.pruned_constraints += per_layout * static_cast<long long>(eps.size() * etps.size());
+          continue;
+        }
+        counts_.pruned_constraints += per_layout * folding_broken;
+        const std::vector<RankParamSums>& sums = SumsOf(p.pp, s, split, *stages);
+        for (Experts& e : experts) {
+          p.ep = e.ep; p.etp = e.etp;
+          VisitLayout(p, s, split, sums, mbs, e.work, per_layout);
+        }
+      }
   }
 
-  // The rules of CheckPlan that no micro-batch size changes, on integers.
-  bool LayoutBreaksRules(const ParallelPlan& p, ScheduleKind kind, int split) {
-    const ModelSpec& m = req_.model;
-    if (m.heads % p.tp != 0) return true;
-    if (has_mha_ && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) return true;
-    if (m.is_moe() && ((1LL * p.tp * p.dp * p.cp) % (1LL * p.ep * p.etp) != 0 || m.moe.expert_ffn % p.etp != 0))
-      return true;
-    if (p.cp > 1 && req_.seq_length() % (2 * p.cp) != 0) return true;
-    if (req_.sequences() % p.dp != 0) return true;
-    return !SplitOf(p.pp, StagesPerRank(kind, p.vp), split).has_value();
+  // ModelWork per sequence of a plan's tp, cp, ep and etp at micro-batch
+  // `mb`, remembered for the whole search.
+  Seconds WorkPerSequence(const ParallelPlan& p, int mb) {
+    auto key = std::make_tuple(p.tp, p.cp, p.ep, p.etp, mb);
+    auto it = sequence_work_.find(key);
+    if (it == sequence_work_.end()) {
+      PlanRequest& r = work_;
+      const int keep = r.micro_batch;
+      r.micro_batch = mb;
+      it = sequence_work_.emplace(key, ModelWork(r, p, pc_, &stage_costs_) / mb).first;
+      r.micro_batch = keep;
+    }
+    return it->second;
+  }
+
+  // ModelWork's floor on a micro-batch size's step less its sync terms:
+  // the work of the step's sequences over the pipeline's ranks, shaved as
+  // ModelWork asks.
+  Seconds WorkFloor(const ParallelPlan& p, int mb) {
+    return WorkPerSequence(p, mb) * (double(req_.sequences()) / p.dp / p.pp) * (1 - 1e-9);
+  }
+
+  // A layout whose sizes, split, batch and MoE folding pass their rules:
+  // the memory ceiling, then the step-time floors: the work floor alone,
+  // then with the sync and optimizer terms, which cost a few collectives'
+  // prices.
+  void VisitLayout(const ParallelPlan& p, const SchedulePick& s, int split,
+                   const std::vector<RankParamSums>& sums, const std::vector<int>& mbs,
+                   std::optional<Seconds>& work, long long per_layout) {
+    ranks_.clear();
+    for (const RankParamSums& x : sums) ranks_.push_back(ShardParams(x, p));
+    PlanRequest& r = Working(s.kind, split, 1);
+    const Bytes ceiling = HeadroomCeiling(r, p, ranks_);
+    if (ceiling < Bytes(0)) {
+      counts_.pruned_memory += per_layout;
+      return;
+    }
+    if (!work) {
+      work = WorkFloor(p, mbs.front());
+      for (int mb : mbs) work = std::min(*work, WorkFloor(p, mb));
+    }
+    if (results_.Useless(*work, r.actor_gpus(), ceiling)) {
+      counts_.pruned_time += per_layout;
+      return;
+    }
+    const SyncTerms sync = SyncTermsOf(r, p, ranks_);
+    const Seconds floor = SyncFloor(sync) + *work;
+    if (results_.Useless(floor, r.actor_gpus(), ceiling)) {
+      counts_.pruned_time += per_layout;
+      return;
+    }
+    layouts_.push_back({p, s, split, sync, floor, ceiling});
   }
 
   bool BatchBreaksRules(const ParallelPlan& p, ScheduleKind kind, int mb) const {
@@ -287,33 +479,20 @@ class SpaceSearch {
     return ScheduleIsVShaped(kind) && count < 2LL * p.pp;
   }
 
-  void VisitLayout(int i, const ParallelPlan& p, ScheduleKind kind, int split, const std::vector<int>& mbs) {
-    const long long per_layout = static_cast<long long>(mbs.size()) * 3;
-    if (!o_.prune) {
-      for (int mb : mbs)
-        for (Recompute rc : kRecomputes) {
-          PlanRequest& r = Working(i, kind, split, mb);
-          r.recompute = rc;
-          if (!CheckPlan(r, p).empty()) {
-            ++counts_.pruned_constraints;
-            continue;
-          }
-          Price(r, p, split);
+  // Every micro-batch size and recompute setting of a layout checked with
+  // CheckPlan and priced: the brute force.
+  void BruteForceLayout(const ParallelPlan& p, ScheduleKind kind, int split, const std::vector<int>& mbs) {
+    const SplitEntry& entry = SplitOf(p.pp, StagesPerRank(kind, p.vp), split);
+    for (int mb : mbs)
+      for (const RecomputeSetting& rc : RecomputeSettings(entry.largest_chunk)) {
+        PlanRequest& r = Working(kind, split, mb);
+        rc.ApplyTo(r);
+        if (!CheckPlan(r, p).empty()) {
+          ++counts_.pruned_constraints;
+          continue;
         }
-      return;
-    }
-    if (LayoutBreaksRules(p, kind, split)) {
-      counts_.pruned_constraints += per_layout;
-      return;
-    }
-    PlanRequest& r = Working(i, kind, split, mbs.front());
-    const StageSplit& stages = *SplitOf(p.pp, StagesPerRank(kind, p.vp), split);
-    const Bytes floor = ActorMemoryFloor(r, p, stages, pc_);
-    if (floor > r.gpu.memory) {
-      counts_.pruned_memory += per_layout;
-      return;
-    }
-    layouts_.push_back({i, p, kind, split, StepTimeFloorOfLayout(r, p, stages, pc_), r.gpu.memory - floor});
+        Offer(r, p, split, EstimateStepTime(r, p, *entry.stages, pc_, &stage_costs_));
+      }
   }
 
   // Every micro-batch size and recompute setting of a layout, each priced
@@ -322,47 +501,93 @@ class SpaceSearch {
   void PriceLayout(const Layout& l) {
     const long long seqs = req_.sequences();
     const std::vector<int> mbs = Divisors(seqs / l.plan.dp, seqs);
-    const std::int64_t gpus = working_[l.placement].actor_gpus();
+    const SplitEntry& entry = SplitOf(l.plan.pp, StagesPerRank(l.schedule.kind, l.schedule.vp), l.split);
+    const StageSplit& stages = *entry.stages;
+    const int chunk = entry.largest_chunk;
+    const long long settings = RecomputeCount(chunk);
+    const std::int64_t gpus = work_.actor_gpus();
     if (results_.Useless(l.floor, gpus, l.headroom_ceiling)) {
-      counts_.pruned_time += static_cast<long long>(mbs.size()) * 3;
+      counts_.pruned_time += static_cast<long long>(mbs.size()) * settings;
       return;
     }
+    ranks_.clear();
+    for (const RankParamSums& x : SumsOf(l.plan.pp, l.schedule, l.split, stages)) ranks_.push_back(ShardParams(x, l.plan));
+    const Seconds sync_floor = SyncFloor(l.sync);
     for (int mb : mbs) {
-      if (BatchBreaksRules(l.plan, l.schedule, mb)) {
-        counts_.pruned_constraints += 3;
+      if (BatchBreaksRules(l.plan, l.schedule.kind, mb)) {
+        counts_.pruned_constraints += settings;
         continue;
       }
-      PlanRequest& r = Working(l.placement, l.schedule, l.split, mb);
-      Seconds floor;
-      for (Recompute rc : kRecomputes) {
-        if (rc != Recompute::kNone && results_.Useless(floor, gpus, l.headroom_ceiling)) {
-          ++counts_.pruned_time;
-          continue;
-        }
-        r.recompute = rc;
-        const StageSplit& stages = *SplitOf(l.plan.pp, StagesPerRank(l.schedule, l.plan.vp), l.split);
-        const StepTime t = EstimateStepTime(r, l.plan, stages, pc_, &stage_costs_);
-        if (rc == Recompute::kNone) floor = t.total_floor;
-        if (results_.Useless(t.total, gpus, l.headroom_ceiling)) {
-          ++counts_.pruned_time;
-          continue;
-        }
-        Offer(r, l.plan, l.split, t);
+      if (results_.Useless(sync_floor + WorkFloor(l.plan, mb), gpus, l.headroom_ceiling)) {
+        counts_.pruned_time += settings;
+        continue;
       }
+      PriceRecomputes(l, Working(l.schedule.kind, l.split, mb), stages, chunk);
     }
   }
 
-  // Prices one point (brute force).
-  void Price(const PlanRequest& r, const ParallelPlan& p, int split) {
-    const StageSplit& stages = *SplitOf(p.pp, StagesPerRank(r.schedule, p.vp), split);
-    Offer(r, p, split, EstimateStepTime(r, p, stages, pc_, &stage_costs_));
+  // The recompute settings of one layout and micro-batch size. Without
+  // recomputation first: its StepTime::total_floor bounds every other
+  // setting; then block 1, 2, ..., full and uniform N, each recomputing
+  // every layer at least as much as the one before, so that each one's
+  // floor bounds the rest of the chain (uniform N's step is full's).
+  void PriceRecomputes(const Layout& l, PlanRequest& r, const StageSplit& stages, int largest_chunk) {
+    const int chunk = std::max(largest_chunk, 1);
+    const std::int64_t gpus = r.actor_gpus();
+    auto step = [&](const RecomputeSetting& s) {
+      s.ApplyTo(r);
+      return EstimateStepTime(r, l.plan, stages, pc_, &stage_costs_, &l.sync);
+    };
+    auto consider = [&](const StepTime& t) {
+      if (results_.Useless(t.total, gpus, l.headroom_ceiling)) ++counts_.pruned_time;
+      else Offer(r, l.plan, l.split, t, &ranks_);
+    };
+    const StepTime none = step({Recompute::kNone});
+    Seconds floor = none.total_floor;
+    consider(none);
+    if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
+      ++counts_.pruned_time;
+    } else if (r.flash_attention) {
+      // Selective recomputation redoes only the eager softmax and dropout:
+      // with flash attention its step is none's, to the bit (the brute
+      // force, which prices it, holds this to it).
+      RecomputeSetting{Recompute::kSelective}.ApplyTo(r);
+      consider(none);
+    } else {
+      consider(step({Recompute::kSelective}));
+    }
+    long long left = 2LL * (chunk - 1) + 1;  // block 1 .. chunk-1, full, uniform 2 .. chunk
+    for (int n = 1; n < chunk; ++n, --left) {
+      if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
+        counts_.pruned_time += left;
+        return;
+      }
+      const StepTime t = step({Recompute::kFull, RecomputeMethod::kBlock, n});
+      floor = std::max(floor, t.total_floor);
+      consider(t);
+    }
+    if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
+      counts_.pruned_time += left;
+      return;
+    }
+    const StepTime full = step({Recompute::kFull});
+    if (results_.Useless(full.total, gpus, l.headroom_ceiling)) {
+      counts_.pruned_time += left;
+      return;
+    }
+    for (int n = 1; n <= chunk; ++n) {
+      RecomputeSetting{Recompute::kFull, RecomputeMethod::kUniform, n}.ApplyTo(r);
+      Offer(r, l.plan, l.split, full, &ranks_);
+    }
   }
 
   // Prices the point's memory and offers it to the results when it fits.
-  void Offer(const PlanRequest& r, const ParallelPlan& p, int split, const StepTime& step) {
+  // `ranks`: the plan's ParamsOfRanks, when known.
+  void Offer(const PlanRequest& r, const ParallelPlan& p, int split, const StepTime& step,
+             const std::vector<RankParams>* ranks = nullptr) {
     ++counts_.evaluated;
-    const StageSplit& stages = *SplitOf(p.pp, StagesPerRank(r.schedule, p.vp), split);
-    MemoryReport mem = EstimateMemory(r, p, stages, pc_);
+    const StageSplit& stages = *SplitOf(p.pp, StagesPerRank(r.schedule, p.vp), split).stages;
+    MemoryReport mem = EstimateMemory(r, p, stages, pc_, ranks);
     if (!mem.feasible()) return;
     ++counts_.feasible;
     Point pt;
@@ -394,8 +619,12 @@ class SpaceSearch {
   Results results_;
   SpaceCounts counts_;
   std::vector<PlacementCase> placements_;
-  std::vector<PlanRequest> working_;
-  std::map<std::tuple<int, int, int>, std::optional<StageSplit>> splits_;
+  PlanRequest work_;  ///< the request of the placement being searched (Working)
+  std::map<std::tuple<int, int, int>, SplitEntry> splits_;
+  std::vector<std::optional<PipelineChoices>> pipelines_;
+  std::map<std::tuple<int, int, bool, int>, std::vector<RankParamSums>> sums_;
+  std::vector<RankParams> ranks_;
+  std::map<std::tuple<int, int, int, int, int>, Seconds> sequence_work_;
   std::vector<Layout> layouts_;
   bool has_mha_ = req_.model.count(AttentionKind::kMha) > 0;
   StageCostCache stage_costs_;
@@ -414,6 +643,8 @@ PlanKnobs KnobsOf(const PlanRequest& r) {
   k.schedule = r.schedule;
   k.micro_batch = r.micro_batch;
   k.recompute = r.recompute;
+  k.recompute_method = r.recompute_method;
+  k.recompute_layers = r.recompute_layers;
   k.placement = r.placement;
   k.rollout_gpus = r.placement == Placement::kSplit ? r.rollout_gpus : 0;
   return k;
@@ -424,6 +655,8 @@ PlanRequest ApplyKnobs(const PlanRequest& base, const PlanKnobs& k, const Parall
   r.schedule = k.schedule;
   r.micro_batch = k.micro_batch;
   r.recompute = k.recompute;
+  r.recompute_method = k.recompute_method;
+  r.recompute_layers = k.recompute_layers;
   r.placement = k.placement;
   r.rollout_gpus = k.rollout_gpus;
   r.plan = plan;
@@ -432,13 +665,9 @@ PlanRequest ApplyKnobs(const PlanRequest& base, const PlanKnobs& k, const Parall
   return r;
 }
 
-std::vector<int> RolloutPoolSizes(std::int64_t world) {
+std::vector<int> RolloutPoolSizes(const PlanRequest& req, const ParamCount& pc) {
   std::vector<int> out;
-  for (std::int64_t g = 1; g < world; g *= 2) out.push_back(static_cast<int>(g));
-  for (int k = 1; k < 8; ++k)
-    if (world * k % 8 == 0) out.push_back(static_cast<int>(world * k / 8));
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  for (const auto& [pool, engine] : RolloutPools(req, pc)) out.push_back(pool);
   return out;
 }
 

@@ -1,11 +1,13 @@
 // The search over every setting a user can change for a fixed model, cluster
-// and workload: the parallel layout, the micro-batch size, recompute, the
-// pipeline schedule (and vp), the layer-split rule, the placement (colocated
-// or split with each rollout pool size) and the rollout engine's layout.
-// Cheap structural checks run first; a memory floor per layout and a
-// step-time floor per recompute setting prune what no result can use. With
-// `prune` off the same space is priced point by point (the brute force the
-// tests hold the pruned search to).
+// and workload: the parallel layout, the micro-batch size, recompute (none,
+// selective, full, and Megatron's block and uniform methods with every layer
+// count a chunk can use), the pipeline schedule (and vp), the layer-split
+// rule, the placement (colocated, or split with every rollout pool size a
+// rollout engine can tile) and the rollout engine's layout.
+// Cheap structural checks run first; a memory ceiling per layout and
+// step-time floors per layout, micro-batch size and recompute setting prune
+// what no result can use. With `prune` off the same space is priced point
+// by point (the brute force the tests hold the pruned search to).
 #ifndef KIMI_PLAN_PLANNER_SPACE_SEARCH_H_
 #define KIMI_PLAN_PLANNER_SPACE_SEARCH_H_
 
@@ -22,6 +24,8 @@ struct PlanKnobs {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batch = 1;
   Recompute recompute = Recompute::kSelective;
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;  ///< full only
+  int recompute_layers = 1;                                      ///< full only
   Placement placement = Placement::kColocated;
   int rollout_gpus = 0;  ///< split placement: the rollout pool
   bool operator==(const PlanKnobs&) const = default;
@@ -55,7 +59,7 @@ struct SpaceOptions {
   std::vector<LayerSplit> splits;
   /// false: every point is checked with CheckPlan and priced (brute force).
   bool prune = true;
-  /// Called now and then with the share of the space visited (0..1).
+  /// Called after each placement with the share of the placements searched (0..1).
   std::function<void(double share)> progress;
   /// Called with every feasible plan priced (with `prune` off: every
   /// feasible plan of the space); may be null.
@@ -67,7 +71,7 @@ struct SpaceOptions {
 struct SpaceCounts {
   long long considered = 0;
   long long pruned_constraints = 0;  ///< broke a structural rule (CheckPlan's), found before pricing
-  long long pruned_memory = 0;       ///< the layout's memory floor exceeds the GPU, or no rollout engine fits
+  long long pruned_memory = 0;       ///< no setting of the layout fits (HeadroomCeiling < 0), or no rollout engine does
   long long pruned_time = 0;         ///< a step-time floor no result (top, either front) can use
   long long evaluated = 0;           ///< priced by the memory and step-time models
   long long feasible = 0;
@@ -86,18 +90,24 @@ struct SpaceSearchResult {
   double seconds = 0;
 };
 
-/// Searches req's whole space (req.plan, schedule, micro_batch, recompute,
-/// placement, rollout_gpus and layer_split are ignored; the rollout engine
-/// of each placement is ChooseRollout's). Results depend only on the space,
-/// never on `prune`; only the counts do.
+/// Searches req's whole space (req.plan, schedule, micro_batch, recompute
+/// and its method and layers, placement, rollout_gpus and layer_split are
+/// ignored; the rollout engine of each placement is ChooseRollout's). Per
+/// layout the recompute settings are none, selective, full, block N for N
+/// from 1 to its largest chunk's layers - 1 and uniform N for N from 2 to
+/// them (block N beyond recomputes what full does; uniform N beyond keeps
+/// what uniform at the chunk's size keeps). Results depend only on the
+/// space, never on `prune`; only the counts do.
 SpaceSearchResult SearchSpace(const PlanRequest& req, const ParamCount& pc, const SpaceOptions& options = {});
 
 /// GPU memory left on the actor's GPUs at their peak (SpaceCandidate::headroom).
 Bytes MemoryHeadroom(const PlanRequest& req, const MemoryReport& memory);
 
-/// The rollout pools the split placement tries on `world` GPUs: every power
-/// of two below it and every eighth of it (whole GPUs).
-std::vector<int> RolloutPoolSizes(std::int64_t world);
+/// The rollout pools the split placement tries on req's cluster: every size
+/// from 1 to the cluster less one GPU that some rollout engine fitting the
+/// split placement tiles (FittingRollouts; so every multiple of the smallest
+/// engine's GPUs, and of any larger one's), ascending.
+std::vector<int> RolloutPoolSizes(const PlanRequest& req, const ParamCount& pc);
 
 }  // namespace kp
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <limits>
 #include <tuple>
 
@@ -81,70 +82,88 @@ bool SamePlan(const SpaceCandidate& a, const SpaceCandidate& b) {
 }
 
 // The pruned search against brute force (every point checked by CheckPlan
-// and priced, every feasible plan kept) on every cluster of up to 64 GPUs:
-// the same best plans in the same order, and the same two fronts, plan for
-// plan.
-TEST(SpaceSearchTest, PrunedEqualsBruteForceUpTo64Gpus) {
-  struct Cluster {
-    std::string model;
-    int gpus_per_node, nodes;
-    double memory_gb = 0;  ///< 0: the H100's 80 GB
+// and priced, every feasible plan kept) on one cluster, with `options`'
+// schedules and splits: the same best plans in the same order, and the
+// same two fronts, plan for plan. Adds what the pruning skipped to `pruning`
+// and the plans on the fronts that recompute by Megatron's counts (block,
+// or uniform groups of more than one layer) to `counted_on_fronts`.
+void ExpectPrunedEqualsBruteForce(const PlanRequest& r, const SpaceOptions& options, SpaceCounts& pruning,
+                                  int& counted_on_fronts) {
+  const ParamCount pc = CountParams(r.model);
+  SpaceSearchResult pruned = SearchSpace(r, pc, options);
+  pruning.pruned_memory += pruned.counts.pruned_memory;
+  pruning.pruned_time += pruned.counts.pruned_time;
+  std::vector<Seen> seen;
+  SpaceOptions brute_force = options;
+  brute_force.prune = false;
+  brute_force.each_feasible = [&](const SpaceCandidate& x) {
+    seen.push_back({x.step_time().value(), x.headroom.value(), x.actor_gpus});
   };
-  std::vector<Cluster> clusters;
-  for (int g : {1, 2, 4}) clusters.push_back({"kimi-k3-debug", g, 1});
-  for (int n = 1; n <= 8; ++n) clusters.push_back({"kimi-k3-debug", 8, n});
-  for (int n : {1, 2, 4, 8}) clusters.push_back({"gpt", 8, n});
-  // GPUs too small for the unsharded states and for a colocated rollout
-  // engine: the memory floor and the placement check prune here.
-  for (int n : {1, 2, 4, 8}) clusters.push_back({"kimi-k3-debug", 8, n, 2.4});
-  for (int n : {1, 2, 8}) clusters.push_back({"gpt", 8, n, 3.5});
+  SpaceSearchResult brute = SearchSpace(r, pc, brute_force);
+
+  EXPECT_EQ(pruned.counts.considered, brute.counts.considered);
+  EXPECT_EQ(pruned.counts.considered, pruned.counts.pruned_constraints + pruned.counts.pruned_memory +
+                                          pruned.counts.pruned_time + pruned.counts.evaluated);
+  EXPECT_EQ(static_cast<long long>(seen.size()), brute.counts.feasible);
+  ASSERT_EQ(pruned.top.size(), std::min<size_t>(r.top, seen.size()));
+  if (seen.empty()) return;
+  for (size_t i = 0; i < pruned.top.size(); ++i) EXPECT_TRUE(SamePlan(pruned.top[i], brute.top[i])) << i;
+  // The top list's times are the smallest of every feasible plan's.
+  std::vector<double> times;
+  for (const Seen& x : seen) times.push_back(x.time);
+  std::sort(times.begin(), times.end());
+  for (size_t i = 0; i < pruned.top.size(); ++i) EXPECT_EQ(pruned.top[i].step_time().value(), times[i]) << i;
+
+  EXPECT_EQ(Coordinates(pruned.front_gpus, [](const SpaceCandidate& x) {
+              return std::make_pair(x.actor_gpus, x.step_time().value());
+            }),
+            GpuFront(seen));
+  EXPECT_EQ(Coordinates(pruned.front_headroom, [](const SpaceCandidate& x) {
+              return std::make_pair(x.step_time().value(), x.headroom.value());
+            }),
+            HeadroomFront(seen));
+  ASSERT_EQ(pruned.front_gpus.size(), brute.front_gpus.size());
+  for (size_t i = 0; i < pruned.front_gpus.size(); ++i) EXPECT_TRUE(SamePlan(pruned.front_gpus[i], brute.front_gpus[i]));
+  ASSERT_EQ(pruned.front_headroom.size(), brute.front_headroom.size());
+  for (size_t i = 0; i < pruned.front_headroom.size(); ++i)
+    EXPECT_TRUE(SamePlan(pruned.front_headroom[i], brute.front_headroom[i]));
+  for (const auto* front : {&pruned.front_gpus, &pruned.front_headroom})
+    for (const SpaceCandidate& c : *front)
+      counted_on_fronts += c.knobs.recompute_method == RecomputeMethod::kBlock || c.knobs.recompute_layers > 1;
+}
+
+// Every cluster of 1 to 64 GPUs (nodes of gcd(GPUs, 8) GPUs, so 13 GPUs
+// are 13 nodes of one): kimi-k3-debug (MoE, KDA and MLA, attention
+// residuals, 17 layers: recompute counts up to 16 per chunk) and an
+// 8-layer dense GPT, each on GPUs of 80 GB and on GPUs too small for the
+// unsharded states and for a colocated rollout engine (so that the memory
+// ceiling and the placement check prune); every rollout pool of the split
+// placement. The schedules are one of each family (1f1b, interleaved with
+// its vp, zb-h2, zbv), where the rules and floors differ, to keep the
+// brute force of 256 clusters within seconds.
+TEST(SpaceSearchTest, PrunedEqualsBruteForceUpTo64Gpus) {
+  SpaceOptions options;
+  options.schedules = {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH2, ScheduleKind::kZbv};
+  struct Variant {
+    std::string model;
+    double memory_gb;  ///< 0: the H100's 80 GB
+  };
+  const Variant variants[] = {{"kimi-k3-debug", 0}, {"kimi-k3-debug", 2.4}, {"gpt", 0}, {"gpt", 3.5}};
   SpaceCounts pruning;
-  for (const Cluster& c : clusters) {
-    SCOPED_TRACE(c.model + " " + std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node) + " GPUs of " +
-                 std::to_string(c.memory_gb) + " GB");
-    PlanRequest r = Small(c.model, c.gpus_per_node, c.nodes, c.memory_gb);
-    const ParamCount pc = CountParams(r.model);
-    SpaceSearchResult pruned = SearchSpace(r, pc);
-    pruning.pruned_memory += pruned.counts.pruned_memory;
-    pruning.pruned_time += pruned.counts.pruned_time;
-    std::vector<Seen> seen;
-    SpaceOptions brute_force;
-    brute_force.prune = false;
-    brute_force.each_feasible = [&](const SpaceCandidate& x) {
-      seen.push_back({x.step_time().value(), x.headroom.value(), x.actor_gpus});
-    };
-    SpaceSearchResult brute = SearchSpace(r, pc, brute_force);
-
-    EXPECT_EQ(pruned.counts.considered, brute.counts.considered);
-    EXPECT_EQ(pruned.counts.considered, pruned.counts.pruned_constraints + pruned.counts.pruned_memory +
-                                            pruned.counts.pruned_time + pruned.counts.evaluated);
-    EXPECT_EQ(static_cast<long long>(seen.size()), brute.counts.feasible);
-    ASSERT_FALSE(seen.empty());
-    ASSERT_EQ(pruned.top.size(), std::min<size_t>(5, seen.size()));
-    for (size_t i = 0; i < pruned.top.size(); ++i) EXPECT_TRUE(SamePlan(pruned.top[i], brute.top[i])) << i;
-    // The top list's times are the smallest of every feasible plan's.
-    std::vector<double> times;
-    for (const Seen& x : seen) times.push_back(x.time);
-    std::sort(times.begin(), times.end());
-    for (size_t i = 0; i < pruned.top.size(); ++i) EXPECT_EQ(pruned.top[i].step_time().value(), times[i]) << i;
-
-    EXPECT_EQ(Coordinates(pruned.front_gpus, [](const SpaceCandidate& x) {
-                return std::make_pair(x.actor_gpus, x.step_time().value());
-              }),
-              GpuFront(seen));
-    EXPECT_EQ(Coordinates(pruned.front_headroom, [](const SpaceCandidate& x) {
-                return std::make_pair(x.step_time().value(), x.headroom.value());
-              }),
-              HeadroomFront(seen));
-    ASSERT_EQ(pruned.front_gpus.size(), brute.front_gpus.size());
-    for (size_t i = 0; i < pruned.front_gpus.size(); ++i) EXPECT_TRUE(SamePlan(pruned.front_gpus[i], brute.front_gpus[i]));
-    ASSERT_EQ(pruned.front_headroom.size(), brute.front_headroom.size());
-    for (size_t i = 0; i < pruned.front_headroom.size(); ++i)
-      EXPECT_TRUE(SamePlan(pruned.front_headroom[i], brute.front_headroom[i]));
+  int counted = 0;
+  for (int gpus = 1; gpus <= 64; ++gpus) {
+    const int per_node = std::gcd(gpus, 8);
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(v.model + " on " + std::to_string(gpus / per_node) + " x " + std::to_string(per_node) +
+                   " GPUs of " + std::to_string(v.memory_gb) + " GB");
+      ExpectPrunedEqualsBruteForce(Small(v.model, per_node, gpus / per_node, v.memory_gb), options, pruning, counted);
+    }
   }
   // Both floors pruned somewhere, so the comparison above covers them.
   EXPECT_GT(pruning.pruned_memory, 0);
   EXPECT_GT(pruning.pruned_time, 0);
+  // And recompute counts reach the fronts, so it covers them too.
+  EXPECT_GT(counted, 0);
 }
 
 // Every candidate is what EvaluatePlan says of its request, and passes CheckPlan.
@@ -189,11 +208,29 @@ TEST(SpaceSearchTest, CountsAddUpAndPruningBites) {
   EXPECT_LT(c.evaluated, c.considered / 2);
 }
 
-// Powers of two below the cluster and its eighths.
-TEST(SpaceSearchTest, RolloutPools) {
-  EXPECT_EQ(RolloutPoolSizes(8), (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(RolloutPoolSizes(1), std::vector<int>{});
-  EXPECT_EQ(RolloutPoolSizes(64), (std::vector<int>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56}));
+// Every pool some fitting engine tiles, each with ChooseRollout's engine:
+// on 8 H100s kimi-k3-debug fits an engine of one GPU, so every pool from 1
+// to 7; with GPUs too small for one, an engine of two (tp 2) or more
+// tiles only the even pools.
+TEST(SpaceSearchTest, RolloutPoolsAreEveryPoolAnEngineTiles) {
+  PlanRequest r = Small("kimi-k3-debug", 8, 1);
+  const ParamCount pc = CountParams(r.model);
+  auto fits_on = [&](PlanRequest q, int pool) {
+    q.placement = Placement::kSplit;
+    q.rollout_gpus = pool;
+    return ChooseRollout(q, pc);
+  };
+  for (double gb : {0.0, 2.4, 1.0}) {
+    SCOPED_TRACE(gb);
+    PlanRequest q = Small("kimi-k3-debug", 8, 2, gb);
+    std::vector<int> expected;
+    for (int pool = 1; pool < 16; ++pool)
+      if (fits_on(q, pool)) expected.push_back(pool);
+    EXPECT_EQ(RolloutPoolSizes(q, pc), expected);
+  }
+  EXPECT_EQ(RolloutPoolSizes(r, pc), (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
+  r.gpus_per_node = 1;
+  EXPECT_EQ(RolloutPoolSizes(r, pc), std::vector<int>{});
 }
 
 }  // namespace

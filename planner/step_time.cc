@@ -83,7 +83,8 @@ struct ChunkCost {
 
 // Compute with one efficiency constant for every product (--matmul-efficiency,
 // or no calibration table): FLOPs over peak x efficiency.
-void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc, ChunkCost& c) {
+void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc,
+                     ChunkCost& c) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
   const double tokens = MicroBatchTokens(req, p);
@@ -104,8 +105,8 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, c
   // A frozen base has no weight gradients: under LoRA only the adapters' W remains.
   c.w = req.mode == TrainMode::kLora ? c.f * (LoraParams(m, req.lora) / pc.total) : c.f;
   c.b_input = c.f;
-  if (req.recompute == Recompute::kFull) c.b_input += c.f;
-  if (req.recompute == Recompute::kSelective && !req.flash_attention)
+  if (rc == Recompute::kFull) c.b_input += c.f;
+  if (rc == Recompute::kSelective && !req.flash_attention)
     c.b_input += ComputeTime(Flops(core * tokens / p.tp), peak);
 }
 
@@ -113,7 +114,7 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, c
 // table gives its shape (forward A[m,k]B[k,n]; data gradient (m, k, n);
 // weight gradient (k, n, m)), the memory-bound passes at the measured copy
 // bandwidth (the backward moves twice the forward's bytes).
-void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc,
+void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc,
                        const GemmGrid& grid, ChunkCost& c) {
   const CalibrationTable& table = *req.calibration;
   const BytesPerSecond copy =
@@ -143,19 +144,19 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   recomputed += bytes(ops.recomputed_core_bytes);
   c.f += fwd_gemm;
   if (req.mode == TrainMode::kLora) c.w = fwd_gemm * (LoraParams(req.model, req.lora) / pc.total);
-  if (req.recompute == Recompute::kFull) c.b_input += c.f;
-  if (req.recompute == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
+  if (rc == Recompute::kFull) c.b_input += c.f;
+  if (rc == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
 }
 
-// One decoder layer (or the head, layer < 0) for one micro-batch: its
-// compute and the TP, EP and CP collectives inside it.
-ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc) {
+// One decoder layer (or the head, layer < 0) for one micro-batch, recomputed
+// as `rc` says: its compute and the TP, EP and CP collectives inside it.
+ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc) {
   const ModelSpec& m = req.model;
   const EfficiencyModel& e = req.efficiency;
   ChunkCost c;
   const GemmGrid* grid = req.calibration && e.gemm_from_table ? req.calibration->Gemm(GemmDtype::kBf16) : nullptr;
-  if (grid) CalibratedCompute(req, p, layer, pc, *grid, c);
-  else ConstantCompute(req, p, layer, pc, c);
+  if (grid) CalibratedCompute(req, p, layer, rc, pc, *grid, c);
+  else ConstantCompute(req, p, layer, rc, pc, c);
   if (layer < 0) return c;
 
   const double tokens = MicroBatchTokens(req, p);
@@ -190,20 +191,13 @@ void Accumulate(ChunkCost& sum, const ChunkCost& c) {
   sum.f += c.f; sum.b_input += c.b_input; sum.w += c.w; sum.tp += c.tp; sum.ep += c.ep; sum.cp += c.cp;
 }
 
-struct SyncTerms {
-  Seconds dp_comm, optimizer;
-};
+}  // namespace
 
-// Gradient sync and the optimizer step on the rank with the most parameters.
-SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                           const ParamCount& pc) {
+SyncTerms SyncTermsOf(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
   const EfficiencyModel& e = req.efficiency;
-  const int spr = StagesPerRank(req.schedule, p.vp);
   RankParams most;
-  for (int rank = 0; rank < p.pp; ++rank) {
-    RankParams rp = ParamsOfRank(req, p, split, pc, StagesOfRank(req.schedule, p.pp, spr, rank));
+  for (const RankParams& rp : ranks)
     if (rp.dense + rp.expert > most.dense + most.expert) most = rp;
-  }
   const bool lora = req.mode == TrainMode::kLora;
   const double dense = lora ? most.lora_dense : most.dense;
   const double expert = lora ? most.lora_expert : most.expert;
@@ -227,8 +221,6 @@ SyncTerms SyncAndOptimizer(const PlanRequest& req, const ParallelPlan& p, const 
   t.optimizer = TransferTime(Bytes(kAdamBytesPerParam * (dense / shards_dense + expert / shards_expert)), req.gpu.hbm);
   return t;
 }
-
-}  // namespace
 
 struct StageCostCache::Impl {
   // Layers alike in everything their price reads (attention kind, MoE or
@@ -256,13 +248,21 @@ struct StageCostCache::Impl {
     kinds = static_cast<int>(firsts.size());
   }
 
-  std::vector<std::optional<ChunkCost>>& Table(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc) {
+  std::vector<std::optional<ChunkCost>>& Table(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc,
+                                               Recompute rc) {
     Prepare(req.model, pc);
-    const Context key{p.tp, p.cp, p.ep, p.etp, req.micro_batch, static_cast<int>(req.recompute)};
+    const Context key{p.tp, p.cp, p.ep, p.etp, req.micro_batch, static_cast<int>(rc)};
     auto it = tables.find(key);
     if (it == tables.end()) it = tables.emplace(key, std::vector<std::optional<ChunkCost>>(kinds + 1)).first;
     return it->second;
   }
+
+  // The MFU numerator's FLOPs per token: one model and sequence per cache.
+  double ModelFlops(const ModelSpec& m, const ParamCount& pc, int seq) {
+    if (!model_flops) model_flops = ModelTrainFlopsPerToken(m, pc, seq);
+    return *model_flops;
+  }
+  std::optional<double> model_flops;
 
   static bool Alike(const ModelSpec& m, const ParamCount& pc, int a, int b) {
     const LayerParams &x = pc.layers[a], &y = pc.layers[b];
@@ -273,21 +273,47 @@ struct StageCostCache::Impl {
   }
 };
 
-// The price of `layer` (the head when < 0) from `table` (a StageCostCache
-// table of this request and plan), priced once.
-const ChunkCost& CachedCost(StageCostCache::Impl& cache, std::vector<std::optional<ChunkCost>>& table,
-                            const PlanRequest& req, const ParallelPlan& p, int layer, const ParamCount& pc) {
-  std::optional<ChunkCost>& slot = table[layer < 0 ? cache.kinds : cache.kind_of_layer[layer]];
-  if (!slot) slot = CostOfLayer(req, p, layer, pc);
-  return *slot;
-}
+namespace {
+
+// Prices layers of one request and plan, each recomputed as it says,
+// through the cache's tables when there is a cache (each priced once).
+class LayerPricer {
+ public:
+  LayerPricer(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc, StageCostCache* cache)
+      : req_(req), p_(p), pc_(pc), cache_(cache ? &cache->impl() : nullptr) {}
+
+  ChunkCost operator()(int layer, Recompute rc) {
+    if (!cache_) return CostOfLayer(req_, p_, layer, rc, pc_);
+    std::vector<std::optional<ChunkCost>>*& table = tables_[static_cast<int>(rc)];
+    if (!table) table = &cache_->Table(req_, p_, pc_, rc);
+    std::optional<ChunkCost>& slot = (*table)[layer < 0 ? cache_->kinds : cache_->kind_of_layer[layer]];
+    if (!slot) slot = CostOfLayer(req_, p_, layer, rc, pc_);
+    return *slot;
+  }
+
+ private:
+  const PlanRequest& req_;
+  const ParallelPlan& p_;
+  const ParamCount& pc_;
+  StageCostCache::Impl* cache_;
+  std::vector<std::optional<ChunkCost>>* tables_[3] = {};
+};
+
+}  // namespace
 
 StageCostCache::StageCostCache() : impl_(std::make_unique<Impl>()) {}
 StageCostCache::~StageCostCache() = default;
 
 Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                               const ParamCount& pc) {
-  const SyncTerms t = SyncAndOptimizer(req, p, split, pc);
+  return StepTimeFloorOfLayout(req, p, ParamsOfRanks(req, p, split, pc));
+}
+
+Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks) {
+  return SyncFloor(SyncTermsOf(req, p, ranks));
+}
+
+Seconds SyncFloor(const SyncTerms& t) {
   // Rounding is monotone, so the step's longer sum is never below this one;
   // shaved all the same, as a floor may only be lower.
   return (t.dp_comm + t.optimizer) * (1 - 1e-12);
@@ -312,30 +338,39 @@ std::string PricingOf(const PlanRequest& req) {
   return out;
 }
 
+Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc, StageCostCache* cache) {
+  LayerPricer price(req, p, pc, cache);
+  ChunkCost sum;
+  for (int l = 0; l < req.model.layers; ++l) Accumulate(sum, price(l, Recompute::kNone));
+  Accumulate(sum, price(-1, Recompute::kNone));
+  return sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
+}
+
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc, StageCostCache* cache) {
+                          const ParamCount& pc, StageCostCache* cache, const SyncTerms* given_sync) {
   const ModelSpec& m = req.model;
   StepTime t;
   t.microbatches = static_cast<int>(req.sequences() / (static_cast<long long>(p.dp) * req.micro_batch));
   t.tokens_per_step = double(req.sequences()) * req.seq_length();
   const int spr = StagesPerRank(req.schedule, p.vp);
+  const OptimizerSync step_sync = req.step_sync();
 
-  std::vector<std::optional<ChunkCost>>* table = cache ? &cache->impl().Table(req, p, pc) : nullptr;
+  LayerPricer price(req, p, pc, cache);
   // The critical rank: the one with the most work per micro-batch. Each
   // rank's own bubble is kept for the floor (StepTime::total_floor).
   Seconds f, b, w, tp, ep, cp;
   Seconds least_bubble;
   for (int rank = 0; rank < p.pp; ++rank) {
     ChunkCost sum;
-    for (int s : StagesOfRank(req.schedule, p.pp, spr, rank)) {
-      const StageLayers& st = split.stages[s];
-      for (int l = st.first_layer; l < st.end_layer; ++l)
-        Accumulate(sum, table ? CachedCost(cache->impl(), *table, req, p, l, pc) : CostOfLayer(req, p, l, pc));
-      if (st.head) Accumulate(sum, table ? CachedCost(cache->impl(), *table, req, p, -1, pc) : CostOfLayer(req, p, -1, pc));
+    for (int k = 0; k < spr; ++k) {
+      const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
+      for (int l = st.first_layer; l < st.end_layer; ++l) Accumulate(sum, price(l, LayerRecompute(req, l - st.first_layer)));
+      // The head's forward is counted again under full recomputation, by either method.
+      if (st.head) Accumulate(sum, price(-1, req.recompute));
     }
     const Seconds comm = (sum.tp + sum.ep + sum.cp) / 3.0;
     const Seconds bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm,
-                                      req.step_sync());
+                                      step_sync);
     if (rank == 0 || bubble < least_bubble) least_bubble = bubble;
     const Seconds work = sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
     if (rank == 0 || work > f + b + w + tp + ep + cp) {
@@ -353,13 +388,13 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.tp_comm = tp * M;
   t.ep_comm = ep * M;
   t.cp_comm = cp * M;
-  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, req.step_sync());
+  t.bubble = BubbleTime(req.schedule, p.pp, spr, t.f, t.b, t.w, step_sync);
 
   const double hop_bytes = MicroBatchTokens(req, p) * m.hidden * kBf16 / (req.sequence_parallel ? p.tp : 1);
   const Seconds hop = Collective(req, CollectiveOp::kSendRecv, 2, p.pp * p.tp * p.cp * p.dp, hop_bytes);
   t.pp_comm = hop * CriticalHops(req.schedule, p.pp, p.vp, t.microbatches, req.p2p());
 
-  const SyncTerms sync = SyncAndOptimizer(req, p, split, pc);
+  const SyncTerms sync = given_sync ? *given_sync : SyncTermsOf(req, p, ParamsOfRanks(req, p, split, pc));
   t.dp_comm = sync.dp_comm;
   t.optimizer = sync.optimizer;
 
@@ -369,7 +404,8 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   t.total_floor = std::min(t.total, t.total - t.bubble + least_bubble) * (1 - 1e-12);
   const int gpus = p.world();
   t.tokens_per_s_per_gpu = t.tokens_per_step / t.total.value() / gpus;
-  double flops_per_token = ModelTrainFlopsPerToken(m, pc, req.seq_length());
+  double flops_per_token = cache ? cache->impl().ModelFlops(m, pc, req.seq_length())
+                                 : ModelTrainFlopsPerToken(m, pc, req.seq_length());
   if (req.mode == TrainMode::kLora) flops_per_token *= (2.0 + LoraParams(m, req.lora) / pc.total) / 3.0;
   const double model_flops = flops_per_token * t.tokens_per_step;
   const double peak = (req.bf16 ? req.gpu.bf16 : req.gpu.fp16).value();

@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/units.h"
+#include "planner/memory_model.h"
 #include "planner/plan_request.h"
 #include "specs/param_count.h"
 #include "specs/stage_split.h"
@@ -45,11 +47,13 @@ struct StepTime {
   /// One micro-batch through the critical rank (for the simulator).
   Seconds f, b, w;
   /// A floor on `total` for every recompute setting of the same plan and
-  /// micro-batch size: total with the bubble of the pipeline rank whose
-  /// bubble is least. Recomputation only lengthens each rank's B, and every
-  /// schedule's bubble grows with B, so a plan that recomputes more is at
-  /// least this slow (equal to `total` when every rank's bubble is the
-  /// critical one's). Computed with the request's own recompute.
+  /// micro-batch size that recomputes each layer at least as much as the
+  /// request's (LayerRecompute; under none: every setting; under full block
+  /// N: block N' >= N and full uniform): total with the bubble of the
+  /// pipeline rank whose bubble is least. Recomputation only lengthens each
+  /// rank's B, and every schedule's bubble grows with B, so a plan that
+  /// recomputes more is at least this slow (equal to `total` when every
+  /// rank's bubble is the critical one's).
   Seconds total_floor;
 };
 
@@ -63,7 +67,8 @@ std::string PricingOf(const PlanRequest& req);
 /// where requests differ only in the micro-batch size, recompute, schedule,
 /// placement and split and plans in their sizes: keyed by the layer's kind
 /// (layers alike in attention, MoE and parameter counts share one), tp, cp,
-/// ep, etp, the micro-batch size and recompute. The step sums the same
+/// ep, etp, the micro-batch size and how the layer is recomputed
+/// (LayerRecompute, so block settings share the tables). The step sums the same
 /// per-layer prices whether they come from here or not, so a cached
 /// evaluation equals an uncached one exactly. Owned by its caller; one per
 /// request family, never shared between models, GPUs or workloads.
@@ -80,9 +85,33 @@ class StageCostCache {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The step's time; `cache` (optional) remembers stage costs between calls.
+/// The DP gradient sync and the optimizer step (EstimateStepTime's dp_comm
+/// and optimizer) on the rank with the most parameters, from the ranks'
+/// parameters (ParamsOfRanks): no micro-batch size or recompute setting
+/// changes them.
+struct SyncTerms {
+  Seconds dp_comm, optimizer;
+};
+SyncTerms SyncTermsOf(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks);
+/// dp_comm + optimizer as a floor on the step's total (StepTimeFloorOfLayout).
+Seconds SyncFloor(const SyncTerms& sync);
+
+/// The step's time; `cache` (optional) remembers stage costs between calls;
+/// `sync` (optional) is the plan's SyncTermsOf when the caller has it.
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc, StageCostCache* cache = nullptr);
+                          const ParamCount& pc, StageCostCache* cache = nullptr, const SyncTerms* sync = nullptr);
+
+/// The work of one micro-batch of req.micro_batch sequences through every
+/// decoder layer and the head without recomputation: F + B + W and the TP,
+/// EP and CP collectives inside them (the per-layer prices EstimateStepTime
+/// sums, from `cache` when given), over the whole model. The critical
+/// pipeline rank does at least a pp-th of it per micro-batch and every
+/// recompute setting adds to it, so whatever the schedule, split and
+/// recompute setting, EstimateStepTime's total at this micro-batch size is
+/// at least ModelWork x micro-batches / pp + StepTimeFloorOfLayout (up to
+/// rounding: shave a floor built from it).
+Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCount& pc,
+                  StageCostCache* cache = nullptr);
 
 /// The gradient sync and optimizer terms of EstimateStepTime (dp_comm +
 /// optimizer), which no micro-batch size or recompute setting changes and
@@ -90,6 +119,9 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
 /// size and recompute setting of the plan.
 Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                               const ParamCount& pc);
+/// The same from the ranks' parameters (ParamsOfRanks of a plan that
+/// differs from `p` at most in dp and cp).
+Seconds StepTimeFloorOfLayout(const PlanRequest& req, const ParallelPlan& p, const std::vector<RankParams>& ranks);
 
 }  // namespace kp
 

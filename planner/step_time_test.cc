@@ -9,10 +9,9 @@ namespace {
 
 using testing::Gpt;
 
-// One GPU, no parallelism: the step is three forwards' FLOPs over the
-// achieved peak for every micro-batch, plus the Adam step; no bubble and no
-// communication.
-TEST(StepTimeTest, SingleGpuDenseModelIsThreeForwardsOverPeak) {
+// A 4-layer GPT without dropout on one H100: 1024-token sequences, 8 per
+// step in micro-batches of 2.
+PlanRequest OneGpuGpt() {
   PlanRequest r;
   r.model = Gpt(4, 1024, 16, 32000);
   r.model.dropout = false;
@@ -23,6 +22,14 @@ TEST(StepTimeTest, SingleGpuDenseModelIsThreeForwardsOverPeak) {
   r.response_length = 0;
   r.global_batch = 8;
   r.micro_batch = 2;
+  return r;
+}
+
+// One GPU, no parallelism: the step is three forwards' FLOPs over the
+// achieved peak for every micro-batch, plus the Adam step; no bubble and no
+// communication.
+TEST(StepTimeTest, SingleGpuDenseModelIsThreeForwardsOverPeak) {
+  PlanRequest r = OneGpuGpt();
   const ParamCount pc = CountParams(r.model);
   auto split = EvenSplit(4, 1);
   StepTime t = EstimateStepTime(r, r.plan, *split, pc);
@@ -37,6 +44,38 @@ TEST(StepTimeTest, SingleGpuDenseModelIsThreeForwardsOverPeak) {
   EXPECT_NEAR(t.optimizer.value(), 30 * pc.total / 3.35e12, 1e-12);
   EXPECT_NEAR(t.total.value(), t.compute.value() + t.optimizer.value(), 1e-12);
   EXPECT_NEAR(t.mfu, ModelTrainFlopsPerToken(r.model, pc, 1024) * s * 8 / (t.total.value() * 989e12), 1e-12);
+}
+
+// Full recomputation adds each recomputed layer's forward to its backward:
+// block N the first N layers of the stage, uniform (any N) all of them; the
+// head's forward is counted again under either method.
+TEST(StepTimeTest, RecomputeRedoesTheForwardOfTheRecomputedLayersOnly) {
+  PlanRequest r = OneGpuGpt();
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(4, 1);
+  auto step = [&](Recompute rc, RecomputeMethod m, int n) {
+    PlanRequest q = r;
+    q.recompute = rc;
+    q.recompute_method = m;
+    q.recompute_layers = n;
+    return EstimateStepTime(q, q.plan, *split, pc);
+  };
+  const double h = 1024, V = 32000, s = 1024, M = 4, tokens = 2048;
+  const LayerParams& l0 = pc.layers[0];
+  const double layer = 2 * (l0.attention + l0.dense_ffn + l0.router) + s * 2 * h;  // forward FLOPs per token
+  const double head = 2 * V * h;
+  const double peak = 989e12 * r.efficiency.matmul;
+  const StepTime none = step(Recompute::kNone, RecomputeMethod::kUniform, 1);
+  for (int n : {1, 2, 3}) {
+    const StepTime block = step(Recompute::kFull, RecomputeMethod::kBlock, n);
+    EXPECT_NEAR(block.compute.value() - none.compute.value(), M * (n * layer + head) * tokens / peak, 1e-12) << n;
+    EXPECT_LE(none.total_floor, block.total) << n;
+  }
+  const StepTime full = step(Recompute::kFull, RecomputeMethod::kUniform, 1);
+  EXPECT_NEAR(full.compute.value() - none.compute.value(), M * (4 * layer + head) * tokens / peak, 1e-12);
+  EXPECT_EQ(step(Recompute::kFull, RecomputeMethod::kBlock, 4).total, full.total);
+  EXPECT_EQ(step(Recompute::kFull, RecomputeMethod::kBlock, 9).total, full.total);
+  for (int n : {2, 3, 4, 9}) EXPECT_EQ(step(Recompute::kFull, RecomputeMethod::kUniform, n).total, full.total) << n;
 }
 
 TEST(StepTimeTest, TensorParallelAllReducesOverNvlink) {

@@ -42,6 +42,14 @@ refused "bad optimizer sync" plans '--optimizer-sync: must be sync or post-valid
 refused "bad dtype" plans "--dtype: must be bf16 or fp16" plan --preset h200-full --dtype fp8
 refused "unknown flag" plans "unrecognised option '--bogus'" plan --preset h200-full --bogus 1
 refused "ep does not divide experts" plans "--ep: 7 does not divide the 384 experts" plan --preset h200-full --ep 7
+refused "recompute method without full" plans "--recompute-method: needs --recompute full" \
+  plan --preset h200-full --recompute-method block
+refused "unknown recompute method" plans '--recompute-method: must be uniform or block, got "diagonal"' \
+  plan --preset h200-full --recompute full --recompute-method diagonal
+refused "recompute layers without full" plans "--recompute-num-layers: needs --recompute full" \
+  plan --preset h200-full --recompute selective --recompute-num-layers 2
+refused "zero recompute layers" plans "--recompute-num-layers: must be a positive integer, got 0" \
+  plan --preset h200-full --recompute full --recompute-num-layers 0
 refused "rollout rule" plans "--rollout-ep: with expert parallelism on" plan --preset h200-full --rollout-ep 16 --rollout-dp 1
 echo '{"name": "m", "layers": 2,' > broken.json
 refused "malformed model file" plans "broken.json: not valid JSON" plan --model-file broken.json --gpu h200
@@ -61,13 +69,24 @@ check "table by default" bash -c "'$bin' plan --preset h200-lora | grep -q '^act
 json_check "search: considered = pruned + priced" search.json \
   "d['search']['considered'] == sum(d['search']['pruned'].values()) + d['search']['evaluated']"
 json_check "search: top fastest first, with their settings" search.json \
-  "[t['step_time_s'] for t in d['search']['top']] == sorted(t['step_time_s'] for t in d['search']['top']) and all(t['settings']['recompute'] in ('none', 'selective', 'full') for t in d['search']['top']) and d['step_time_s'] == d['search']['top'][0]['step_time_s']"
+  "[t['step_time_s'] for t in d['search']['top']] == sorted(t['step_time_s'] for t in d['search']['top']) and all(t['settings']['recompute'] in ('none', 'selective', 'full') for t in d['search']['top']) and all((t['settings']['recompute_method'] is None) == (t['settings']['recompute'] != 'full') for t in d['search']['top']) and d['step_time_s'] == d['search']['top'][0]['step_time_s']"
 json_check "search: the GPU front, fewest GPUs first and faster each time" search.json \
   "len(d['search']['front_gpus']) > 0 and all(a['actor_gpus'] < b['actor_gpus'] and a['step_time_s'] > b['step_time_s'] for a, b in zip(d['search']['front_gpus'], d['search']['front_gpus'][1:]))"
 json_check "search: the headroom front, fastest first and roomier each time" search.json \
   "len(d['search']['front_headroom']) > 0 and all(a['step_time_s'] < b['step_time_s'] and a['headroom_bytes'] < b['headroom_bytes'] for a, b in zip(d['search']['front_headroom'], d['search']['front_headroom'][1:]))"
 # A seed topology that fits nothing on its cluster: the whole space on the
 # fewest more nodes, and the preset's plan beside that best, term by term.
+# Megatron's recompute counts: block 2 keeps more than full and recomputes
+# less; the settings are in the JSON and the table.
+"$bin" plan --preset h200-full --recompute full --json > full.json
+"$bin" plan --preset h200-full --recompute full --recompute-method block --recompute-num-layers 2 --json > block.json
+json_check "recompute block: method and layers in the JSON" block.json \
+  "d['recompute'] == 'full' and d['recompute_method'] == 'block' and d['recompute_num_layers'] == 2"
+json_check "recompute block: more activations, less step time than full" block.json \
+  "d['memory']['actor']['activations_bytes'] > json.load(open('full.json'))['memory']['actor']['activations_bytes'] and d['step_time_s'] < json.load(open('full.json'))['step_time_s']"
+json_check "recompute none: no method" h200-full.json "d['recompute_method'] is None and d['recompute_num_layers'] is None"
+check "recompute block: the plan line names it" bash -c \
+  "'$bin' plan --preset h200-full --recompute full --recompute-method block --recompute-num-layers 2 | grep -q 'recompute full block 2)'"
 "$bin" plan --preset h200-lora --search --json > lora_search.json
 json_check "h200-lora search: nearest on 3 nodes" lora_search.json \
   "d['search']['nearest']['nodes'] == 3 and d['nearest_fit']['nodes'] == 3 and d['search']['feasible'] == 0"
