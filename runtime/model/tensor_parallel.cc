@@ -85,6 +85,41 @@ struct SplitFunction : public torch::autograd::Function<SplitFunction> {
   }
 };
 
+// Megatron's vocabulary-parallel cross entropy. The forward reduces three
+// per-row quantities over the group; the gradient, softmax minus the
+// target's one-hot restricted to this rank's columns, is local.
+struct VocabCrossEntropyFunction : public torch::autograd::Function<VocabCrossEntropyFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& local, const torch::Tensor& targets,
+                               std::int64_t comm) {
+    Communicator& c = *reinterpret_cast<Communicator*>(comm);
+    const torch::Tensor x = local.scalar_type() == torch::kDouble ? local : local.to(torch::kFloat);
+    const std::int64_t width = x.size(1), first = c.rank() * width;
+    // The row maxima of every rank, for a stable log-sum-exp (the
+    // communicator sums only, so the maxima are gathered).
+    const torch::Tensor maxima = OrThrow(AllGather(c, std::get<0>(x.max(1, /*keepdim=*/true)), 1));
+    const torch::Tensor row_max = std::get<0>(maxima.max(1, /*keepdim=*/true));
+    const torch::Tensor shifted_exp = torch::exp(x - row_max);
+    const torch::Tensor sum_exp = SummedOrThrow(c, shifted_exp.sum(1, /*keepdim=*/true));
+    const torch::Tensor ignored = targets == -100;
+    const torch::Tensor mine = (targets >= first) & (targets < first + width);
+    const torch::Tensor column = torch::where(mine, targets - first, torch::zeros_like(targets));
+    const torch::Tensor target_logit =
+        SummedOrThrow(c, torch::where(mine, x.gather(1, column.unsqueeze(1)).squeeze(1), torch::zeros_like(row_max.squeeze(1))));
+    const torch::Tensor loss =
+        torch::where(ignored, torch::zeros_like(target_logit), torch::log(sum_exp.squeeze(1)) + row_max.squeeze(1) - target_logit);
+    ctx->save_for_backward({shifted_exp / sum_exp, column, mine, ignored});
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &softmax = saved[0], &column = saved[1], &mine = saved[2], &ignored = saved[3];
+    const torch::Tensor onehot =
+        torch::zeros_like(softmax).scatter_(1, column.unsqueeze(1), mine.unsqueeze(1).to(softmax.scalar_type()));
+    const torch::Tensor dloss = torch::where(ignored, torch::zeros_like(grads[0]), grads[0]).unsqueeze(1);
+    return {(softmax - onehot) * dloss, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 Status CheckDivides(const Communicator& c, const torch::Tensor& x, std::int64_t dim, const char* what) {
   if (x.size(dim) % c.size() != 0)
     return Status::InvalidArgument(std::string(what) + ": the group's " + std::to_string(c.size()) +
@@ -139,6 +174,21 @@ torch::Tensor ScatterSequence(Communicator& tp, const torch::Tensor& x, std::int
 torch::Tensor SplitSequence(Communicator& tp, const torch::Tensor& x, std::int64_t dim) {
   if (const Status s = CheckDivides(tp, x, dim, "SplitSequence"); !s.ok()) throw CommunicationError(s);
   return SplitFunction::apply(x, Handle(tp), dim);
+}
+
+torch::Tensor VocabParallelCrossEntropy(Communicator& tp, const torch::Tensor& local, const torch::Tensor& targets) {
+  TORCH_CHECK(local.dim() == 2 && targets.dim() == 1 && targets.size(0) == local.size(0) &&
+                  targets.scalar_type() == torch::kLong,
+              "VocabParallelCrossEntropy: local logits [N, V / n] and int64 targets [N]");
+  return VocabCrossEntropyFunction::apply(local, targets, Handle(tp));
+}
+
+torch::Tensor VocabParallelEmbedding(Communicator& tp, const torch::Tensor& local_weight, const torch::Tensor& tokens) {
+  const std::int64_t rows = local_weight.size(0), first = tp.rank() * rows;
+  const torch::Tensor mine = (tokens >= first) & (tokens < first + rows);
+  const torch::Tensor index = torch::where(mine, tokens - first, torch::zeros_like(tokens));
+  const torch::Tensor partial = torch::embedding(local_weight, index) * mine.unsqueeze(-1).to(local_weight.scalar_type());
+  return ReduceFromTensorParallel(tp, partial);
 }
 
 Status ShardSwiGlu(SwiGluImpl& ffn, const Communicator& tp) {

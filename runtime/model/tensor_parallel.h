@@ -54,6 +54,23 @@ Result<torch::Tensor> AllGather(Communicator& c, const torch::Tensor& x, std::in
 /// length; the communicator's.
 Result<torch::Tensor> ReduceScatter(Communicator& c, const torch::Tensor& x, std::int64_t dim);
 
+/// Per-row cross entropy [N] (in the logits' dtype promoted to at least
+/// fp32) of logits split by vocabulary over `tp`: this rank holds columns
+/// [r V / n, (r + 1) V / n) of the [N, V] logits as `local` [N, V / n], and
+/// `targets` [N] (int64) are global ids (-100: ignored, loss 0). Every rank
+/// gets every row's loss; the full logits are never gathered (Megatron's
+/// vocabulary-parallel cross entropy: the row maxima, the sums of
+/// exponentials and the target logits are reduced instead). Differentiable
+/// in `local`; the backward needs no communication.
+torch::Tensor VocabParallelCrossEntropy(Communicator& tp, const torch::Tensor& local, const torch::Tensor& targets);
+
+/// The rows of `tokens` (int64, any shape) in an embedding table split by
+/// vocabulary over `tp`: this rank holds rows [r V / n, (r + 1) V / n) as
+/// `local_weight`; each rank looks up the ids it holds (zeros for the
+/// rest) and the partial tables are summed over the group. Differentiable
+/// in `local_weight`.
+torch::Tensor VocabParallelEmbedding(Communicator& tp, const torch::Tensor& local_weight, const torch::Tensor& tokens);
+
 /// Keeps this rank's part of a SwiGLU's hidden units: rows [r F / n,
 /// (r + 1) F / n) of gate and up, the same columns of down (Megatron's
 /// column- then row-parallel split). InvalidArgument ("--tp: ...") when the

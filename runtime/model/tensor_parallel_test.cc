@@ -128,6 +128,42 @@ TEST(TensorParallelTest, ASwiGluSplitOverTwoOrThreeRanksEqualsTheWholeLayer) {
   }
 }
 
+// The vocabulary-parallel loss and lookup against torch's on the whole
+// vocabulary (fp64), over 2 and 4 ranks, with an ignored target and targets
+// on every shard.
+TEST(TensorParallelTest, VocabParallelLossAndEmbeddingEqualTheWholeVocabulary) {
+  const std::int64_t n_rows = 7, vocab = 12, dim = 3;
+  const torch::Tensor logits = Seeded(50, 0, {n_rows, vocab}) * 3;
+  const torch::Tensor targets = torch::tensor({0, 11, 5, -100, 6, 3, 9}, torch::kLong);
+  const torch::Tensor upstream = Seeded(51, 0, {n_rows});
+  const torch::Tensor whole = logits.clone().requires_grad_(true);
+  const torch::Tensor want = torch::nn::functional::cross_entropy(
+      whole, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  const torch::Tensor want_grad = torch::autograd::grad({(want * upstream).sum()}, {whole})[0];
+  const torch::Tensor table = Seeded(52, 0, {vocab, dim});
+  const torch::Tensor tokens = torch::tensor({{0, 11, 5}, {6, 3, 9}}, torch::kLong);
+  const torch::Tensor rows_up = Seeded(53, 0, {2, 3, dim});
+  const torch::Tensor table_leaf = table.clone().requires_grad_(true);
+  const torch::Tensor want_rows = torch::embedding(table_leaf, tokens);
+  const torch::Tensor want_table_grad = torch::autograd::grad({(want_rows * rows_up).sum()}, {table_leaf})[0];
+  for (int n : {2, 4}) {
+    const auto statuses = RunRanks(n, [&](Communicator& c) -> Status {
+      const std::int64_t width = vocab / n, first = c.rank() * width;
+      const torch::Tensor local = logits.narrow(1, first, width).clone().requires_grad_(true);
+      const torch::Tensor loss = VocabParallelCrossEntropy(c, local, targets);
+      KP_RETURN_IF_ERROR(Expect(Close(loss, want, 1e-12), "loss"));
+      const torch::Tensor grad = torch::autograd::grad({(loss * upstream).sum()}, {local})[0];
+      KP_RETURN_IF_ERROR(Expect(Close(grad, want_grad.narrow(1, first, width), 1e-12), "loss gradient"));
+      const torch::Tensor shard = table.narrow(0, first, width).clone().requires_grad_(true);
+      const torch::Tensor rows = VocabParallelEmbedding(c, shard, tokens);
+      KP_RETURN_IF_ERROR(Expect(torch::equal(rows, want_rows.detach()), "embedding rows"));
+      const torch::Tensor table_grad = torch::autograd::grad({(rows * rows_up).sum()}, {shard})[0];
+      return Expect(torch::equal(table_grad, want_table_grad.narrow(0, first, width)), "embedding gradient");
+    });
+    EXPECT_TRUE(FirstError(statuses).ok()) << "tp " << n << ": " << FirstError(statuses).message();
+  }
+}
+
 TEST(TensorParallelTest, ATpThatDoesNotDivideTheHiddenUnitsIsRefusedNamingTheFlag) {
   const auto statuses = RunRanks(5, [](Communicator& c) -> Status {
     Init init(5);
