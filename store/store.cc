@@ -286,29 +286,33 @@ Status CheckDbFile(const std::string& path, StoreMode mode, bool* existing) {
       return Status::InvalidArgument(
           DbError(path, "directory " + parent.string() + " is not writable (SQLite writes its journal there)"));
   }
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (ec) return Status::InvalidArgument(DbError(path, ec.message()));
-  if (size == 0) return Status::Ok();  // an empty file is an empty database
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::InvalidArgument(DbError(path, "cannot be read"));
   unsigned char header[100] = {};
   in.read(reinterpret_cast<char*>(header), sizeof header);
   const std::size_t got = static_cast<std::size_t>(in.gcount());
+  if (got == 0) return Status::Ok();  // an empty file is an empty database
   static const char kMagic[] = "SQLite format 3";  // and its NUL: 16 bytes
   if (got < 16 || std::memcmp(header, kMagic, 16) != 0)
     return Status::InvalidArgument(DbError(path, "not a SQLite database (no SQLite header)"));
   if (got < sizeof header)
-    return Status::InvalidArgument(DbError(path, "not a SQLite database (truncated: " + std::to_string(size) +
+    return Status::InvalidArgument(DbError(path, "not a SQLite database (truncated: " + std::to_string(got) +
                                                      " bytes, shorter than the 100-byte header)"));
   // The page size (1 means 65536) and, when valid (its change counter
-  // matches), the page count the header declares.
+  // matches), the page count the header declares. Not while a WAL file is
+  // beside it: a checkpoint writes page 1 (the new count) before the pages
+  // that grow the file, and quick_check reads the WAL's copy anyway. Read in
+  // this order, header then WAL then size, because another process's
+  // checkpoint grows the file before it deletes the WAL: a header read
+  // mid-checkpoint sees the WAL still there, and a size read after the WAL
+  // is gone sees the grown file. (Size first gave a false "truncated" to a
+  // reader racing two writers.)
   std::uintmax_t page_size = BigEndian(header + 16, 2);
   if (page_size == 1) page_size = 65536;
-  // Not while a WAL file is beside it: a checkpoint writes page 1 (the new
-  // count) before the pages that grow the file, and quick_check reads the
-  // WAL's copy anyway.
   const std::uint32_t pages = BigEndian(header + 28, 4);
   const bool wal = fs::file_size(path + "-wal", ec) > 0 && !ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) return Status::InvalidArgument(DbError(path, ec.message()));
   if (!wal && pages > 0 && BigEndian(header + 24, 4) == BigEndian(header + 92, 4) && size < pages * page_size)
     return Status::InvalidArgument(DbError(path, "not a SQLite database (truncated: " + std::to_string(size) +
                                                      " bytes, its header says " +
