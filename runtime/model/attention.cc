@@ -89,6 +89,19 @@ torch::Tensor AppendTime(torch::Tensor& cached, const torch::Tensor& fresh) {
   return cached;
 }
 
+Status CheckHeads(std::int64_t heads, int tp, const char* what) {
+  if (heads % tp == 0) return Status::Ok();
+  return Status::InvalidArgument("--tp: " + std::to_string(tp) + " does not divide the " + what + "'s " +
+                                 std::to_string(heads) + " heads");
+}
+
+// Under SP a mixer's input is a sequence shard; decoding appends whole
+// positions to a cache, which a shard cannot.
+void CheckDecodable(const TensorParallelRegion& region, const LayerCache* cache) {
+  TORCH_CHECK(cache == nullptr || !region.sequence_parallel(),
+              "incremental decoding runs without sequence parallelism");
+}
+
 }  // namespace
 
 void LayerCache::Map(const std::function<torch::Tensor(const torch::Tensor&)>& f) {
@@ -276,10 +289,36 @@ torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tenso
   return o;
 }
 
-torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+Status KdaImpl::CheckHeadSplit(int tp) const { return CheckHeads(heads_, tp, "KDA layer"); }
+
+void KdaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) {
+  region_ = region;
+  const std::int64_t local = heads_ / region.size(), h0 = region.rank() * local;
+  const std::int64_t k0 = h0 * dk_, kn = local * dk_, v0 = h0 * dv_, vn = local * dv_;
+  split->Keep("q_proj.weight", q_proj_->weight(), 0, k0, kn);
+  split->Keep("k_proj.weight", k_proj_->weight(), 0, k0, kn);
+  split->Keep("v_proj.weight", v_proj_->weight(), 0, v0, vn);
+  split->Keep("q_conv", q_conv_, 0, k0, kn);
+  split->Keep("k_conv", k_conv_, 0, k0, kn);
+  split->Keep("v_conv", v_conv_, 0, v0, vn);
+  split->Keep("f_b.weight", f_b_->weight(), 0, k0, kn);
+  split->Keep("A_log", a_log_, 0, h0, local);
+  split->Keep("dt_bias", dt_bias_, 0, k0, kn);
+  split->Keep("b_proj.weight", b_proj_->weight(), 0, h0, local);
+  split->Keep("g_b.weight", g_b_->weight(), 0, v0, vn);
+  split->Keep("o_proj.weight", o_proj_->weight(), 1, v0, vn);
+  split->partial.push_back("o_norm");  // every head's norm uses it
+  heads_ = local;
+}
+
+torch::Tensor KdaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
+  CheckDecodable(region_, cache);
+  // The low-rank gates' first maps run on what this rank holds; their
+  // narrow outputs enter the region, as the input of the split maps does.
+  const torch::Tensor x = region_.Enter(x_in);
   const std::int64_t b = x.size(0), t = x.size(1), width = q_conv_.size(1);
   const torch::Tensor qx = q_proj_->forward(x), kx = k_proj_->forward(x), vx = v_proj_->forward(x);
-  const torch::Tensor fx = f_b_->forward(f_a_->forward(x));
+  const torch::Tensor fx = f_b_->forward(region_.Enter(f_a_->forward(x_in)));
   const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
   const double q_scale = 1.0 / std::sqrt(static_cast<double>(dk_));
   torch::Tensor o;
@@ -296,14 +335,17 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
   } else {
     o = RunTorchForms(qx, kx, vx, fx, beta, cache);
   }
-  const torch::Tensor gate_proj = g_b_->forward(g_a_->forward(x));
-  if (fused_ && GatedRmsNormKernelApplies(o, gate_proj))
-    return o_proj_->forward(GatedRmsNormKernel(o, gate_proj, o_norm_, eps_));
-  const torch::Tensor gate = Upcast(gate_proj).view({b, t, heads_, dv_});
-  const torch::Tensor rms = fused_ && RmsNormKernelApplies(o) ? RmsNormKernel(o, o_norm_, eps_)
-                                                               : RmsNormalize(o, eps_) * o_norm_;
-  const torch::Tensor normed = rms * torch::sigmoid(gate);
-  return o_proj_->forward(normed.reshape({b, t, heads_ * dv_}).to(x.scalar_type()));
+  const torch::Tensor gate_proj = g_b_->forward(region_.Enter(g_a_->forward(x_in)));
+  torch::Tensor normed;
+  if (fused_ && GatedRmsNormKernelApplies(o, gate_proj)) {
+    normed = GatedRmsNormKernel(o, gate_proj, o_norm_, eps_);
+  } else {
+    const torch::Tensor gate = Upcast(gate_proj).view({b, t, heads_, dv_});
+    const torch::Tensor rms = fused_ && RmsNormKernelApplies(o) ? RmsNormKernel(o, o_norm_, eps_)
+                                                                 : RmsNormalize(o, eps_) * o_norm_;
+    normed = (rms * torch::sigmoid(gate)).reshape({b, t, heads_ * dv_}).to(x.scalar_type());
+  }
+  return region_.Exit(o_proj_->forward(normed));
 }
 
 // ------------------------------------------------------------------ MLA
@@ -333,14 +375,36 @@ torch::Tensor MlaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
 
 torch::Tensor MlaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
 
-torch::Tensor MlaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+Status MlaImpl::CheckHeadSplit(int tp) const { return CheckHeads(heads_, tp, "MLA layer"); }
+
+void MlaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) {
+  region_ = region;
+  const std::int64_t local = heads_ / region.size(), h0 = region.rank() * local, qk = nope_ + rope_;
+  split->Keep(q_ ? "q.weight" : "q_b.weight", (q_ ? q_ : q_b_)->weight(), 0, h0 * qk, local * qk);
+  split->Keep("kv_b.weight", kv_b_->weight(), 0, h0 * (nope_ + v_dim_), local * (nope_ + v_dim_));
+  split->Keep("gate.weight", gate_->weight(), 0, h0 * v_dim_, local * v_dim_);
+  split->Keep("o_proj.weight", o_proj_->weight(), 1, h0 * v_dim_, local * v_dim_);
+  heads_ = local;
+}
+
+torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
+  CheckDecodable(region_, cache);
+  // The down-projections and their norms run on what this rank holds; the
+  // latents enter the region (narrower than x, so cheaper to gather).
+  const torch::Tensor x = region_.Enter(x_in);
   const std::int64_t b = x.size(0), t = x.size(1), offset = cache ? cache->length : 0;
-  const torch::Tensor q = (q_ ? q_->forward(x) : q_b_->forward(q_norm_->forward(q_a_->forward(x))))
+  const torch::Tensor q = (q_ ? q_->forward(x) : q_b_->forward(region_.Enter(q_norm_->forward(q_a_->forward(x_in)))))
                               .view({b, t, heads_, nope_ + rope_});
-  const torch::Tensor kv = kv_a_->forward(x);
+  const torch::Tensor kv = kv_a_->forward(x_in);
   torch::Tensor latent = kv_norm_->forward(kv.narrow(-1, 0, kv_rank_));  // [B, T, r]
-  torch::Tensor k_rope;                                                  // [B, T, rope]
-  if (rope_ > 0) k_rope = ApplyRope(kv.narrow(-1, kv_rank_, rope_).unsqueeze(2), theta_, offset).squeeze(2);
+  torch::Tensor rope_in = rope_ > 0 ? kv.narrow(-1, kv_rank_, rope_) : torch::Tensor();
+  if (region_.active()) {  // one collective for both
+    const torch::Tensor both = region_.Enter(rope_ > 0 ? torch::cat({latent, rope_in}, -1) : latent);
+    latent = both.narrow(-1, 0, kv_rank_);
+    if (rope_ > 0) rope_in = both.narrow(-1, kv_rank_, rope_);
+  }
+  torch::Tensor k_rope;  // [B, T, rope]
+  if (rope_ > 0) k_rope = ApplyRope(rope_in.unsqueeze(2), theta_, offset).squeeze(2);
   if (cache) {
     latent = AppendTime(cache->latent, latent);
     if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
@@ -359,7 +423,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
                               .transpose(1, 2)
                               .reshape({b, t, heads_ * v_dim_});
   const torch::Tensor gated = o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type());
-  return o_proj_->forward(gated);
+  return region_.Exit(o_proj_->forward(gated));
 }
 
 // ------------------------------------------------------------------ MHA
@@ -377,7 +441,26 @@ torch::Tensor MhaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
 
 torch::Tensor MhaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
 
-torch::Tensor MhaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
+Status MhaImpl::CheckHeadSplit(int tp) const {
+  KP_RETURN_IF_ERROR(CheckHeads(heads_, tp, "attention layer"));
+  return CheckHeads(kv_heads_, tp, "attention layer's key-value");
+}
+
+void MhaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) {
+  region_ = region;
+  const std::int64_t local = heads_ / region.size(), kv_local = kv_heads_ / region.size();
+  const std::int64_t h0 = region.rank() * local, kv0 = region.rank() * kv_local;
+  split->Keep("q.weight", q_->weight(), 0, h0 * head_dim_, local * head_dim_);
+  split->Keep("k.weight", k_->weight(), 0, kv0 * head_dim_, kv_local * head_dim_);
+  split->Keep("v.weight", v_->weight(), 0, kv0 * head_dim_, kv_local * head_dim_);
+  split->Keep("o_proj.weight", o_proj_->weight(), 1, h0 * head_dim_, local * head_dim_);
+  heads_ = local;
+  kv_heads_ = kv_local;
+}
+
+torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
+  CheckDecodable(region_, cache);
+  const torch::Tensor x = region_.Enter(x_in);
   const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
   const torch::Tensor q = ApplyRope(q_->forward(x).view({b, t, heads_, head_dim_}), theta_, offset);
   torch::Tensor k = ApplyRope(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_, offset);
@@ -393,7 +476,7 @@ torch::Tensor MhaImpl::Run(const torch::Tensor& x, LayerCache* cache) {
   }
   const torch::Tensor o = CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                           1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  return o_proj_->forward(o.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  return region_.Exit(o_proj_->forward(o.transpose(1, 2).reshape({b, t, heads_ * head_dim_})));
 }
 
 }  // namespace kp::runtime

@@ -33,21 +33,20 @@ torch::Tensor AllToAllRows(Communicator& ep, const torch::Tensor& x, const std::
 
 // The exchange as an autograd node: the gradient of a received row goes back
 // to the rank that sent it, so backward is the same exchange with the splits
-// swapped. The communicator travels as an integer because saved_data holds
-// IValues; the caller keeps it alive across backward.
+// swapped.
 struct ExchangeFunction : public torch::autograd::Function<ExchangeFunction> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, std::vector<std::int64_t> send,
                                std::vector<std::int64_t> recv, std::int64_t comm) {
     ctx->saved_data["send"] = send;
     ctx->saved_data["recv"] = recv;
     ctx->saved_data["comm"] = comm;
-    return AllToAllRows(*reinterpret_cast<Communicator*>(comm), x, send, recv);
+    return AllToAllRows(CommunicatorOf(comm), x, send, recv);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    Communicator& comm = CommunicatorOf(ctx->saved_data["comm"].toInt());
     const std::vector<std::int64_t> send = ctx->saved_data["send"].toIntVector();
     const std::vector<std::int64_t> recv = ctx->saved_data["recv"].toIntVector();
-    return {AllToAllRows(*comm, grads[0].contiguous(), recv, send), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {AllToAllRows(comm, grads[0].contiguous(), recv, send), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -78,7 +77,7 @@ std::vector<std::vector<std::int64_t>> ExchangeCounts(Communicator& ep, const st
 
 torch::Tensor ExchangeRows(Communicator& ep, const torch::Tensor& x, const std::vector<std::int64_t>& send_rows,
                            const std::vector<std::int64_t>& recv_rows) {
-  return ExchangeFunction::apply(x, send_rows, recv_rows, reinterpret_cast<std::int64_t>(&ep));
+  return ExchangeFunction::apply(x, send_rows, recv_rows, CommunicatorHandle(ep));
 }
 
 torch::Tensor RunExpertsParallel(Communicator& ep, ExpertBankImpl& bank, const torch::Tensor& x_sorted,

@@ -34,6 +34,12 @@ class CommunicationError : public std::runtime_error {
   explicit CommunicationError(const Status& s) : std::runtime_error(s.message()) {}
 };
 
+/// A communicator as an integer, the form an autograd node's saved_data can
+/// hold (IValues only); the caller keeps the communicator alive through the
+/// backward.
+inline std::int64_t CommunicatorHandle(Communicator& c) { return reinterpret_cast<std::int64_t>(&c); }
+inline Communicator& CommunicatorOf(std::int64_t handle) { return *reinterpret_cast<Communicator*>(handle); }
+
 /// Sends rows [offset_j, offset_j + send_rows[j]) of `x` to EP rank j and
 /// returns the rows received, rank 0's first (recv_rows[j] from rank j).
 /// Differentiable in `x`. Throws CommunicationError.

@@ -57,13 +57,6 @@ torch::Tensor ProjImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
-void ProjImpl::KeepSlice(std::int64_t dim, std::int64_t first, std::int64_t count) {
-  TORCH_CHECK(!has_lora(), "ProjImpl::KeepSlice: not with LoRA adapters");
-  torch::NoGradGuard no_grad;
-  // set_data keeps the registered parameter object, as KeepExperts does.
-  weight_.set_data(weight_.narrow(dim, first, count).clone());
-}
-
 void ProjImpl::AddLora(const LoraOptions& lora, Init& init) {
   if (!lora_target_ || has_lora()) return;
   const std::int64_t in = weight_.size(1), out = weight_.size(0);

@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/runtime_config.h"
+#include "runtime/model/tensor_parallel.h"
 
 namespace kp::runtime {
 
@@ -63,10 +64,6 @@ class ProjImpl : public torch::nn::Module, public LoraAdaptable {
   bool lora_target() const { return lora_target_; }
   bool has_lora() const { return lora_a_.defined(); }
   torch::Tensor& weight() { return weight_; }
-  /// Keeps the weight's slice [first, first + count) of `dim` (0: output
-  /// features, 1: input features) in place: the parameter keeps its name
-  /// and object (tensor parallelism's shards). Requires no LoRA.
-  void KeepSlice(std::int64_t dim, std::int64_t first, std::int64_t count);
 
  private:
   torch::Tensor weight_, lora_a_, lora_b_;
@@ -141,7 +138,10 @@ class SwiGluImpl : public ChannelMixer {
   SwiGluImpl(std::int64_t dim, std::int64_t hidden, bool gated, double init_std, double out_std, Init& init,
              bool fused);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor Mix(const torch::Tensor& x, bool) override { return forward(x); }
+  /// forward inside the layer's TP region (the identity unless sharded:
+  /// tensor_parallel.h, ShardSwiGlu).
+  torch::Tensor Mix(const torch::Tensor& x, bool) override { return region_.Exit(forward(region_.Enter(x))); }
+  void SetTensorParallel(const TensorParallelRegion& region) { region_ = region; }
   ProjImpl* gate() { return gate_.get(); }  ///< null when not gated (GELU)
   ProjImpl& up() { return *up_; }
   ProjImpl& down() { return *down_; }
@@ -149,6 +149,7 @@ class SwiGluImpl : public ChannelMixer {
  private:
   std::shared_ptr<ProjImpl> gate_, up_, down_;
   bool fused_;
+  TensorParallelRegion region_;
 };
 
 /// The number of routing slots per expert [num_experts] (int64) of the

@@ -215,8 +215,15 @@ EmbeddingImpl::EmbeddingImpl(const ModelSpec& spec, const ModelOptions& options)
 }
 
 ResidualStream EmbeddingImpl::forward(const torch::Tensor& tokens) {
-  const torch::Tensor e = torch::embedding(weight_, tokens);
+  const torch::Tensor e =
+      region_.active() ? VocabParallelEmbedding(region_, weight_, tokens) : torch::embedding(weight_, tokens);
   return ResidualStream{bf16_ ? e.to(torch::kBFloat16) : e, {}};
+}
+
+void EmbeddingImpl::ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split) {
+  const std::int64_t rows = weight_.size(0) / region.size();
+  split->Keep("weight", weight_, 0, region.rank() * rows, rows);
+  region_ = region;
 }
 
 HeadImpl::HeadImpl(const ModelSpec& spec, const ModelOptions& options) {
@@ -233,11 +240,27 @@ torch::Tensor HeadImpl::Normed(const ResidualStream& in) {
   return norm_->forward(output_res_ ? output_res_->forward(in.blocks, in.hidden) : in.hidden);
 }
 
-torch::Tensor HeadImpl::Logits(const ResidualStream& in) { return lm_head_->forward(Normed(in)); }
+torch::Tensor HeadImpl::Logits(const ResidualStream& in) {
+  TORCH_CHECK(!region_.active(), "a head split by vocabulary gives the loss only");
+  return lm_head_->forward(Normed(in));
+}
+
+void HeadImpl::ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split) {
+  const std::int64_t rows = lm_head_->weight().size(0) / region.size();
+  split->Keep("lm_head.weight", lm_head_->weight(), 0, region.rank() * rows, rows);
+  region_ = region;
+}
 
 torch::Tensor HeadImpl::Loss(const ResidualStream& in, const torch::Tensor& targets, bool fused) {
   const torch::Tensor h = Normed(in);
-  const torch::Tensor rows = h.reshape({-1, h.size(-1)}), ids = targets.reshape({-1});
+  const torch::Tensor ids = targets.reshape({-1});
+  if (region_.active()) {
+    // torch's mean: over the targets that are not ignored.
+    const torch::Tensor local = lm_head_->forward(region_.Enter(h));
+    return VocabParallelCrossEntropy(region_.group(), local.reshape({-1, local.size(-1)}), ids).sum() /
+           (ids != -100).sum();
+  }
+  const torch::Tensor rows = h.reshape({-1, h.size(-1)});
   if (fused && !lm_head_->has_lora() && LinearCrossEntropyKernelApplies(rows, lm_head_->weight()))
     return LinearCrossEntropyKernel(rows, lm_head_->weight(), ids) / (ids != -100).sum();
   return LanguageModelLoss(lm_head_->forward(h), targets, fused);
@@ -360,6 +383,16 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
     return CrossEntropyKernel(rows, ids).sum() / (ids != -100).sum();
   }
   return torch::nn::functional::cross_entropy(Upcast(rows), ids);
+}
+
+Status SumRouterLoads(StageModelImpl& model, Communicator* group) {
+  if (group == nullptr || group->size() == 1) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  for (const auto& layer : model.layers()) {
+    if (layer->moe() == nullptr) continue;
+    KP_RETURN_IF_ERROR(group->AllReduceSum(layer->moe()->router().load()));
+  }
+  return Status::Ok();
 }
 
 std::int64_t CountElements(const std::vector<torch::Tensor>& tensors) {

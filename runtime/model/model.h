@@ -100,16 +100,24 @@ class DecoderLayerImpl : public torch::nn::Module {
 class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(const ModelSpec& spec, const ModelOptions& options);
+  /// With SP (tensor_parallel.h) the stream starts as this rank's sequence
+  /// shard [B, T / n, D].
   ResidualStream forward(const torch::Tensor& tokens);
+  /// Keeps the region's rank's rows of the table, [r V / n, (r + 1) V / n),
+  /// and looks tokens up through the region from now on
+  /// (VocabParallelEmbedding). Requires n to divide V.
+  void ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split);
 
  private:
+  TensorParallelRegion region_;
   torch::Tensor weight_;
   bool bf16_;  // otherwise the activations keep the weights' dtype (fp32, or fp64 in tests)
 };
 
 /// The head (§2, last paragraph): one more depth read over the whole stack
 /// plus the partial sum (output_res), the final RMSNorm and the LM head.
-/// Returns fp32 logits [B, T, V].
+/// Returns fp32 logits [B, T, V]. Split by vocabulary over TP (ShardVocab),
+/// it gives the loss only.
 class HeadImpl : public torch::nn::Module {
  public:
   HeadImpl(const ModelSpec& spec, const ModelOptions& options);
@@ -120,7 +128,13 @@ class HeadImpl : public torch::nn::Module {
   /// LanguageModelLoss of Logits(in). `fused`: where the CUDA kernels apply,
   /// by LinearCrossEntropyKernel (cuda_kernels.h), which never holds all the
   /// logits; otherwise from Logits with LanguageModelLoss's `fused`.
+  /// Under TP: the vocabulary-parallel cross entropy of this rank's logits,
+  /// the same on every rank (targets: the whole [B, T] on every rank).
   torch::Tensor Loss(const ResidualStream& in, const torch::Tensor& targets, bool fused);
+  /// Keeps the region's rank's rows of the LM head, [r V / n, (r + 1) V / n),
+  /// and computes the loss through the region from now on. Requires n to
+  /// divide V.
+  void ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split);
   AttnResImpl* output_res() { return output_res_.get(); }  ///< null without blocks
   RmsNormImpl& norm() { return *norm_; }
   ProjImpl& lm_head() { return *lm_head_; }
@@ -129,6 +143,7 @@ class HeadImpl : public torch::nn::Module {
   std::shared_ptr<AttnResImpl> output_res_;
   std::shared_ptr<RmsNormImpl> norm_;
   std::shared_ptr<ProjImpl> lm_head_;
+  TensorParallelRegion region_;
   torch::Tensor Normed(const ResidualStream& in);  // the final norm's output, before the LM head
 };
 
@@ -207,6 +222,12 @@ Status SaveAdapters(const StageModelImpl& model, const std::string& path);
 /// Reads adapters written by SaveAdapters into a model with the same adapters;
 /// a missing file, a missing adapter or a shape mismatch is an error naming it.
 Status LoadAdapters(StageModelImpl& model, const std::string& path);
+
+/// Sums every router's load over `group` (DP, or TP with sequence
+/// parallelism: any ranks that routed different tokens) so the bias update
+/// sees the whole batch's routing, identically on every rank. Null or one
+/// rank: nothing to do.
+Status SumRouterLoads(StageModelImpl& model, Communicator* group);
 
 /// Total element count of `tensors`.
 std::int64_t CountElements(const std::vector<torch::Tensor>& tensors);

@@ -356,25 +356,8 @@ TEST(ShapeTest, Bf16KeepsFp32MasterWeightsAndTracksFp32) {
     }
 }
 
-// A plain-residual GPT: two MHA layers, grouped-query, ungated dense FFNs.
-ModelSpec GptSpec() {
-  ModelSpec m;
-  m.name = "gpt-tiny";
-  m.layers = 2;
-  m.hidden = 16;
-  m.heads = 4;
-  m.head_dim = 4;
-  m.kv_heads = 2;  // grouped-query
-  m.vocab = 20;
-  m.dense_layers = 2;
-  m.dense_ffn = 32;
-  m.gated_ffn = false;
-  m.attention = {AttentionKind::kMha, AttentionKind::kMha};
-  return m;
-}
-
 TEST(ShapeTest, PlainResidualAndMhaBuildForGptStyleSpecs) {
-  ModelSpec m = GptSpec();
+  ModelSpec m = TinyGptSpec();
   auto model = Build(m);
   const torch::Tensor logits = model->forward(Tokens(m, 1, 5, 1));
   EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{1, 5, 20}));
@@ -393,7 +376,7 @@ std::vector<std::pair<ModelSpec, ModelOptions>> DecodeSpecs() {
   ModelSpec low_rank_q = TinyKimiSpec();
   low_rank_q.mla.q_lora_rank = 12;
   low_rank_q.attn_res_block = 3;
-  return {{TinyKimiSpec(), chunked}, {low_rank_q, ModelOptions{}}, {GptSpec(), ModelOptions{}}};
+  return {{TinyKimiSpec(), chunked}, {low_rank_q, ModelOptions{}}, {TinyGptSpec(), ModelOptions{}}};
 }
 
 std::shared_ptr<StageModelImpl> BuildFp64(const ModelSpec& spec, const ModelOptions& opts) {

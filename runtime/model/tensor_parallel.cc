@@ -1,10 +1,12 @@
 #include "runtime/model/tensor_parallel.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
 #include "runtime/model/expert_parallel.h"
 #include "runtime/model/layers.h"
+#include "runtime/model/model.h"
 
 namespace kp::runtime {
 
@@ -24,64 +26,51 @@ torch::Tensor SummedOrThrow(Communicator& c, const torch::Tensor& x) {
   return sum;
 }
 
-Communicator& CommOf(AutogradContext* ctx) { return *reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt()); }
-
-// The communicator travels as an integer because saved_data holds IValues
-// (as ExchangeFunction's in expert_parallel.cc); the caller keeps it alive.
-std::int64_t Handle(Communicator& c) { return reinterpret_cast<std::int64_t>(&c); }
-
 struct CopyFunction : public torch::autograd::Function<CopyFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t comm) {
     ctx->saved_data["comm"] = comm;
     return x;  // autograd wraps a returned input as a new output
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {SummedOrThrow(CommOf(ctx), grads[0]), torch::Tensor()};
+    return {SummedOrThrow(CommunicatorOf(ctx->saved_data["comm"].toInt()), grads[0]), torch::Tensor()};
   }
 };
 
 struct ReduceFunction : public torch::autograd::Function<ReduceFunction> {
   static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, std::int64_t comm) {
-    return SummedOrThrow(*reinterpret_cast<Communicator*>(comm), x);
+    return SummedOrThrow(CommunicatorOf(comm), x);
   }
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
-struct GatherFunction : public torch::autograd::Function<GatherFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t comm, std::int64_t dim) {
-    ctx->saved_data["comm"] = comm;
-    ctx->saved_data["dim"] = dim;
-    return OrThrow(AllGather(*reinterpret_cast<Communicator*>(comm), x, dim));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {OrThrow(ReduceScatter(CommOf(ctx), grads[0], ctx->saved_data["dim"].toInt())), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
+// The collectives along a dimension; each one's backward is its conjugate.
+enum class AlongDim : std::int64_t { kGather, kReduceScatter, kSplit };
 
-struct ScatterFunction : public torch::autograd::Function<ScatterFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t comm, std::int64_t dim) {
-    ctx->saved_data["comm"] = comm;
-    ctx->saved_data["dim"] = dim;
-    return OrThrow(ReduceScatter(*reinterpret_cast<Communicator*>(comm), x, dim));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {OrThrow(AllGather(CommOf(ctx), grads[0], ctx->saved_data["dim"].toInt())), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
+AlongDim Conjugate(AlongDim op) { return op == AlongDim::kGather ? AlongDim::kReduceScatter : AlongDim::kGather; }
 
-struct SplitFunction : public torch::autograd::Function<SplitFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t comm, std::int64_t dim) {
+torch::Tensor RunAlongDim(AlongDim op, Communicator& c, const torch::Tensor& x, std::int64_t dim) {
+  switch (op) {
+    case AlongDim::kGather: return OrThrow(AllGather(c, x, dim));
+    case AlongDim::kReduceScatter: return OrThrow(ReduceScatter(c, x, dim));
+    case AlongDim::kSplit: break;
+  }
+  const std::int64_t shard = x.size(dim) / c.size();
+  return x.narrow(dim, c.rank() * shard, shard).contiguous();
+}
+
+struct AlongDimFunction : public torch::autograd::Function<AlongDimFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t comm, std::int64_t dim,
+                               std::int64_t op) {
     ctx->saved_data["comm"] = comm;
     ctx->saved_data["dim"] = dim;
-    const Communicator& c = *reinterpret_cast<Communicator*>(comm);
-    const std::int64_t shard = x.size(dim) / c.size();
-    return x.narrow(dim, c.rank() * shard, shard).contiguous();
+    ctx->saved_data["op"] = op;
+    return RunAlongDim(static_cast<AlongDim>(op), CommunicatorOf(comm), x, dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {OrThrow(AllGather(CommOf(ctx), grads[0], ctx->saved_data["dim"].toInt())), torch::Tensor(),
-            torch::Tensor()};
+    const auto op = Conjugate(static_cast<AlongDim>(ctx->saved_data["op"].toInt()));
+    return {RunAlongDim(op, CommunicatorOf(ctx->saved_data["comm"].toInt()), grads[0],
+                        ctx->saved_data["dim"].toInt()),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -91,7 +80,7 @@ struct SplitFunction : public torch::autograd::Function<SplitFunction> {
 struct VocabCrossEntropyFunction : public torch::autograd::Function<VocabCrossEntropyFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& local, const torch::Tensor& targets,
                                std::int64_t comm) {
-    Communicator& c = *reinterpret_cast<Communicator*>(comm);
+    Communicator& c = CommunicatorOf(comm);
     const torch::Tensor x = local.scalar_type() == torch::kDouble ? local : local.to(torch::kFloat);
     const std::int64_t width = x.size(1), first = c.rank() * width;
     // The row maxima of every rank, for a stable log-sum-exp (the
@@ -119,6 +108,8 @@ struct VocabCrossEntropyFunction : public torch::autograd::Function<VocabCrossEn
     return {(softmax - onehot) * dloss, torch::Tensor(), torch::Tensor()};
   }
 };
+
+constexpr char kNoLoraWithTp[] = "--tp: tensor parallelism with LoRA adapters is not supported yet";
 
 Status CheckDivides(const Communicator& c, const torch::Tensor& x, std::int64_t dim, const char* what) {
   if (x.size(dim) % c.size() != 0)
@@ -155,61 +146,165 @@ Result<torch::Tensor> ReduceScatter(Communicator& c, const torch::Tensor& x, std
 }
 
 torch::Tensor CopyToTensorParallel(Communicator& tp, const torch::Tensor& x) {
-  return CopyFunction::apply(x, Handle(tp));
+  return CopyFunction::apply(x, CommunicatorHandle(tp));
 }
 
 torch::Tensor ReduceFromTensorParallel(Communicator& tp, const torch::Tensor& x) {
-  return ReduceFunction::apply(x, Handle(tp));
+  return ReduceFunction::apply(x, CommunicatorHandle(tp));
 }
 
 torch::Tensor GatherSequence(Communicator& tp, const torch::Tensor& x, std::int64_t dim) {
-  return GatherFunction::apply(x, Handle(tp), dim);
+  return AlongDimFunction::apply(x, CommunicatorHandle(tp), dim, static_cast<std::int64_t>(AlongDim::kGather));
 }
 
 torch::Tensor ScatterSequence(Communicator& tp, const torch::Tensor& x, std::int64_t dim) {
   if (const Status s = CheckDivides(tp, x, dim, "ScatterSequence"); !s.ok()) throw CommunicationError(s);
-  return ScatterFunction::apply(x, Handle(tp), dim);
+  return AlongDimFunction::apply(x, CommunicatorHandle(tp), dim, static_cast<std::int64_t>(AlongDim::kReduceScatter));
 }
 
 torch::Tensor SplitSequence(Communicator& tp, const torch::Tensor& x, std::int64_t dim) {
   if (const Status s = CheckDivides(tp, x, dim, "SplitSequence"); !s.ok()) throw CommunicationError(s);
-  return SplitFunction::apply(x, Handle(tp), dim);
+  return AlongDimFunction::apply(x, CommunicatorHandle(tp), dim, static_cast<std::int64_t>(AlongDim::kSplit));
+}
+
+TensorParallelRegion::TensorParallelRegion(Communicator* tp, bool sequence_parallel)
+    : tp_(tp), tp_size_(tp ? tp->size() : 1), tp_rank_(tp ? tp->rank() : 0), sequence_parallel_(sequence_parallel) {}
+
+torch::Tensor TensorParallelRegion::Enter(const torch::Tensor& x) const {
+  if (!active()) return x;
+  return sequence_parallel_ ? GatherSequence(*tp_, x, 1) : CopyToTensorParallel(*tp_, x);
+}
+
+torch::Tensor TensorParallelRegion::Exit(const torch::Tensor& partial) const {
+  if (!active()) return partial;
+  return sequence_parallel_ ? ScatterSequence(*tp_, partial, 1) : ReduceFromTensorParallel(*tp_, partial);
+}
+
+void TensorParallelSplit::Keep(const std::string& name, torch::Tensor& param, std::int64_t dim, std::int64_t first,
+                               std::int64_t count) {
+  shards[name] = ParameterShard{dim, first, count, param.size(dim)};
+  torch::NoGradGuard no_grad;
+  // set_data keeps the registered parameter object, as KeepExperts does.
+  param.set_data(param.narrow(dim, first, count).clone());
+}
+
+void TensorParallelSplit::Merge(const std::string& prefix, const TensorParallelSplit& part) {
+  for (const auto& [name, shard] : part.shards) shards[prefix + name] = shard;
+  for (const std::string& name : part.partial) partial.push_back(prefix + name);
 }
 
 torch::Tensor VocabParallelCrossEntropy(Communicator& tp, const torch::Tensor& local, const torch::Tensor& targets) {
   TORCH_CHECK(local.dim() == 2 && targets.dim() == 1 && targets.size(0) == local.size(0) &&
                   targets.scalar_type() == torch::kLong,
               "VocabParallelCrossEntropy: local logits [N, V / n] and int64 targets [N]");
-  return VocabCrossEntropyFunction::apply(local, targets, Handle(tp));
+  return VocabCrossEntropyFunction::apply(local, targets, CommunicatorHandle(tp));
 }
 
-torch::Tensor VocabParallelEmbedding(Communicator& tp, const torch::Tensor& local_weight, const torch::Tensor& tokens) {
-  const std::int64_t rows = local_weight.size(0), first = tp.rank() * rows;
+torch::Tensor VocabParallelEmbedding(const TensorParallelRegion& region, const torch::Tensor& local_weight,
+                                     const torch::Tensor& tokens) {
+  const std::int64_t rows = local_weight.size(0), first = region.rank() * rows;
   const torch::Tensor mine = (tokens >= first) & (tokens < first + rows);
   const torch::Tensor index = torch::where(mine, tokens - first, torch::zeros_like(tokens));
   const torch::Tensor partial = torch::embedding(local_weight, index) * mine.unsqueeze(-1).to(local_weight.scalar_type());
-  return ReduceFromTensorParallel(tp, partial);
+  return region.Exit(partial);
 }
 
-Status ShardSwiGlu(SwiGluImpl& ffn, const Communicator& tp) {
-  const int n = tp.size();
-  if (n == 1) return Status::Ok();
+namespace {
+
+Status CheckFfnSplit(SwiGluImpl& ffn, int n) {
   const std::int64_t hidden = ffn.up().weight().size(0);
   if (hidden % n != 0)
     return Status::InvalidArgument("--tp: " + std::to_string(n) + " does not divide the FFN's " +
                                    std::to_string(hidden) + " hidden units");
   for (ProjImpl* p : {ffn.gate(), &ffn.up(), &ffn.down()})
-    if (p != nullptr && p->has_lora())
-      return Status::InvalidArgument("--tp: tensor parallelism with LoRA adapters is not supported yet");
-  const std::int64_t local = hidden / n, first = tp.rank() * local;
-  if (ffn.gate() != nullptr) ffn.gate()->KeepSlice(0, first, local);
-  ffn.up().KeepSlice(0, first, local);
-  ffn.down().KeepSlice(1, first, local);
+    if (p != nullptr && p->has_lora()) return Status::InvalidArgument(kNoLoraWithTp);
   return Status::Ok();
 }
 
-torch::Tensor TensorParallelSwiGlu(Communicator& tp, SwiGluImpl& ffn, const torch::Tensor& x) {
-  return ReduceFromTensorParallel(tp, ffn.forward(CopyToTensorParallel(tp, x)));
+}  // namespace
+
+Status ShardSwiGlu(SwiGluImpl& ffn, const TensorParallelRegion& region, TensorParallelSplit* split) {
+  const int n = region.size();
+  if (n == 1) return Status::Ok();
+  KP_RETURN_IF_ERROR(CheckFfnSplit(ffn, n));
+  const std::int64_t local = ffn.up().weight().size(0) / n, first = region.rank() * local;
+  if (ffn.gate() != nullptr) split->Keep("gate.weight", ffn.gate()->weight(), 0, first, local);
+  split->Keep("up.weight", ffn.up().weight(), 0, first, local);
+  split->Keep("down.weight", ffn.down().weight(), 1, first, local);
+  ffn.SetTensorParallel(region);
+  return Status::Ok();
+}
+
+Result<TensorParallelSplit> ShardTensorParallel(StageModelImpl& model, Communicator& tp, bool sequence_parallel,
+                                                std::int64_t seq_len) {
+  const TensorParallelRegion region(&tp, sequence_parallel);
+  TensorParallelSplit split;
+  if (!region.active()) return split;
+  if (region.sequence_parallel() && seq_len % region.size() != 0)
+    return Status::InvalidArgument("--sequence-parallel: --tp " + std::to_string(region.size()) +
+                                   " does not divide the sequence length " + std::to_string(seq_len));
+  // Checked before anything is split, so a refusal leaves the model whole.
+  const ModelSpec& spec = model.spec();
+  if (spec.vocab % region.size() != 0)
+    return Status::InvalidArgument("--tp: " + std::to_string(region.size()) + " does not divide the vocabulary's " +
+                                   std::to_string(spec.vocab) + " tokens");
+  if (!model.LoraParameters().empty()) return Status::InvalidArgument(kNoLoraWithTp);
+  for (const auto& layer : model.layers()) {
+    KP_RETURN_IF_ERROR(layer->attention().CheckHeadSplit(region.size()));
+    if (auto* dense = dynamic_cast<SwiGluImpl*>(&layer->ffn())) KP_RETURN_IF_ERROR(CheckFfnSplit(*dense, region.size()));
+  }
+  for (const auto& layer : model.layers()) {
+    const std::string prefix = "layers." + std::to_string(layer->index()) + ".";
+    TensorParallelSplit part;
+    layer->attention().ShardHeads(region, &part);
+    split.Merge(prefix + "attention.", part);
+    if (auto* dense = dynamic_cast<SwiGluImpl*>(&layer->ffn())) {
+      TensorParallelSplit ffn_part;
+      KP_RETURN_IF_ERROR(ShardSwiGlu(*dense, region, &ffn_part));
+      split.Merge(prefix + "ffn.", ffn_part);
+    }
+  }
+  if (model.embedding() != nullptr) {
+    TensorParallelSplit part;
+    model.embedding()->ShardVocab(region, &part);
+    split.Merge("embedding.", part);
+  }
+  if (model.head() != nullptr) {
+    TensorParallelSplit part;
+    model.head()->ShardVocab(region, &part);
+    split.Merge("head.", part);
+  }
+  if (region.sequence_parallel()) {
+    // Everything left whole ran on this rank's tokens only.
+    std::set<std::string> listed(split.partial.begin(), split.partial.end());
+    for (const auto& p : model.named_parameters())
+      if (split.shards.count(p.key()) == 0 && listed.count(p.key()) == 0) split.partial.push_back(p.key());
+  }
+  return split;
+}
+
+Status ReduceTensorParallelGradients(Communicator& tp, StageModelImpl& model, const TensorParallelSplit& split,
+                                     bool sequence_parallel) {
+  if (tp.size() == 1) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  const auto params = model.named_parameters();
+  std::vector<torch::Tensor> grads;
+  for (const std::string& name : split.partial) {
+    const torch::Tensor* p = params.find(name);
+    if (p != nullptr && p->grad().defined()) grads.push_back(p->grad());
+  }
+  if (!grads.empty()) {
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& g : grads) flat.push_back(g.reshape({-1}));
+    torch::Tensor buffer = torch::cat(flat);
+    KP_RETURN_IF_ERROR(tp.AllReduceSum(buffer));
+    std::int64_t offset = 0;
+    for (torch::Tensor& g : grads) {
+      g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
+    }
+  }
+  return sequence_parallel ? SumRouterLoads(model, &tp) : Status::Ok();
 }
 
 }  // namespace kp::runtime

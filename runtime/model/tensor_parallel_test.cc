@@ -1,17 +1,22 @@
-// Tensor parallelism's collectives and the first split layer, over the
-// in-process communicator: each collective against its definition computed
-// locally from every rank's (seeded) inputs, each backward against the
-// conjugate collective's definition, and a SwiGLU split over 2 and 3 ranks
-// against the whole layer in fp64.
+// Tensor parallelism over the in-process communicator: each collective
+// against its definition computed locally from every rank's (seeded)
+// inputs, each backward against the conjugate collective's definition, a
+// SwiGLU split over 2 and 3 ranks against the whole layer, and whole models
+// (KDA + MLA + MoE + AttnRes; grouped-query MHA) split over 2 ranks, with
+// and without sequence parallelism, against one process, all in fp64.
 #include "runtime/model/tensor_parallel.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "runtime/comm/in_process_communicator.h"
 #include "runtime/model/layers.h"
+#include "runtime/model/model.h"
+#include "runtime/model/test_util.h"
 
 namespace kp::runtime {
 namespace {
@@ -97,11 +102,13 @@ SwiGluRun RunSwiGlu(Communicator* tp) {
   Init init(5);
   SwiGluImpl ffn(8, 12, /*gated=*/true, 0.3, 0.3, init, /*fused=*/false);
   ffn.to(torch::kDouble);
-  if (tp != nullptr && !ShardSwiGlu(ffn, *tp).ok()) throw std::runtime_error("shard");
+  TensorParallelSplit split;
+  if (tp != nullptr && !ShardSwiGlu(ffn, TensorParallelRegion(tp, false), &split).ok())
+    throw std::runtime_error("shard");
   const torch::Tensor x = Seeded(40, 0, {2, 5, 8}).requires_grad_(true);
   const torch::Tensor w = Seeded(41, 0, {2, 5, 8});
   SwiGluRun r;
-  r.out = tp != nullptr ? TensorParallelSwiGlu(*tp, ffn, x) : ffn.forward(x);
+  r.out = ffn.Mix(x, false);
   const auto g = torch::autograd::grad({(r.out * w).sum()},
                                        {x, ffn.gate()->weight(), ffn.up().weight(), ffn.down().weight()});
   r.dx = g[0];
@@ -155,7 +162,7 @@ TEST(TensorParallelTest, VocabParallelLossAndEmbeddingEqualTheWholeVocabulary) {
       const torch::Tensor grad = torch::autograd::grad({(loss * upstream).sum()}, {local})[0];
       KP_RETURN_IF_ERROR(Expect(Close(grad, want_grad.narrow(1, first, width), 1e-12), "loss gradient"));
       const torch::Tensor shard = table.narrow(0, first, width).clone().requires_grad_(true);
-      const torch::Tensor rows = VocabParallelEmbedding(c, shard, tokens);
+      const torch::Tensor rows = VocabParallelEmbedding(TensorParallelRegion(&c, false), shard, tokens);
       KP_RETURN_IF_ERROR(Expect(torch::equal(rows, want_rows.detach()), "embedding rows"));
       const torch::Tensor table_grad = torch::autograd::grad({(rows * rows_up).sum()}, {shard})[0];
       return Expect(torch::equal(table_grad, want_table_grad.narrow(0, first, width)), "embedding gradient");
@@ -168,12 +175,149 @@ TEST(TensorParallelTest, ATpThatDoesNotDivideTheHiddenUnitsIsRefusedNamingTheFla
   const auto statuses = RunRanks(5, [](Communicator& c) -> Status {
     Init init(5);
     SwiGluImpl ffn(8, 12, true, 0.3, 0.3, init, false);
-    const Status s = ShardSwiGlu(ffn, c);
+    TensorParallelSplit split;
+    const Status s = ShardSwiGlu(ffn, TensorParallelRegion(&c, false), &split);
     return Expect(s.code() == Status::Code::kInvalidArgument && s.message().rfind("--tp: 5 does not divide", 0) == 0 &&
                       ffn.up().weight().size(0) == 12,
                   "got: " + s.message());
   });
   EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+}
+
+// ------------------------------------------------------------------ whole models
+
+struct ModelRun {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads;
+  std::vector<torch::Tensor> router_loads;
+  TensorParallelSplit split;
+};
+
+// One training micro-batch of `spec` in fp64 (B 2, T 8, one ignored
+// target): the loss, every parameter's gradient and the routers' loads;
+// with `tp`, the model split over it first and the partial gradients summed.
+Result<ModelRun> RunModel(const ModelSpec& spec, Communicator* tp, bool sequence_parallel) {
+  ModelOptions options;
+  options.kda_chunk = 4;
+  KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(spec, options));
+  model->to(torch::kDouble);
+  {
+    // Non-trivial depth reads and norm weights, so a misplaced partial sum shows.
+    torch::NoGradGuard no_grad;
+    Init init(77);
+    for (auto& p : model->named_parameters())
+      if (p.key().find("_res.") != std::string::npos || p.key().find("norm") != std::string::npos)
+        p.value().add_(init.Normal(p.value().sizes(), 0.5).to(torch::kDouble));
+  }
+  ModelRun run;
+  if (tp != nullptr) {
+    KP_ASSIGN_OR_RETURN(run.split, ShardTensorParallel(*model, *tp, sequence_parallel, 8));
+  }
+  Init data(5);
+  const torch::Tensor tokens = data.Uniform({2, 9}, 0, spec.vocab).floor().to(torch::kLong).clamp(0, spec.vocab - 1);
+  torch::Tensor targets = tokens.narrow(1, 1, 8).clone();
+  targets[1][3] = -100;
+  ForwardContext ctx;
+  ctx.record_router_load = true;
+  const torch::Tensor loss = model->HeadLoss(model->RunLayers(model->Embed(tokens.narrow(1, 0, 8)), ctx), targets);
+  loss.backward();
+  if (tp != nullptr) KP_RETURN_IF_ERROR(ReduceTensorParallelGradients(*tp, *model, run.split, sequence_parallel));
+  run.loss = loss.item<double>();
+  for (const auto& p : model->named_parameters())
+    run.grads[p.key()] = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
+  for (const auto& layer : model->layers())
+    if (layer->moe() != nullptr) run.router_loads.push_back(layer->moe()->router().load().clone());
+  return run;
+}
+
+// Every gradient of `part` against the whole's: the slice a shard keeps,
+// or the whole gradient; fp64, so only the order of sums differs.
+Status CompareWithWhole(const ModelRun& part, const ModelRun& whole) {
+  KP_RETURN_IF_ERROR(Expect(std::abs(part.loss - whole.loss) <= 1e-12 * std::abs(whole.loss),
+                            "loss " + std::to_string(part.loss) + " vs " + std::to_string(whole.loss)));
+  KP_RETURN_IF_ERROR(Expect(part.grads.size() == whole.grads.size(), "parameter count"));
+  for (const auto& [name, grad] : part.grads) {
+    const auto shard = part.split.shards.find(name);
+    const torch::Tensor want = shard == part.split.shards.end()
+                                   ? whole.grads.at(name)
+                                   : whole.grads.at(name).narrow(shard->second.dim, shard->second.first,
+                                                                 shard->second.count);
+    KP_RETURN_IF_ERROR(Expect(Close(grad, want, 1e-10), "gradient of " + name));
+  }
+  for (std::size_t i = 0; i < whole.router_loads.size(); ++i)
+    KP_RETURN_IF_ERROR(Expect(torch::equal(part.router_loads[i], whole.router_loads[i]), "router load"));
+  return Status::Ok();
+}
+
+TEST(TensorParallelModelTest, TwoRanksWithAndWithoutSequenceParallelEqualOneProcess) {
+  for (const ModelSpec& spec : {TinyKimiSpec(), TinyGptSpec()}) {
+    const Result<ModelRun> whole = RunModel(spec, nullptr, false);
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    for (bool sp : {false, true}) {
+      const auto statuses = RunRanks(2, [&](Communicator& c) -> Status {
+        KP_ASSIGN_OR_RETURN(const ModelRun part, RunModel(spec, &c, sp));
+        // Every map the split keeps whole is listed as partial with SP;
+        // without SP only KDA's gated-norm weight (shared by the heads).
+        std::size_t partial_norms = 0;
+        for (const std::string& name : part.split.partial) partial_norms += name.find("o_norm") != std::string::npos;
+        KP_RETURN_IF_ERROR(Expect(sp ? part.split.partial.size() + part.split.shards.size() == part.grads.size()
+                                     : part.split.partial.size() == partial_norms,
+                                  "the partial parameters"));
+        KP_RETURN_IF_ERROR(Expect(part.split.shards.count("embedding.weight") == 1 &&
+                                      part.split.shards.count("head.lm_head.weight") == 1,
+                                  "vocabulary shards"));
+        return CompareWithWhole(part, *whole);
+      });
+      EXPECT_TRUE(FirstError(statuses).ok()) << spec.name << (sp ? " with SP: " : ": ") << FirstError(statuses).message();
+    }
+  }
+}
+
+// The Kimi model's split keeps these slices on rank 1 of 2 (heads of 8 / 8
+// wide, 2 heads; MLA q 12 and kv_b 16 per head; FFN 48; vocabulary 48).
+TEST(TensorParallelModelTest, TheSplitKeepsEachRanksHeadsAndVocabulary) {
+  const auto statuses = RunRanks(2, [&](Communicator& c) -> Status {
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(TinyKimiSpec(), {}));
+    KP_ASSIGN_OR_RETURN(const TensorParallelSplit split, ShardTensorParallel(*model, c, false, 8));
+    if (c.rank() != 1) return Status::Ok();
+    auto is = [&](const std::string& name, std::int64_t dim, std::int64_t first, std::int64_t count) {
+      const auto it = split.shards.find(name);
+      return Expect(it != split.shards.end() && it->second.dim == dim && it->second.first == first &&
+                        it->second.count == count && it->second.whole == 2 * count,
+                    "shard of " + name);
+    };
+    KP_RETURN_IF_ERROR(is("layers.1.attention.q_proj.weight", 0, 8, 8));
+    KP_RETURN_IF_ERROR(is("layers.1.attention.A_log", 0, 1, 1));
+    KP_RETURN_IF_ERROR(is("layers.1.attention.o_proj.weight", 1, 8, 8));
+    KP_RETURN_IF_ERROR(is("layers.2.attention.q.weight", 0, 12, 12));
+    KP_RETURN_IF_ERROR(is("layers.2.attention.kv_b.weight", 0, 16, 16));
+    KP_RETURN_IF_ERROR(is("layers.0.ffn.down.weight", 1, 24, 24));
+    KP_RETURN_IF_ERROR(is("embedding.weight", 0, 24, 24));
+    KP_RETURN_IF_ERROR(Expect(split.shards.count("layers.2.attention.kv_a.weight") == 0, "kv_a stays whole"));
+    return Expect(model->named_parameters()["layers.1.attention.q_conv"].size(0) == 8, "q_conv kept in place");
+  });
+  EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+}
+
+TEST(TensorParallelModelTest, UnevenSplitsAreRefusedNamingTheFlagAndLeaveTheModelWhole) {
+  struct Case {
+    int tp;
+    bool sp;
+    std::int64_t seq;
+    const char* message;
+  };
+  for (const Case& k : {Case{4, false, 8, "--tp: 4 does not divide the KDA layer's 2 heads"},
+                        Case{2, true, 9, "--sequence-parallel: --tp 2 does not divide the sequence length 9"}}) {
+    const auto statuses = RunRanks(k.tp, [&](Communicator& c) -> Status {
+      KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(TinyKimiSpec(), {}));
+      const std::int64_t before = CountElements(model->parameters());
+      const Result<TensorParallelSplit> split = ShardTensorParallel(*model, c, k.sp, k.seq);
+      return Expect(!split.ok() && split.status().code() == Status::Code::kInvalidArgument &&
+                        split.status().message() == k.message && CountElements(model->parameters()) == before,
+                    "got: " + (split.ok() ? std::string("ok") : split.status().message()));
+    });
+    EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+  }
 }
 
 }  // namespace

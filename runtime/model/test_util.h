@@ -39,6 +39,24 @@ inline ModelSpec TinyKimiSpec() {
   return m;
 }
 
+/// A plain-residual GPT: two MHA layers, grouped-query (4 heads, 2 key-value
+/// heads), ungated dense FFNs.
+inline ModelSpec TinyGptSpec() {
+  ModelSpec m;
+  m.name = "gpt-tiny";
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 4;
+  m.head_dim = 4;
+  m.kv_heads = 2;
+  m.vocab = 20;
+  m.dense_layers = 2;
+  m.dense_ffn = 32;
+  m.gated_ffn = false;
+  m.attention = {AttentionKind::kMha, AttentionKind::kMha};
+  return m;
+}
+
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_MODEL_TEST_UTIL_H_

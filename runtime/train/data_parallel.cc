@@ -88,14 +88,4 @@ Result<double> ClipGradientNorm(const std::vector<torch::Tensor>& trainable, con
   return total.item<double>();
 }
 
-Status SumRouterLoads(StageModelImpl& model, Communicator* dp) {
-  if (dp == nullptr || dp->size() == 1) return Status::Ok();
-  torch::NoGradGuard no_grad;
-  for (const auto& layer : model.layers()) {
-    if (layer->moe() == nullptr) continue;
-    KP_RETURN_IF_ERROR(dp->AllReduceSum(layer->moe()->router().load()));
-  }
-  return Status::Ok();
-}
-
 }  // namespace kp::runtime

@@ -55,10 +55,6 @@ Status AverageGradients(const SplitParameters& params, const ReplicaGroups& grou
 Result<double> ClipGradientNorm(const std::vector<torch::Tensor>& trainable, const SplitParameters& params,
                                 const ReplicaGroups& groups, double max_norm);
 
-/// Sums every router's load over `dp` so the bias update sees the global
-/// batch's routing, identically on every rank.
-Status SumRouterLoads(StageModelImpl& model, Communicator* dp);
-
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_TRAIN_DATA_PARALLEL_H_
