@@ -17,24 +17,29 @@ std::vector<int> Range(int first, int count, int stride) {
 
 }  // namespace
 
-Result<RankGroups> MakeRankGroups(Communicator& world, int pp, int dp, int ep) {
-  if (pp < 1 || dp < 1 || ep < 1 || world.size() != pp * dp || dp % ep != 0)
+Result<RankGroups> MakeRankGroups(Communicator& world, int pp, int dp, int ep, int tp) {
+  if (pp < 1 || dp < 1 || ep < 1 || tp < 1 || world.size() != pp * dp * tp || dp % ep != 0)
     return Status::InvalidArgument("groups: a world of " + std::to_string(world.size()) + " ranks is not pp " +
-                                   std::to_string(pp) + " x dp " + std::to_string(dp) + " with ep " +
-                                   std::to_string(ep) + " dividing dp");
+                                   std::to_string(pp) + " x dp " + std::to_string(dp) + " x tp " +
+                                   std::to_string(tp) + " with ep " + std::to_string(ep) + " dividing dp");
   RankGroups g;
-  g.pp_rank = world.rank() / dp;
-  g.dp_rank = world.rank() % dp;
-  g.pipeline = dp == 1 ? &world : nullptr;
-  if (pp > 1 && dp > 1) {
-    KP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> pipe, world.Subgroup(Range(g.dp_rank, pp, dp)));
-    g.pipeline = g.owned.emplace_back(std::move(pipe)).get();
-  }
-  g.dp = pp == 1 ? &world : nullptr;
-  if (pp > 1 && dp > 1) {
-    KP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> replicas, world.Subgroup(Range(g.pp_rank * dp, dp, 1)));
-    g.dp = g.owned.emplace_back(std::move(replicas)).get();
-  }
+  const int replica = world.rank() / tp;  // pp_rank * dp + dp_rank
+  g.tp_rank = world.rank() % tp;
+  g.pp_rank = replica / dp;
+  g.dp_rank = replica % dp;
+  // A group that is the whole world is the world itself; a group of one is null.
+  auto group = [&](int first, int count, int stride, Communicator** out) -> Status {
+    if (count == world.size()) {
+      *out = &world;
+    } else if (count > 1) {
+      KP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub, world.Subgroup(Range(first, count, stride)));
+      *out = g.owned.emplace_back(std::move(sub)).get();
+    }
+    return Status::Ok();
+  };
+  KP_RETURN_IF_ERROR(group(replica * tp, tp, 1, &g.tp));
+  KP_RETURN_IF_ERROR(group(g.dp_rank * tp + g.tp_rank, pp, dp * tp, &g.pipeline));
+  KP_RETURN_IF_ERROR(group(g.pp_rank * dp * tp + g.tp_rank, dp, tp, &g.dp));
   if (ep == 1) return g;
   const int block = g.dp_rank / ep * ep;
   KP_ASSIGN_OR_RETURN(g.ep, g.dp->Subgroup(Range(block, ep, 1)));

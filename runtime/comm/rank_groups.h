@@ -1,11 +1,14 @@
 // The communicator groups of one rank under the parallel layout of a run.
 //
-// Layout (Megatron's order, pipeline outermost): world rank = pp_rank * dp +
-// dp_rank; a DP group is one pipeline stage's replicas {pp_rank * dp + d},
-// a pipeline group one replica's stages {p * dp + dp_rank}; the
+// Layout (Megatron's order, pipeline outermost, tensor parallelism
+// innermost): world rank = (pp_rank * dp + dp_rank) * tp + tp_rank. A TP
+// group is tp consecutive ranks; a DP group is one pipeline stage's replicas
+// with the same tp_rank, {(pp_rank * dp + d) * tp + tp_rank}; a pipeline
+// group one replica's stages, {(p * dp + dp_rank) * tp + tp_rank}; the
 // expert-parallel (EP) groups are consecutive blocks of ep DP ranks, and the
 // ranks holding the same experts (the expert-DP group) are those of a DP
-// group with the same dp_rank % ep (MakeRankGroups).
+// group with the same dp_rank % ep (MakeRankGroups). With tp = 1 this is
+// world rank = pp_rank * dp + dp_rank.
 //
 // Thread-safety: one thread.
 #ifndef KIMI_PLAN_RUNTIME_COMM_RANK_GROUPS_H_
@@ -30,7 +33,8 @@ struct ReplicaGroups {
 /// One rank's groups under the layout above. Raw pointers may point at the
 /// world (owned by the caller) or into `owned`; null: a group of one.
 struct RankGroups {
-  int pp_rank = 0, dp_rank = 0;
+  int pp_rank = 0, dp_rank = 0, tp_rank = 0;
+  Communicator* tp = nullptr;        ///< tp > 1: this rank's TP group; the world when it is all of it
   Communicator* pipeline = nullptr;  ///< this replica's stages; the world when dp == 1, null when pp == 1 < dp
   Communicator* dp = nullptr;        ///< this stage's replicas; the world when pp == 1, null when dp == 1 < pp
   std::unique_ptr<Communicator> ep;         ///< ep > 1: ep consecutive ranks of the DP group
@@ -40,10 +44,11 @@ struct RankGroups {
   ReplicaGroups Replicas() const;
 };
 
-/// Builds this rank's groups for a world of pp x dp ranks (ep divides dp),
-/// in one order on every rank (pipeline, DP, EP, expert-DP) so that c10d's
-/// rendezvous of one group never waits on another. IoError from c10d.
-Result<RankGroups> MakeRankGroups(Communicator& world, int pp, int dp, int ep);
+/// Builds this rank's groups for a world of pp x dp x tp ranks (ep divides
+/// dp), in one order on every rank (TP, pipeline, DP, EP, expert-DP) so
+/// that c10d's rendezvous of one group never waits on another.
+/// InvalidArgument when the sizes do not make the world; IoError from c10d.
+Result<RankGroups> MakeRankGroups(Communicator& world, int pp, int dp, int ep, int tp = 1);
 
 }  // namespace kp::runtime
 
