@@ -45,10 +45,10 @@ TrainConfig RunDefaults() {
 
 po::options_description RunOptions() {
   po::options_description desc("kimi-plan run [options]\n\n"
-                               "Trains over several processes: c10d Gloo on CPU, NCCL on CUDA; pipeline, data and\n"
-                               "expert parallelism, composed (rank = pp_rank * dp + dp_rank). --nproc N starts N\n"
-                               "local ranks; under srun or Modal each process is one rank told by RANK, WORLD_SIZE,\n"
-                               "LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Options");
+                               "Trains over several processes: c10d Gloo on CPU, NCCL on CUDA; pipeline, data,\n"
+                               "expert and tensor parallelism, composed (rank = (pp_rank * dp + dp_rank) * tp +\n"
+                               "tp_rank). --nproc N starts N local ranks; under srun or Modal each process is one\n"
+                               "rank told by RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Options");
   desc.add_options()("help,h", "this text")
       ("nproc", IntFlag(1, limits::kMaxLocalRanks), "start this many local ranks (launcher mode; RANK must be unset)")
       ("plan", Int64Flag(1, INT64_MAX), "take the layout and schedule of this recorded plan (--model still picks the model)")
@@ -133,20 +133,26 @@ Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& en
     KP_RETURN_IF_ERROR(CheckEvenSplit(*req, id));
     const ParallelPlan& p = req->plan;
     tp = p.tp, cp = p.cp, etp = p.etp, dp = p.dp, l.pp = p.pp, l.vp = p.vp, l.ep = p.ep;
+    l.sequence_parallel = req->sequence_parallel;
     l.schedule = ScheduleName(req->schedule);
     source = "--plan " + std::to_string(id) + ": ";
   }
-  for (const auto& [name, v] : {std::pair{"tp", tp}, {"cp", cp}, {"etp", etp}})
+  for (const auto& [name, v] : {std::pair{"cp", cp}, {"etp", etp}})
     if (v != 1)
       return Status::InvalidArgument((source == "--" ? "--" + std::string(name) + ": " : source) + name + " " +
                                      std::to_string(v) + " is not executed by the native runtime (only 1)");
-  l.dp = dp > 0 ? dp : world / std::max(1, l.pp);
+  l.tp = tp;
+  if (!vm.count("plan")) {
+    KP_ASSIGN_OR_RETURN(l.sequence_parallel, OnOff(vm, "sequence-parallel", true));
+  }
+  l.dp = dp > 0 ? dp : world / std::max(1, l.pp * l.tp);
   KP_ASSIGN_OR_RETURN(l.attnres_cache, OnOff(vm, "attnres-cache", false));
   return l;
 }
 
 json LayoutJson(const ParallelLayout& l) {
-  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"schedule", l.schedule},
+  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"tp", l.tp},
+          {"sequence_parallel", l.tp > 1 && l.sequence_parallel}, {"schedule", l.schedule},
           {"attnres_cache", l.attnres_cache}};
 }
 
@@ -225,7 +231,8 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const run
     KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
     std::ostringstream line;
     line << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
-         << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << "), "
+         << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << " tp "
+         << layout.tp << (layout.tp > 1 && layout.sequence_parallel ? " with SP" : "") << "), "
          << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description();
     Progress(env, line.str());
   }

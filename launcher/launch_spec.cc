@@ -286,6 +286,7 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
                                 {"--etp", p.etp}, {"--cp", p.cp}, {"--dp", p.dp}, {"--rollout-tp", p.rollout_tp},
                                 {"--rollout-ep", p.rollout_ep}, {"--rollout-dp", p.rollout_dp}})
     Flag(a, flag, v);
+  if (p.tp > 1) Flag(a, "--sequence-parallel", r.sequence_parallel ? "on" : "off");
   return a;
 }
 

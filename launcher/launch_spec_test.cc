@@ -166,7 +166,7 @@ TEST(LaunchSpec, NativeRunArgsCarryThePlan) {
       "--prompt-length", "2048", "--response-length", "2048", "--global-batch", "128", "--micro-batch", "1",
       "--rollout-n", "1", "--schedule", "1f1b", "--recompute", "selective", "--tp", "8", "--pp", "2", "--vp", "1",
       "--ep", "8", "--etp", "1", "--cp", "1", "--dp", "8", "--rollout-tp", "8", "--rollout-ep", "8",
-      "--rollout-dp", "1"};
+      "--rollout-dp", "1", "--sequence-parallel", "on"};
   EXPECT_EQ(NativeRunArgs(l, 0), expected);
   Launch lora = SeedLaunch("h200-lora", LaunchTarget::kSlurm, LaunchEngine::kNative);
   const std::vector<std::string> args = NativeRunArgs(lora, 16);

@@ -4,7 +4,9 @@
 # with ep 2) that train and log to the store; dp 2's first loss is the
 # single-process `train` loss up to fp32 rounding; bad input is one line and
 # exit 2 before any rank starts; pipelines (pp 2, pp 2 x vp 2, composed
-# with dp 2 and ep 2) run and match the single process's step-1 loss; a rank killed under srun-style start ends
+# with dp 2 and ep 2) run and match the single process's step-1 loss; tensor
+# parallelism (with and without SP, inside pipelines and with DP) matches the
+# single process's 20 steps; a rank killed under srun-style start ends
 # its peer with a one-line error naming it, within --timeout-s; the launcher
 # names a rank that was killed and stops the others.
 set -u
@@ -60,10 +62,15 @@ check "--plan: the run records its plan for the report" bash -c "sqlite3 kimi-pl
 check "--plan: the report sets the plan's prediction beside the run" bash -c "'$bin' report \$(sqlite3 kimi-plan.db 'select max(id) from runs') | grep -qi 'predicted'"
 refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --steps 1
 
-refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp = 1 x 2" run --nproc 3 --dp 2 "${small[@]}" --steps 1
+refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp x tp = 1 x 2 x 1" run --nproc 3 --dp 2 "${small[@]}" --steps 1
 refused "ep must divide dp" steps "--ep: 3 must divide --dp 2" run --nproc 2 --ep 3 "${small[@]}" --steps 1
 refused "a pipeline replica's batch below pp" steps "--batch: 4 sequences over dp 2 give each replica 2 (one per micro-batch), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
-refused "tensor parallel refused" steps "--tp: tp 2 is not executed" run --nproc 2 --tp 2 "${small[@]}" --steps 1
+refused "context parallel refused" steps "--cp: cp 2 is not executed" run --nproc 2 --cp 2 "${small[@]}" --steps 1
+refused "a tp that does not divide the heads" steps "--tp: 4 does not divide the KDA layer's 2 heads" run --nproc 4 --tp 4 "${small[@]}" --steps 1
+refused "sp with a sequence tp does not split" steps "--sequence-parallel: --tp 2 does not divide the sequence length 9" \
+  run --nproc 2 --tp 2 --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 9 --layers 3 --heads 2 --steps 1
+refused "tp with ep" steps "--tp: tensor parallelism with --ep is not supported yet" run --nproc 4 --tp 2 --ep 2 "${small[@]}" --steps 1
+refused "world is not pp x dp x tp" steps "--nproc: 3 ranks, but the layout needs pp x dp x tp = 1 x 1 x 2" run --nproc 3 --dp 1 --tp 2 "${small[@]}" --steps 1
 refused "bad steps" steps "--steps: must be a positive integer, got 0" run --nproc 2 "${small[@]}" --steps 0
 refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --nproc 2 --model kimi-k2.6 --steps 1
 refused "no rank, no nproc" steps "--nproc: required unless RANK is set" run "${small[@]}" --steps 1
@@ -143,5 +150,35 @@ check "pp 2 x dp 2 (x ep 2): the step-1 loss is the single process's" python3 -c
 import json; one = [r for r in [__import__('sqlite3').connect('pipe.db').execute('select loss from steps where run_id = 1 and step = 1').fetchone()[0]]][0]
 for f in ('ppdp.json', 'ppep.json'):
     l = json.load(open(f))['first_loss']; assert abs(one - l) <= 1e-5 * abs(one), (f, one, l)"
+
+# Tensor parallelism (issue 16): tp 2 with sequence parallelism inside a
+# pp 2 pipeline, tp 2 without SP, and pp 2 x dp 2 x tp 2 (8 ranks), 20 steps
+# each, against one process: every step's loss and grad norm agree to fp32
+# rounding (the TP all-reduces add partial sums in another order), and
+# report --compare sets the runs beside the single process.
+tp=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 4 --heads 2 --steps 20 --db tp.db)
+"$bin" run --nproc 1 "${tp[@]}" > /dev/null 2> tp1.err
+check "tp: the single process exits 0" test $? -eq 0
+"$bin" run --nproc 4 --tp 2 --pp 2 "${tp[@]}" --json > tp_pp.json 2> tp_pp.err
+check "tp 2 x pp 2: exits 0" test $? -eq 0
+json_check "tp 2 x pp 2: layout" tp_pp.json "d['world'] == 4 and d['layout']['tp'] == 2 and d['layout']['sequence_parallel']"
+check "tp 2 x pp 2: the progress line names the layout" grep -q "pp 2 dp 1 ep 1 tp 2 with SP" tp_pp.err
+"$bin" run --nproc 2 --tp 2 --sequence-parallel off "${tp[@]}" --json > tp_nosp.json 2> tp_nosp.err
+check "tp 2 without SP: exits 0" test $? -eq 0
+json_check "tp 2 without SP: layout" tp_nosp.json "d['layout']['tp'] == 2 and not d['layout']['sequence_parallel']"
+"$bin" run --nproc 8 --tp 2 --pp 2 --dp 2 "${tp[@]}" > /dev/null 2> tp_8.err
+check "tp 2 x pp 2 x dp 2: exits 0" test $? -eq 0
+check "tp: 20 steps of each run within fp32 rounding of the single process" python3 -c "
+import sqlite3; c = sqlite3.connect('tp.db')
+rows = lambda r: c.execute('select loss, grad_norm from steps where run_id = %d order by step' % r).fetchall()
+one = rows(1)
+assert len(one) == 20
+for r in (2, 3, 4):
+    got = rows(r); assert len(got) == 20, (r, len(got))
+    for (l1, n1), (l, n) in zip(one, got):
+        assert abs(l - l1) <= 1e-5 * abs(l1) and abs(n - n1) <= 1e-4 * abs(n1), (r, l1, l, n1, n)"
+"$bin" report --db tp.db --compare 2 3 4 --reference 1 --steps 1,20 > tp_cmp.txt
+check "tp: report --compare sets the three runs beside the single process" \
+  bash -c "grep -q 'run 1 (kimi-k3-debug), reference' tp_cmp.txt && grep -q '^run 2' tp_cmp.txt && grep -q '^run 4' tp_cmp.txt"
 
 finish cli_run

@@ -89,12 +89,6 @@ torch::Tensor AppendTime(torch::Tensor& cached, const torch::Tensor& fresh) {
   return cached;
 }
 
-Status CheckHeads(std::int64_t heads, int tp, const char* what) {
-  if (heads % tp == 0) return Status::Ok();
-  return Status::InvalidArgument("--tp: " + std::to_string(tp) + " does not divide the " + what + "'s " +
-                                 std::to_string(heads) + " heads");
-}
-
 // Under SP a mixer's input is a sequence shard; decoding appends whole
 // positions to a cache, which a shard cannot.
 void CheckDecodable(const TensorParallelRegion& region, const LayerCache* cache) {
@@ -289,8 +283,6 @@ torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tenso
   return o;
 }
 
-Status KdaImpl::CheckHeadSplit(int tp) const { return CheckHeads(heads_, tp, "KDA layer"); }
-
 void KdaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) {
   region_ = region;
   const std::int64_t local = heads_ / region.size(), h0 = region.rank() * local;
@@ -375,8 +367,6 @@ torch::Tensor MlaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
 
 torch::Tensor MlaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
 
-Status MlaImpl::CheckHeadSplit(int tp) const { return CheckHeads(heads_, tp, "MLA layer"); }
-
 void MlaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) {
   region_ = region;
   const std::int64_t local = heads_ / region.size(), h0 = region.rank() * local, qk = nope_ + rope_;
@@ -440,11 +430,6 @@ MhaImpl::MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init
 torch::Tensor MhaImpl::Mix(const torch::Tensor& x) { return Run(x, nullptr); }
 
 torch::Tensor MhaImpl::MixIncremental(const torch::Tensor& x, LayerCache& cache) { return Run(x, &cache); }
-
-Status MhaImpl::CheckHeadSplit(int tp) const {
-  KP_RETURN_IF_ERROR(CheckHeads(heads_, tp, "attention layer"));
-  return CheckHeads(kv_heads_, tp, "attention layer's key-value");
-}
 
 void MhaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) {
   region_ = region;

@@ -44,14 +44,11 @@ class TokenMixer : public torch::nn::Module {
   /// their outputs, equal to Mix's over the prefix and x up to rounding, and
   /// appends them to `cache` (length += T). For inference (no autograd use).
   virtual torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) = 0;
-  /// Ok when `tp` ranks split this mixer's heads evenly; otherwise
-  /// InvalidArgument naming --tp and the heads.
-  virtual Status CheckHeadSplit(int tp) const = 0;
   /// Keeps the region's rank's heads (tensor_parallel.h: which maps split
   /// and which stay whole), records each kept slice and each partial
   /// parameter in `split` by its name in this module, and runs through
-  /// `region` from now on. Requires CheckHeadSplit(region.size()) and no
-  /// LoRA. Incremental decoding then needs a region without SP.
+  /// `region` from now on. Requires the region's size to divide the heads
+  /// (CheckTensorParallelSplit) and no LoRA. Incremental decoding then needs a region without SP.
   virtual void ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) = 0;
 
  protected:
@@ -116,7 +113,6 @@ class KdaImpl : public TokenMixer {
   KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x) override;
   torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
-  Status CheckHeadSplit(int tp) const override;
   void ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) override;
 
  private:
@@ -142,7 +138,6 @@ class MlaImpl : public TokenMixer {
   /// Caches the normalised latent and the rotated key, not absorbed: each
   /// step re-applies kv_b to the whole cached latent (§16).
   torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
-  Status CheckHeadSplit(int tp) const override;
   void ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) override;
 
  private:
@@ -159,7 +154,6 @@ class MhaImpl : public TokenMixer {
   MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x) override;
   torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
-  Status CheckHeadSplit(int tp) const override;
   void ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) override;
 
  private:

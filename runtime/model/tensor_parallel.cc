@@ -209,29 +209,43 @@ torch::Tensor VocabParallelEmbedding(const TensorParallelRegion& region, const t
   return region.Exit(partial);
 }
 
-namespace {
-
-Status CheckFfnSplit(SwiGluImpl& ffn, int n) {
+Status ShardSwiGlu(SwiGluImpl& ffn, const TensorParallelRegion& region, TensorParallelSplit* split) {
+  const int n = region.size();
+  if (n == 1) return Status::Ok();
   const std::int64_t hidden = ffn.up().weight().size(0);
   if (hidden % n != 0)
     return Status::InvalidArgument("--tp: " + std::to_string(n) + " does not divide the FFN's " +
                                    std::to_string(hidden) + " hidden units");
   for (ProjImpl* p : {ffn.gate(), &ffn.up(), &ffn.down()})
     if (p != nullptr && p->has_lora()) return Status::InvalidArgument(kNoLoraWithTp);
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status ShardSwiGlu(SwiGluImpl& ffn, const TensorParallelRegion& region, TensorParallelSplit* split) {
-  const int n = region.size();
-  if (n == 1) return Status::Ok();
-  KP_RETURN_IF_ERROR(CheckFfnSplit(ffn, n));
-  const std::int64_t local = ffn.up().weight().size(0) / n, first = region.rank() * local;
+  const std::int64_t local = hidden / n, first = region.rank() * local;
   if (ffn.gate() != nullptr) split->Keep("gate.weight", ffn.gate()->weight(), 0, first, local);
   split->Keep("up.weight", ffn.up().weight(), 0, first, local);
   split->Keep("down.weight", ffn.down().weight(), 1, first, local);
   ffn.SetTensorParallel(region);
+  return Status::Ok();
+}
+
+Status CheckTensorParallelSplit(const ModelSpec& spec, int tp, bool sequence_parallel, std::int64_t seq_len) {
+  if (tp <= 1) return Status::Ok();
+  const std::string n = std::to_string(tp);
+  auto refuse = [&](std::int64_t count, const std::string& what) {
+    return Status::InvalidArgument("--tp: " + n + " does not divide the " + what + "'s " + std::to_string(count) +
+                                   (what == "vocabulary" ? " tokens" : what == "FFN" ? " hidden units" : " heads"));
+  };
+  if (sequence_parallel && seq_len % tp != 0)
+    return Status::InvalidArgument("--sequence-parallel: --tp " + n + " does not divide the sequence length " +
+                                   std::to_string(seq_len));
+  if (spec.vocab % tp != 0) return refuse(spec.vocab, "vocabulary");
+  for (int layer = 0; layer < spec.layers; ++layer) {
+    const AttentionKind kind = spec.attention[layer];
+    const char* name = kind == AttentionKind::kKda ? "KDA layer" : kind == AttentionKind::kMla ? "MLA layer"
+                                                                                                 : "attention layer";
+    if (spec.heads % tp != 0) return refuse(spec.heads, name);
+    if (kind == AttentionKind::kMha && spec.kv_heads % tp != 0)
+      return refuse(spec.kv_heads, "attention layer's key-value");
+    if (!spec.is_moe_layer(layer) && spec.dense_ffn % tp != 0) return refuse(spec.dense_ffn, "FFN");
+  }
   return Status::Ok();
 }
 
@@ -240,19 +254,9 @@ Result<TensorParallelSplit> ShardTensorParallel(StageModelImpl& model, Communica
   const TensorParallelRegion region(&tp, sequence_parallel);
   TensorParallelSplit split;
   if (!region.active()) return split;
-  if (region.sequence_parallel() && seq_len % region.size() != 0)
-    return Status::InvalidArgument("--sequence-parallel: --tp " + std::to_string(region.size()) +
-                                   " does not divide the sequence length " + std::to_string(seq_len));
   // Checked before anything is split, so a refusal leaves the model whole.
-  const ModelSpec& spec = model.spec();
-  if (spec.vocab % region.size() != 0)
-    return Status::InvalidArgument("--tp: " + std::to_string(region.size()) + " does not divide the vocabulary's " +
-                                   std::to_string(spec.vocab) + " tokens");
+  KP_RETURN_IF_ERROR(CheckTensorParallelSplit(model.spec(), region.size(), sequence_parallel, seq_len));
   if (!model.LoraParameters().empty()) return Status::InvalidArgument(kNoLoraWithTp);
-  for (const auto& layer : model.layers()) {
-    KP_RETURN_IF_ERROR(layer->attention().CheckHeadSplit(region.size()));
-    if (auto* dense = dynamic_cast<SwiGluImpl*>(&layer->ffn())) KP_RETURN_IF_ERROR(CheckFfnSplit(*dense, region.size()));
-  }
   for (const auto& layer : model.layers()) {
     const std::string prefix = "layers." + std::to_string(layer->index()) + ".";
     TensorParallelSplit part;

@@ -48,6 +48,7 @@
 
 #include "common/status.h"
 #include "runtime/comm/communicator.h"
+#include "specs/model_spec.h"
 
 namespace kp::runtime {
 
@@ -114,6 +115,14 @@ struct TensorParallelSplit {
   /// The entries of `part` with `prefix` before each name.
   void Merge(const std::string& prefix, const TensorParallelSplit& part);
 };
+
+/// Whether a TP group of `tp` ranks splits `spec` evenly: every attention
+/// layer's heads (and an MHA layer's key-value heads), the dense FFNs'
+/// hidden units, the vocabulary, and with SP the sequence `seq_len`.
+/// InvalidArgument naming --tp (or --sequence-parallel) and what does not
+/// split; checked by the launcher before any rank starts, and again by
+/// ShardTensorParallel.
+Status CheckTensorParallelSplit(const ModelSpec& spec, int tp, bool sequence_parallel, std::int64_t seq_len);
 
 /// Splits `model` over the TP group `tp` (the layout in this file's
 /// comment; call before the optimizer is built, once) and runs it through

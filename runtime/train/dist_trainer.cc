@@ -4,6 +4,7 @@
 #include "runtime/comm/device.h"
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/expert_parallel.h"
+#include "runtime/model/tensor_parallel.h"
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
 #include "runtime/train/trainer_internal.h"
@@ -17,11 +18,16 @@ std::string Str(int v) { return std::to_string(v); }
 }  // namespace
 
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) {
-  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1)
-    return Status::InvalidArgument("--pp/--vp/--dp/--ep: must be positive");
+  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1 || l.tp < 1)
+    return Status::InvalidArgument("--pp/--vp/--dp/--ep/--tp: must be positive");
   if (l.world() != world)
-    return Status::InvalidArgument("--nproc: " + Str(world) + " ranks, but the layout needs pp x dp = " + Str(l.pp) +
-                                   " x " + Str(l.dp) + " = " + Str(l.world()));
+    return Status::InvalidArgument("--nproc: " + Str(world) + " ranks, but the layout needs pp x dp x tp = " +
+                                   Str(l.pp) + " x " + Str(l.dp) + " x " + Str(l.tp) + " = " + Str(l.world()));
+  if (l.tp > 1 && l.ep > 1)
+    return Status::InvalidArgument("--tp: tensor parallelism with --ep is not supported yet");
+  if (l.tp > 1 && c.lora.enabled())
+    return Status::InvalidArgument("--tp: tensor parallelism with --lora-rank is not supported yet");
+  KP_RETURN_IF_ERROR(CheckTensorParallelSplit(c.model, l.tp, l.sequence_parallel, c.seq_len));
   if (l.dp % l.ep != 0)
     return Status::InvalidArgument("--ep: " + Str(l.ep) + " must divide --dp " + Str(l.dp) +
                                    " (expert parallelism folds into data parallelism)");
@@ -73,7 +79,8 @@ Status DistTrainSession::Impl::BuildPipeline() {
   pc.vp = layout.vp;
   pc.microbatches = Pipelined() ? config.batch / layout.dp : 1;
   pc.attnres_cache = layout.attnres_cache;
-  pc.replicas = PipelineReplicas{layout.dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get()};
+  pc.replicas = PipelineReplicas{layout.dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get(),
+                                 groups.tp, layout.sequence_parallel};
   if (groups.pipeline == nullptr)  // pp 1 with dp > 1: a pipeline of this rank alone
     groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();
   KP_ASSIGN_OR_RETURN(pipeline, PipelineRank::Create(pc, *groups.pipeline));
@@ -137,7 +144,7 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
   try {
     torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
-    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, layout.pp, layout.dp, layout.ep));
+    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, layout.pp, layout.dp, layout.ep, layout.tp));
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());

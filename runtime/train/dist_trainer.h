@@ -40,15 +40,19 @@ struct ParallelLayout {
   int vp = 1;                      ///< virtual stages per pipeline rank
   int dp = 1;                      ///< data-parallel replicas
   int ep = 1;                      ///< expert parallelism, folded into dp (ep divides dp)
+  int tp = 1;                      ///< tensor parallelism inside each stage (innermost)
+  bool sequence_parallel = true;   ///< with tp: the residual stream split along the sequence
   std::string schedule = "1f1b";   ///< the simulator's schedule name
   bool attnres_cache = false;      ///< the cached AttnRes transport of PR #4312
-  int world() const { return pp * dp; }
+  int world() const { return pp * dp * tp; }
 };
 
 /// Checks the layout against the world size, the model and the batch; the
-/// message names the flag: --nproc (world != pp x dp), --ep (must divide
+/// message names the flag: --nproc (world != pp x dp x tp), --ep (must divide
 /// --dp and the routed experts), --batch (must split evenly over dp),
-/// --batch (a pipeline replica's b / dp sequences must be a multiple of pp).
+/// --batch (a pipeline replica's b / dp sequences must be a multiple of pp),
+/// --tp / --sequence-parallel (CheckTensorParallelSplit; not with --ep or
+/// LoRA yet).
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
 
 /// Per step, pipeline stage and direction ("forward" activations, "backward"

@@ -164,12 +164,13 @@ Status PipelineRank::Impl::SendHop(int s, int m, bool forward) {
 }
 
 // The receive buffer's shape comes from the tables: the entries on this hop
-// plus the hidden state, each one micro-batch of [T, D].
+// plus the hidden state, each one micro-batch of [T, D] (with SP, this
+// rank's T / tp positions).
 Status PipelineRank::Impl::RecvHop(int s, int m, bool forward) {
   const int from = forward ? s - 1 : s + 1;
   const std::size_t entries = forward ? routes[s].wire_in.size() : routes[s + 1].wire_in.size();
   torch::Tensor buffer = torch::empty(
-      {static_cast<std::int64_t>(1 + entries), Rows(), Tokens(), config.train.model.hidden}, OnDevice(act_dtype));
+      {static_cast<std::int64_t>(1 + entries), Rows(), LocalTokens(), config.train.model.hidden}, OnDevice(act_dtype));
   KP_RETURN_IF_ERROR(comm->Recv(buffer, RankOf(from), Tag(from, m, forward)));
   (forward ? fwd_inbox : bwd_inbox)[{s, m}] = Unpack(buffer);
   return Status::Ok();

@@ -5,7 +5,8 @@
 // identical to the single-process reference that accumulates each replica's
 // micro-batches apart and averages the replicas in DP-rank order; pp 2 x
 // dp 2 x ep 2 against the same micro-batches run without a pipeline, the
-// experts sharded over EP (EpReference).
+// experts sharded over EP (EpReference); pp 2 x (dp 1, 2) x tp 2, with and
+// without sequence parallelism, against the reference to fp32 rounding.
 //
 // Gloo processes: PipelineProcess.X spawns pp x dp copies of this binary,
 // each running PipelineProcessRank.Step1 for the shape named in
@@ -78,6 +79,31 @@ TEST(PipelineDpTest, Pp2Dp2Ep2EqualsExpertParallelWithoutPipeline) {
   const RunResult dense = Reference(c, 1, 2);
   EXPECT_NEAR(got->norms[0], dense.norms[0], 1e-5 * dense.norms[0]);
   EXPECT_NEAR(got->losses[0], dense.losses[0], 1e-6 * dense.losses[0]);
+}
+
+// TP inside the stages (issue 16), with and without sequence parallelism:
+// pp 2 x tp 2, and pp 2 x dp 2 x tp 2 (8 ranks), against the single-process
+// reference: the TP all-reduces add partial sums in another order than one
+// GEMM does, so fp32 rounding apart (a shard against its slice of the whole).
+TEST(PipelineDpTest, TensorParallelStagesEqualOneProcessWithAndWithoutSp) {
+  struct Shape {
+    int dp;
+    bool sp;
+  };
+  for (const Shape& shape : {Shape{1, false}, Shape{1, true}, Shape{2, true}}) {
+    const PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, true, shape.dp);
+    const RunResult ref = Reference(c, kSteps, shape.dp);
+    auto got = Pipeline(c, kSteps, {}, shape.dp, 1, /*tp=*/2, shape.sp);
+    const std::string what = "pp2 x dp" + std::to_string(shape.dp) + " x tp2" + (shape.sp ? " with SP" : "");
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
+    ExpectSameGrads(testing::AsTensorParallel(ref.grads, got->grads, shape.dp, 2), got->grads, 2e-5, what);
+    for (const PipelineStepResult& r : got->step1) {  // every rank reports the global values
+      EXPECT_NEAR(r.loss, ref.losses[0], 1e-6 * ref.losses[0]) << what;
+      EXPECT_NEAR(r.grad_norm, ref.norms[0], 1e-5 * ref.norms[0]) << what;
+    }
+    for (int step = 0; step < kSteps; ++step)
+      EXPECT_NEAR(got->losses[step], ref.losses[step], 1e-5 * ref.losses[step]) << what << " step " << step + 1;
+  }
 }
 
 TEST(PipelineDpTest, BatchThatDoesNotSplitOverReplicasIsRefused) {

@@ -125,6 +125,8 @@ struct PipelineRank::Impl {
   torch::Device device{torch::kCPU};
   SplitParameters split;  // params as dense / expert, for the DP average
   std::vector<int> expert_at;  // indices into params of the sharded experts' banks
+  std::map<int, TensorParallelSplit> tp_splits;  // by stage, with TP
+  std::vector<int> tp_shard_at;  // indices into params of the TP shards
   int dp_rank = 0, dp_size = 1;
   int step = 0;
 
@@ -141,6 +143,10 @@ struct PipelineRank::Impl {
   int rank() const { return comm->rank(); }
   int M() const { return config.microbatches; }
   int Tokens() const { return seq_len; }
+  bool TensorParallel() const { return config.replicas.tp != nullptr && config.replicas.tp->size() > 1; }
+  bool SequenceParallel() const { return TensorParallel() && config.replicas.sequence_parallel; }
+  // The positions of a micro-batch this rank's stages hold between layers.
+  int LocalTokens() const { return SequenceParallel() ? seq_len / config.replicas.tp->size() : seq_len; }
   std::int64_t ReplicaRows() const { return config.train.batch / dp_size; }
   std::int64_t Rows() const { return ReplicaRows() / M(); }
   torch::TensorOptions OnDevice(torch::ScalarType t) const { return torch::TensorOptions().dtype(t).device(device); }
@@ -162,6 +168,7 @@ struct PipelineRank::Impl {
     return ReplicaGroups{r.dp, r.ep != nullptr ? r.expert_dp : r.dp, r.ep, dp_size};
   }
   Status AverageOverReplicas();
+  Status ReduceOverTensorParallel();
   Status ExchangeParameterLayout();
   Status RunActions(bool training);
   Status Forward(int s, int m, bool training);
@@ -176,6 +183,7 @@ struct PipelineRank::Impl {
   Status SetTokens(const std::vector<std::int64_t>& tokens);
   Result<double> ReduceLoss();
   Result<double> ReduceGradNorm();
+  Status SumSquaresOver(Communicator* group, const std::vector<int>& at, std::vector<double>& squares) const;
   Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);
   Result<double> EvalStep(const std::vector<std::int64_t>& tokens);
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "common/clock.h"
 #include "runtime/comm/device.h"
@@ -34,6 +35,8 @@ Status ValidateConfig(const PipelineRankConfig& c, const Communicator& comm) {
     return Status::InvalidArgument("--microbatches: " + std::to_string(c.microbatches) + " must be positive and divide " +
                                    "the " + std::to_string(rows) + " sequences of a replica (--batch " +
                                    std::to_string(c.train.batch) + " over dp " + std::to_string(dp) + ")");
+  if (c.replicas.tp != nullptr && c.replicas.tp->size() > 1 && c.train.lora.enabled())
+    return Status::InvalidArgument("--tp: tensor parallelism with LoRA adapters is not supported yet");
   return ValidateTrainConfig(c.train);
 }
 
@@ -92,30 +95,44 @@ Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t see
 }
 
 // The adapters a run starts with, then each model stage's experts sharded
-// over EP and the stage moved to the device.
+// over EP, the stage split over TP and moved to the device.
 Status PipelineRank::Impl::PlaceStages() {
   if (config.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(config.train.lora, config.train.seed));
   for (auto& [s, module] : modules) {
     StageModelImpl* model = ModelOfStage(*module);
-    if (model == nullptr) continue;
+    if (model == nullptr) {
+      if (TensorParallel()) return Status::InvalidArgument("--tp: stage " + std::to_string(s) + " is a stand-in");
+      continue;
+    }
     KP_RETURN_IF_ERROR(ShardExperts(*model, config.replicas.ep));
+    if (TensorParallel()) {
+      KP_ASSIGN_OR_RETURN(tp_splits[s], ShardTensorParallel(*model, *config.replicas.tp,
+                                                            config.replicas.sequence_parallel, config.train.seq_len));
+    }
     model->to(device);
   }
   return Status::Ok();
 }
 
 // The rank's trainable parameters (stage order), split into dense and
-// expert ones for the DP average.
+// expert ones for the DP average, with the EP and TP shards marked for the
+// gradient norm.
 void PipelineRank::Impl::CollectParameters() {
-  params.clear(), expert_at.clear(), slots.clear();
+  params.clear(), expert_at.clear(), tp_shard_at.clear(), slots.clear();
   split = SplitParameters{};
   for (auto& [s, module] : modules) {
     StageModelImpl* model = ModelOfStage(*module);
     const std::vector<torch::Tensor> mine = module->TrainableParameters();
     const SplitParameters part = model != nullptr ? SplitByReplication(*model, mine)
                                                   : SplitParameters{mine, {}, std::vector<bool>(mine.size(), false)};
+    std::set<const c10::TensorImpl*> tp_shards;
+    if (auto it = tp_splits.find(s); it != tp_splits.end()) {
+      const auto named = model->named_parameters();
+      for (const auto& [name, shard] : it->second.shards) tp_shards.insert(named[name].unsafeGetTensorImpl());
+    }
     for (std::size_t i = 0; i < mine.size(); ++i) {
       if (part.is_expert[i] && config.replicas.ep != nullptr) expert_at.push_back(static_cast<int>(params.size()));
+      if (tp_shards.count(mine[i].unsafeGetTensorImpl()) > 0) tp_shard_at.push_back(static_cast<int>(params.size()));
       params.push_back(mine[i]);
     }
     split.dense.insert(split.dense.end(), part.dense.begin(), part.dense.end());
@@ -219,6 +236,14 @@ Result<double> PipelineRank::Impl::ReduceLoss() {
   return replica.item<double>() / dp_size;
 }
 
+// The partial gradients of the TP split (tensor_parallel.h) summed over TP.
+Status PipelineRank::Impl::ReduceOverTensorParallel() {
+  for (auto& [s, tp_split] : tp_splits)
+    KP_RETURN_IF_ERROR(ReduceTensorParallelGradients(*config.replicas.tp, *ModelOfStage(*modules.at(s)), tp_split,
+                                                     config.replicas.sequence_parallel));
+  return Status::Ok();
+}
+
 // The replicas' gradients averaged (the dense ones over DP, the experts'
 // over expert-DP); every parameter has a gradient afterwards.
 Status PipelineRank::Impl::AverageOverReplicas() {
@@ -226,20 +251,30 @@ Status PipelineRank::Impl::AverageOverReplicas() {
   return AverageGradients(split, Replicas());
 }
 
+// The squares at `at` summed over `group` in place (a parameter split over
+// it: each rank holds a part of the whole's square).
+Status PipelineRank::Impl::SumSquaresOver(Communicator* group, const std::vector<int>& at,
+                                          std::vector<double>& squares) const {
+  if (group == nullptr || at.empty()) return Status::Ok();
+  torch::Tensor host = torch::zeros({static_cast<std::int64_t>(at.size())}, torch::kDouble);
+  for (std::size_t i = 0; i < at.size(); ++i) host[i] = squares[at[i]];
+  torch::Tensor summed = host.to(device);
+  KP_RETURN_IF_ERROR(group->AllReduceSum(summed));
+  summed = summed.cpu();
+  for (std::size_t i = 0; i < at.size(); ++i) squares[at[i]] = summed[i].item<double>();
+  return Status::Ok();
+}
+
 // Each parameter's square lands in its own slot of the whole model's order
 // (one rank contributes to a slot, so the all-reduce is exact) and the sum
 // runs over the slots in order: SumInOrder over the single model.
-// A sharded expert bank's square is first summed over its EP group.
+// A sharded expert bank's square is first summed over its EP group, a TP
+// shard's over its TP group. The TP ranks of a stage hold the same slots
+// and add the same squares: the pipeline group has one rank per stage.
 Result<double> PipelineRank::Impl::ReduceGradNorm() {
   std::vector<double> mine = GradSquares(params);
-  if (!expert_at.empty()) {
-    torch::Tensor host = torch::zeros({static_cast<std::int64_t>(expert_at.size())}, torch::kDouble);
-    for (std::size_t i = 0; i < expert_at.size(); ++i) host[i] = mine[expert_at[i]];
-    torch::Tensor banks = host.to(device);
-    KP_RETURN_IF_ERROR(config.replicas.ep->AllReduceSum(banks));
-    banks = banks.cpu();
-    for (std::size_t i = 0; i < expert_at.size(); ++i) mine[expert_at[i]] = banks[i].item<double>();
-  }
+  KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.ep, expert_at, mine));
+  KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.tp, tp_shard_at, mine));
   torch::Tensor host = torch::zeros({global_params}, torch::kDouble);
   for (std::size_t i = 0; i < mine.size(); ++i) host[slots[i]] = mine[i];
   torch::Tensor squares = host.to(device);
@@ -253,6 +288,11 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
                                                         MicroBatchLoss* loss) {
   Stopwatch watch;
   if (T < 1) return Status::InvalidArgument("seq_len: a step's rows need at least one token, got " + std::to_string(T));
+  if (TensorParallel() && loss != nullptr)
+    return Status::InvalidArgument("--tp: a step's own loss (SDPO) with tensor parallelism is not supported yet");
+  if (SequenceParallel() && T % config.replicas.tp->size() != 0)
+    return Status::InvalidArgument("--sequence-parallel: --tp " + std::to_string(config.replicas.tp->size()) +
+                                   " does not divide the step's sequence length " + std::to_string(T));
   seq_len = T;
   step_loss = loss;
   KP_RETURN_IF_ERROR(SetTokens(t));
@@ -264,6 +304,7 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   optimizer->zero_grad();
   KP_RETURN_IF_ERROR(RunActions(/*training=*/true));
   KP_RETURN_IF_ERROR(CheckDrained());
+  KP_RETURN_IF_ERROR(ReduceOverTensorParallel());
   KP_RETURN_IF_ERROR(AverageOverReplicas());
   KP_ASSIGN_OR_RETURN(r.grad_norm, ReduceGradNorm());
   KP_ASSIGN_OR_RETURN(r.loss, ReduceLoss());

@@ -64,12 +64,19 @@ class Communicator;
 class MicroBatchLoss;
 class PipelineStageModule;
 
-/// The data-parallel replicas of this rank's stages; a null group is a group
-/// of one. The communicators must outlive the PipelineRank.
+/// The groups this rank's stages are replicated or split over; a null group
+/// is a group of one. The communicators must outlive the PipelineRank.
 struct PipelineReplicas {
   Communicator* dp = nullptr;         ///< this rank's stages on every DP replica: dense gradients averaged here
   Communicator* expert_dp = nullptr;  ///< with ep: the replicas holding this rank's experts (null when dp == ep)
   Communicator* ep = nullptr;         ///< the routed experts of each MoE layer sharded over it (tokens all-to-all)
+  /// Each model stage split over it (tensor_parallel.h: heads, FFN hidden
+  /// units, vocabulary); every rank of it runs the same actions on the same
+  /// rows. Not with LoRA or a step's own loss yet.
+  Communicator* tp = nullptr;
+  /// With tp: the residual stream, and what stages send each other, split
+  /// along the sequence (T / tp tokens per rank).
+  bool sequence_parallel = false;
 };
 
 struct PipelineRankConfig {

@@ -210,14 +210,20 @@ inline Result<RunResult> EpReference(const PipelineRankConfig& c, int steps, int
   return run;
 }
 
-/// One rank of the pipeline composed with DP and EP over `world` (pp x dp
-/// ranks, MakeRankGroups' layout): `steps` steps, world rank 0's losses and
-/// norms, every rank's first step and its stages' gradients after step 1.
+/// One rank of the pipeline composed with DP, EP and TP over `world`
+/// (pp x dp x tp ranks, MakeRankGroups' layout): `steps` steps, world rank
+/// 0's losses and norms, every rank's first step and its stages' gradients
+/// after step 1 (with tp > 1 keyed "t<tp rank>/name" inside GradKey).
 inline Status ComposedRank(Communicator& world, PipelineRankConfig c, int dp, int ep, int steps,
-                           const StageModuleFactory& factory, RunResult& out, std::mutex& mu) {
-  KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, c.pp, dp, ep));
-  c.replicas = PipelineReplicas{dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get()};
+                           const StageModuleFactory& factory, RunResult& out, std::mutex& mu, int tp = 1,
+                           bool sequence_parallel = false) {
+  KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, c.pp, dp, ep, tp));
+  c.replicas = PipelineReplicas{dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get(), groups.tp,
+                                sequence_parallel};
+  if (groups.pipeline == nullptr)  // pp 1: a pipeline of this rank alone
+    groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();
   KP_ASSIGN_OR_RETURN(auto rank, PipelineRank::Create(c, *groups.pipeline, factory));
+  const std::string tp_prefix = tp > 1 ? "t" + std::to_string(groups.tp_rank) + "/" : "";
   for (int step = 0; step < steps; ++step) {
     KP_ASSIGN_OR_RETURN(PipelineStepResult r, rank->TrainStep(Tokens(c, step)));
     std::lock_guard<std::mutex> lock(mu);
@@ -227,21 +233,42 @@ inline Status ComposedRank(Communicator& world, PipelineRankConfig c, int dp, in
     for (int s : rank->stages())
       if (StageModelImpl* model = ModelOfStage(rank->stage_module(s)))
         for (const auto& p : model->named_parameters())
-          if (p.value().grad().defined()) out.grads[GradKey(dp, groups.dp_rank, p.key())] = p.value().grad().clone();
+          if (p.value().grad().defined())
+            out.grads[GradKey(dp, groups.dp_rank, tp_prefix + p.key())] = p.value().grad().clone();
   }
   return Status::Ok();
 }
 
-/// The pipeline on pp x dp in-process ranks.
+/// The pipeline on pp x dp x tp in-process ranks.
 inline Result<RunResult> Pipeline(const PipelineRankConfig& c, int steps, StageModuleFactory factory = {}, int dp = 1,
-                                  int ep = 1) {
+                                  int ep = 1, int tp = 1, bool sequence_parallel = false) {
   RunResult run;
   std::mutex mu;
-  const auto statuses = runtime::RunRanks(c.pp * dp, [&](Communicator& comm) -> Status {
-    return ComposedRank(comm, c, dp, ep, steps, factory, run, mu);
+  const auto statuses = runtime::RunRanks(c.pp * dp * tp, [&](Communicator& comm) -> Status {
+    return ComposedRank(comm, c, dp, ep, steps, factory, run, mu, tp, sequence_parallel);
   });
   KP_RETURN_IF_ERROR(FirstError(statuses));
   return run;
+}
+
+/// `whole` (one process's gradients, GradKey(dp, d, name)) as each of `tp`
+/// ranks holds it: "t<r>/name", a TP shard (a parameter whose shape in
+/// `got` differs from the whole's in one dimension) as rank r's equal slice.
+inline Grads AsTensorParallel(const Grads& whole, const Grads& got, int dp, int tp) {
+  Grads out;
+  for (const auto& [key, g] : whole) {
+    const std::size_t slash = dp > 1 ? key.find('/') + 1 : 0;
+    for (int r = 0; r < tp; ++r) {
+      const std::string mine = key.substr(0, slash) + "t" + std::to_string(r) + "/" + key.substr(slash);
+      const auto it = got.find(mine);
+      torch::Tensor want = g;
+      if (it != got.end())
+        for (std::int64_t d = 0; d < g.dim(); ++d)
+          if (it->second.size(d) != g.size(d)) want = g.narrow(d, r * it->second.size(d), it->second.size(d));
+      out[mine] = want;
+    }
+  }
+  return out;
 }
 
 /// Bitwise (tolerance 0) or within `tolerance` relative to each tensor's
