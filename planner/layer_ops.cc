@@ -49,6 +49,7 @@ struct Dims {
   double b;   // sequences in the micro-batch
   double t;   // tensor-parallel size
   double h;
+  double whole_rows;  // the rows a map TP leaves whole runs on: T / t with SP (the shard), T without
 };
 
 void Add(LayerOps& ops, double m, double n, double k, double count = 1, bool weight = true) {
@@ -87,18 +88,23 @@ void Mla(const PlanRequest& req, const Dims& d, LayerOps& ops) {
   const ModelSpec& m = req.model;
   const MlaShape& s = m.mla;
   const double H = m.heads, qk = s.qk_nope_head_dim + s.qk_rope_head_dim;
+  // The down-projections and the latents' norms are whole on every TP rank
+  // (docs/runtime.md §6), on the rows it holds.
   if (s.q_lora_rank > 0) {
-    Add(ops, d.T, s.q_lora_rank / d.t, d.h);
+    Add(ops, d.whole_rows, s.q_lora_rank, d.h);
     Add(ops, d.T, H * qk / d.t, s.q_lora_rank);
   } else {
     Add(ops, d.T, H * qk / d.t, d.h);
   }
-  Add(ops, d.T, (s.kv_lora_rank + s.qk_rope_head_dim) / d.t, d.h);
+  Add(ops, d.whole_rows, s.kv_lora_rank + s.qk_rope_head_dim, d.h);
   Add(ops, d.T, H * (s.qk_nope_head_dim + s.v_head_dim) / d.t, s.kv_lora_rank);
+  if (s.output_gate) Add(ops, d.T, H * s.v_head_dim / d.t, d.h);
   Add(ops, d.T, d.h, H * s.v_head_dim / d.t);
   AttentionCore(req, d, H, qk, s.v_head_dim, ops);
-  // The latents' norms and the rotary embedding.
-  Pass(ops, d.T * (s.q_lora_rank + s.kv_lora_rank + H * qk) / d.t * kNormBytes, kReadTwoWriteOne);
+  // The latents' norms, the rotary embedding (and the output gate's sigmoid).
+  const double gate = s.output_gate ? H * s.v_head_dim : 0;
+  Pass(ops, (d.whole_rows * (s.q_lora_rank + s.kv_lora_rank) + d.T * (H * qk + gate) / d.t) * kNormBytes,
+       kReadTwoWriteOne);
 }
 
 void Kda(const PlanRequest& req, const Dims& d, LayerOps& ops) {
@@ -106,9 +112,9 @@ void Kda(const PlanRequest& req, const Dims& d, LayerOps& ops) {
   const double H = m.heads, dk = m.kda.head_dim_k, dv = m.kda.head_dim_v;
   Add(ops, d.T, H * (2 * dk + dv) / d.t, d.h);  // q, k, v
   Add(ops, d.T, d.h, H * dv / d.t);             // o
-  Add(ops, d.T, dk, d.h);                        // forget gate, low rank
+  Add(ops, d.whole_rows, dk, d.h);               // forget gate, low rank (first map whole on every TP rank)
   Add(ops, d.T, H * dk / d.t, dk);
-  Add(ops, d.T, dv, d.h);                        // output gate, low rank
+  Add(ops, d.whole_rows, dv, d.h);               // output gate, low rank
   Add(ops, d.T, H * dv / d.t, dv);
   // The chunked delta rule: per 64-token chunk and head, the intra-chunk
   // square (causal) and three d_k x d_v products with the state.
@@ -141,9 +147,9 @@ void Moe(const PlanRequest& req, const ParallelPlan& p, const Dims& d, double im
   const double router_tokens = req.sequence_parallel ? d.T / d.t : d.T;
   Add(ops, router_tokens, e.num_experts, d.h);
   Pass(ops, router_tokens * e.num_experts * kFp32 * 3, kReadTwoWriteOne);  // softmax / sigmoid, top-k
-  if (e.latent_dim > 0) {
-    Add(ops, d.T, e.latent_dim / d.t, d.h);
-    Add(ops, d.T, d.h, e.latent_dim / d.t);
+  if (e.latent_dim > 0) {  // whole on every TP rank
+    Add(ops, d.whole_rows, e.latent_dim, d.h);
+    Add(ops, d.whole_rows, d.h, e.latent_dim);
   }
   DenseFfn(req, d, double(e.shared_experts) * e.shared_ffn, ops);
   // Routed copies on this rank, and per local expert.
@@ -166,8 +172,9 @@ double MicroBatchTokens(const PlanRequest& req, const ParallelPlan& p) {
 
 LayerOps DecoderLayerOps(const PlanRequest& req, const ParallelPlan& p, int layer, double imbalance) {
   const ModelSpec& m = req.model;
-  const Dims d{MicroBatchTokens(req, p), double(req.seq_length()), double(req.micro_batch), double(p.tp),
-               double(m.hidden)};
+  const double T = MicroBatchTokens(req, p);
+  const Dims d{T, double(req.seq_length()), double(req.micro_batch), double(p.tp), double(m.hidden),
+               req.sequence_parallel ? T / p.tp : T};
   LayerOps ops;
   switch (m.attention[layer]) {
     case AttentionKind::kMha: Mha(req, d, ops); break;

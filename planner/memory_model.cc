@@ -200,8 +200,8 @@ RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, c
     const StageLayers& st = split.stages[s];
     for (int l = st.first_layer; l < st.end_layer; ++l) {
       const LayerParams& lp = pc.layers[l];
-      sums.tp_sharded += lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj;
-      sums.replicated += lp.router + lp.norms;
+      sums.tp_sharded += lp.attention - lp.attention_replicated + lp.dense_ffn + lp.shared_experts;
+      sums.replicated += lp.attention_replicated + lp.latent_proj + lp.router + lp.norms;
       sums.expert += lp.routed_experts;
       if (req.mode == TrainMode::kLora) {
         LayerLora ll = LoraOfLayer(m, l, req.lora);

@@ -103,8 +103,8 @@ RankParams ParamsOfRank(const PlanRequest& req, const ParallelPlan& p, const Sta
 /// ParamsOfRank divides (so that a search can keep them across layouts that
 /// differ in tp, ep and etp only, and get ParamsOfRank's values exactly).
 struct RankParamSums {
-  double tp_sharded = 0;   ///< cut by tp: attention, dense FFN, shared experts, latents, embedding, head
-  double replicated = 0;   ///< on every TP rank: router, norms
+  double tp_sharded = 0;   ///< cut by tp: attention by heads, dense FFN, shared experts, embedding, head
+  double replicated = 0;   ///< on every TP rank: router, norms, latents, attention_replicated
   double expert = 0;       ///< routed experts, cut by ep x etp
   double lora_tp_sharded = 0, lora_expert = 0;
 };

@@ -220,7 +220,8 @@ TEST(MemoryModelTest, ExpertsShardOverEpAndTheirOptimizerOverExpertDp) {
   double dense = pc.embedding / 8;
   for (int l = 0; l <= 30; ++l) {
     const LayerParams& lp = pc.layers[l];
-    dense += (lp.attention + lp.dense_ffn + lp.shared_experts + lp.latent_proj) / 8 + lp.router + lp.norms;
+    dense += (lp.attention - lp.attention_replicated + lp.dense_ffn + lp.shared_experts) / 8 +
+             lp.attention_replicated + lp.latent_proj + lp.router + lp.norms;
   }
   EXPECT_EQ(m.actor.rank, 0);
   EXPECT_NEAR(m.actor.weights.value(), 2 * (dense + experts), 1);

@@ -267,7 +267,7 @@ struct StageCostCache::Impl {
   static bool Alike(const ModelSpec& m, const ParamCount& pc, int a, int b) {
     const LayerParams &x = pc.layers[a], &y = pc.layers[b];
     return m.attention[a] == m.attention[b] && m.is_moe_layer(a) == m.is_moe_layer(b) &&
-           x.attention == y.attention && x.dense_ffn == y.dense_ffn && x.routed_expert == y.routed_expert &&
+           x.attention == y.attention && x.attention_replicated == y.attention_replicated && x.dense_ffn == y.dense_ffn && x.routed_expert == y.routed_expert &&
            x.routed_experts == y.routed_experts && x.shared_experts == y.shared_experts &&
            x.latent_proj == y.latent_proj && x.router == y.router && x.norms == y.norms;
   }

@@ -22,6 +22,10 @@ struct MlaShape {
   int qk_nope_head_dim = 0;
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
+  /// A sigmoid output gate: the attention output times sigmoid(W_gate x),
+  /// W_gate [heads x v_head_dim, hidden] (kimi-k3-debug; docs/presets.md).
+  /// DeepSeek-V3's MLA (Kimi K2.6) has none.
+  bool output_gate = false;
 };
 
 /// Kimi Delta Attention (Kimi Linear): linear attention with a matrix state

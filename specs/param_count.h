@@ -14,11 +14,16 @@ namespace kp {
 /// Parameters of one decoder layer, by group.
 struct LayerParams {
   double attention = 0;       ///< q/k/v/o, latent projections, KDA gates and convs
+  /// The part of `attention` tensor parallelism leaves whole on every rank
+  /// (runtime/model/tensor_parallel.h, as Megatron-LM's MLA): MLA's q and kv
+  /// down-projections and their norms; KDA's low-rank gates' first maps and
+  /// its gated-norm weight. The rest of `attention` is split by heads.
+  double attention_replicated = 0;
   double dense_ffn = 0;       ///< dense SwiGLU (dense layers only)
   double routed_expert = 0;   ///< one routed expert
   double routed_experts = 0;  ///< all routed experts of the layer
   double shared_experts = 0;
-  double latent_proj = 0;     ///< LatentMoE down and up projections
+  double latent_proj = 0;     ///< LatentMoE down and up projections (whole on every TP rank)
   double router = 0;          ///< gate weight and per-expert bias
   double norms = 0;           ///< RMSNorm weights, attention-residual queries
   double total() const {

@@ -85,6 +85,7 @@ Status ParseModelObject(const json& j, ModelSpec* m) {
     KP_RETURN_IF_ERROR(g.Int("qk_nope_head_dim", &m->mla.qk_nope_head_dim, 0, limits::kMaxHidden));
     KP_RETURN_IF_ERROR(g.Int("qk_rope_head_dim", &m->mla.qk_rope_head_dim, 0, limits::kMaxHidden));
     KP_RETURN_IF_ERROR(g.Int("v_head_dim", &m->mla.v_head_dim, 0, limits::kMaxHidden));
+    KP_RETURN_IF_ERROR(g.Bool("output_gate", &m->mla.output_gate));
     KP_RETURN_IF_ERROR(g.NoUnknownKeys());
   }
   const json* kda = nullptr;
@@ -242,7 +243,7 @@ std::string ModelSpecToJson(const ModelSpec& m) {
   if (m.count(AttentionKind::kMla) > 0)
     j["mla"] = {{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
                 {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
-                {"v_head_dim", m.mla.v_head_dim}};
+                {"v_head_dim", m.mla.v_head_dim}, {"output_gate", m.mla.output_gate}};
   if (m.count(AttentionKind::kKda) > 0)
     j["kda"] = {{"head_dim_k", m.kda.head_dim_k}, {"head_dim_v", m.kda.head_dim_v}, {"conv_kernel", m.kda.conv_kernel}};
   if (m.is_moe())

@@ -359,7 +359,7 @@ MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init
   kv_a_ = proj("kv_a", d, kv_rank_ + rope_, init_std);
   kv_norm_ = register_module("kv_norm", std::make_shared<RmsNormImpl>(kv_rank_, options.norm_eps, options.fused_kernels));
   kv_b_ = proj("kv_b", kv_rank_, heads_ * (nope_ + v_dim_), init_std);
-  gate_ = proj("gate", d, heads_ * v_dim_, init_std);
+  if (spec.mla.output_gate) gate_ = proj("gate", d, heads_ * v_dim_, init_std);
   o_proj_ = proj("o_proj", heads_ * v_dim_, d, out_std);
 }
 
@@ -372,7 +372,7 @@ void MlaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit
   const std::int64_t local = heads_ / region.size(), h0 = region.rank() * local, qk = nope_ + rope_;
   split->Keep(q_ ? "q.weight" : "q_b.weight", (q_ ? q_ : q_b_)->weight(), 0, h0 * qk, local * qk);
   split->Keep("kv_b.weight", kv_b_->weight(), 0, h0 * (nope_ + v_dim_), local * (nope_ + v_dim_));
-  split->Keep("gate.weight", gate_->weight(), 0, h0 * v_dim_, local * v_dim_);
+  if (gate_) split->Keep("gate.weight", gate_->weight(), 0, h0 * v_dim_, local * v_dim_);
   split->Keep("o_proj.weight", o_proj_->weight(), 1, h0 * v_dim_, local * v_dim_);
   heads_ = local;
 }
@@ -412,7 +412,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
                                           1.0 / std::sqrt(static_cast<double>(nope_ + rope_)))
                               .transpose(1, 2)
                               .reshape({b, t, heads_ * v_dim_});
-  const torch::Tensor gated = o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type());
+  const torch::Tensor gated = gate_ ? o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type()) : o;
   return region_.Exit(o_proj_->forward(gated));
 }
 

@@ -1,5 +1,5 @@
 // The token mixers of the runtime's decoder layers: Kimi Delta Attention
-// (§5), multi-head latent attention with K3's gated output (§4), and plain
+// (§5), multi-head latent attention with its optional output gate (§4), and plain
 // multi-head attention with RoPE for GPT-style specs (§3). Section numbers
 // refer to docs/runtime.md. Each mixer runs either over a whole sequence
 // (Mix, training) or incrementally over new tokens after a LayerCache's
@@ -130,7 +130,8 @@ class KdaImpl : public TokenMixer {
 
 /// Multi-head latent attention (DeepSeek-V3 shapes): low-rank q (or full
 /// rank when q_lora_rank is 0), a latent kv of kv_lora_rank plus one shared
-/// rotary key, RMSNorm on the latents, and Kimi K3's sigmoid output gate.
+/// rotary key, RMSNorm on the latents, and with mla.output_gate a sigmoid
+/// output gate.
 class MlaImpl : public TokenMixer {
  public:
   MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);

@@ -412,8 +412,9 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
     y = (Upcast(y_slots).view({n, k, -1}) * r.weights.unsqueeze(-1)).sum(1).to(x.scalar_type());
   }
   if (latent_up_) y = latent_up_->forward(y);
-  if (shared_) y = y + shared_->forward(xf);
-  return y.view(shape);
+  // The shared experts on the unflattened x: split over TP they enter and
+  // leave their region along the sequence (SwiGluImpl::Mix).
+  return shared_ ? y.view(shape) + shared_->Mix(x, false) : y.view(shape);
 }
 
 }  // namespace kp::runtime

@@ -245,6 +245,7 @@ class MoeImpl : public ChannelMixer {
   torch::Tensor Mix(const torch::Tensor& x, bool record_load) override;
   RouterImpl& router() { return *router_; }
   ExpertBankImpl& experts() { return *experts_; }
+  SwiGluImpl* shared() { return shared_.get(); }  ///< null without shared experts
   /// Routes through the expert-parallel group `ep` (null: every expert
   /// local, the default); the bank must already hold only this EP rank's
   /// experts (runtime/expert_parallel.h: ShardExperts does both).

@@ -230,8 +230,9 @@ Status CheckTensorParallelSplit(const ModelSpec& spec, int tp, bool sequence_par
   if (tp <= 1) return Status::Ok();
   const std::string n = std::to_string(tp);
   auto refuse = [&](std::int64_t count, const std::string& what) {
+    const bool units = what == "FFN" || what == "shared experts";
     return Status::InvalidArgument("--tp: " + n + " does not divide the " + what + "'s " + std::to_string(count) +
-                                   (what == "vocabulary" ? " tokens" : what == "FFN" ? " hidden units" : " heads"));
+                                   (what == "vocabulary" ? " tokens" : units ? " hidden units" : " heads"));
   };
   if (sequence_parallel && seq_len % tp != 0)
     return Status::InvalidArgument("--sequence-parallel: --tp " + n + " does not divide the sequence length " +
@@ -245,6 +246,8 @@ Status CheckTensorParallelSplit(const ModelSpec& spec, int tp, bool sequence_par
     if (kind == AttentionKind::kMha && spec.kv_heads % tp != 0)
       return refuse(spec.kv_heads, "attention layer's key-value");
     if (!spec.is_moe_layer(layer) && spec.dense_ffn % tp != 0) return refuse(spec.dense_ffn, "FFN");
+    const std::int64_t shared = std::int64_t(spec.moe.shared_experts) * spec.moe.shared_ffn;
+    if (spec.is_moe_layer(layer) && shared % tp != 0) return refuse(shared, "shared experts");
   }
   return Status::Ok();
 }
@@ -262,10 +265,13 @@ Result<TensorParallelSplit> ShardTensorParallel(StageModelImpl& model, Communica
     TensorParallelSplit part;
     layer->attention().ShardHeads(region, &part);
     split.Merge(prefix + "attention.", part);
+    TensorParallelSplit ffn_part;
     if (auto* dense = dynamic_cast<SwiGluImpl*>(&layer->ffn())) {
-      TensorParallelSplit ffn_part;
       KP_RETURN_IF_ERROR(ShardSwiGlu(*dense, region, &ffn_part));
       split.Merge(prefix + "ffn.", ffn_part);
+    } else if (layer->moe() != nullptr && layer->moe()->shared() != nullptr) {
+      KP_RETURN_IF_ERROR(ShardSwiGlu(*layer->moe()->shared(), region, &ffn_part));
+      split.Merge(prefix + "moe.shared.", ffn_part);
     }
   }
   if (model.embedding() != nullptr) {

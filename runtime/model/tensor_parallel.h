@@ -19,9 +19,10 @@
 //     enter; RoPE runs inside on the whole sequence), KDA's low-rank forget
 //     and output gates' first maps. KDA's gated-norm weight is shared by the
 //     heads and used inside, so its gradient is a partial sum.
-//   * dense SwiGLU: column then row.
-//   * routed and shared experts, routers, norms and depth reads: not split;
-//     they run on what the rank holds (the whole sequence, or its shard).
+//   * dense SwiGLU and a MoE's shared experts: column then row.
+//   * routed experts (ETP is separate), routers, LatentMoE's projections,
+//     norms and depth reads: not split; they run on what the rank holds
+//     (the whole sequence, or its shard).
 //   * embedding and LM head by vocabulary; the loss by the vocabulary-
 //     parallel cross entropy (the logits are never gathered).
 // Without sequence parallelism the residual stream is whole on every rank;

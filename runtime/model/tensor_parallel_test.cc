@@ -13,10 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "planner/memory_model.h"
+#include "planner/plan_request.h"
 #include "runtime/comm/in_process_communicator.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/model.h"
 #include "runtime/model/test_util.h"
+#include "specs/param_count.h"
+#include "specs/stage_split.h"
 
 namespace kp::runtime {
 namespace {
@@ -317,6 +321,34 @@ TEST(TensorParallelModelTest, UnevenSplitsAreRefusedNamingTheFlagAndLeaveTheMode
                     "got: " + (split.ok() ? std::string("ok") : split.status().message()));
     });
     EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();
+  }
+}
+
+// The planner's parameters per TP rank (planner/memory_model.h) against the
+// runtime's split: what TP takes off a rank is exactly the planner's count
+// (the router bias, the one difference of the whole counts, is whole on
+// every rank on both sides).
+TEST(TensorParallelModelTest, WhatTheSplitTakesOffARankIsThePlannersCount) {
+  for (const ModelSpec& spec : {TinyKimiSpec(), TinyGptSpec()}) {
+    const int tp = 2;
+    PlanRequest req;
+    req.model = spec;
+    const Result<StageSplit> one_stage = EvenSplit(spec.layers, 1);
+    ASSERT_TRUE(one_stage.ok());
+    const RankParamSums sums = ParamSumsOfRank(req, *one_stage, CountParams(spec), {0});
+    ParallelPlan whole, split;
+    split.tp = tp;
+    const RankParams all = ShardParams(sums, whole), mine = ShardParams(sums, split);
+    const double planner_saved = all.dense + all.expert - (mine.dense + mine.expert);
+    const auto statuses = RunRanks(tp, [&](Communicator& c) -> Status {
+      KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(spec, {}));
+      const std::int64_t before = CountElements(model->parameters());
+      KP_RETURN_IF_ERROR(ShardTensorParallel(*model, c, true, 8).status());
+      const double saved = double(before - CountElements(model->parameters()));
+      return Expect(saved == planner_saved && planner_saved > 0,
+                    "the split saves " + std::to_string(saved) + ", the planner " + std::to_string(planner_saved));
+    });
+    EXPECT_TRUE(FirstError(statuses).ok()) << spec.name << ": " << FirstError(statuses).message();
   }
 }
 

@@ -26,6 +26,7 @@ inline ModelSpec TinyKimiSpec() {
   m.mla.qk_nope_head_dim = 8;
   m.mla.qk_rope_head_dim = 4;
   m.mla.v_head_dim = 8;
+  m.mla.output_gate = true;
   m.kda.head_dim_k = 8;
   m.kda.head_dim_v = 8;
   m.kda.conv_kernel = 3;
