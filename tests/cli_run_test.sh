@@ -76,27 +76,35 @@ refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --np
 refused "no rank, no nproc" steps "--nproc: required unless RANK is set" run "${small[@]}" --steps 1
 refused "bad dtype" steps "--dtype:" run --nproc 2 "${small[@]}" --steps 1 --dtype fp16
 
-# srun-style: each rank started by hand; rank 1 is killed after step 1 and
-# rank 0 must stop with one line naming rank 1 within the timeout.
-export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 KIMI_PLAN_STORE_FILE="$work/store"
-RANK=0 "$bin" run "${small[@]}" --steps 100000 --log-every 1 --timeout-s 5 > r0.out 2> r0.err &
-r0=$!
-RANK=1 "$bin" run "${small[@]}" --steps 100000 --timeout-s 5 > r1.out 2> r1.err &
-r1=$!
-for _ in $(seq 200); do grep -q "^\[rank 0\] step     2/" r0.err 2>/dev/null && break; sleep 0.1; done
-kill -9 $r1 2>/dev/null
-wait $r1 2>/dev/null
-start=$(date +%s)
-wait $r0
-rc=$?
-elapsed=$(( $(date +%s) - start ))
-unset WORLD_SIZE MASTER_ADDR KIMI_PLAN_STORE_FILE
-check "killed peer: rank 0 exits 1" test $rc -eq 1
-check "killed peer: within the timeout" test $elapsed -le 6
-check "killed peer: one line naming rank 1 and the operation" \
-  grep -qE "^kimi-plan run: (step [0-9]+: )?(allreduce|alltoall|broadcast|barrier|send|recv) on gloo group of 2 \(rank 0\): rank 1 " r0.err
-echo "     rank 0 said: $(tail -n 1 r0.err)"
+# killed_peer NAME TAG ARGS...: two ranks started srun-style (each by hand)
+# with ARGS; rank 1 is killed after step 1 and rank 0 must stop within the
+# timeout with one line naming rank 1 and the collective.
+killed_peer() {
+  local name=$1 tag=$2; shift 2
+  export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 KIMI_PLAN_STORE_FILE="$work/store_$tag"
+  RANK=0 "$bin" run "$@" --steps 100000 --log-every 1 --timeout-s 5 > "${tag}0.out" 2> "${tag}0.err" &
+  local r0=$!
+  RANK=1 "$bin" run "$@" --steps 100000 --timeout-s 5 > "${tag}1.out" 2> "${tag}1.err" &
+  local r1=$!
+  for _ in $(seq 200); do grep -q "^\[rank 0\] step     2/" "${tag}0.err" 2>/dev/null && break; sleep 0.1; done
+  kill -9 $r1 2>/dev/null
+  wait $r1 2>/dev/null
+  local start; start=$(date +%s)
+  wait $r0
+  local rc=$?
+  local elapsed=$(( $(date +%s) - start ))
+  unset WORLD_SIZE MASTER_ADDR KIMI_PLAN_STORE_FILE
+  check "$name: rank 0 exits 1" test $rc -eq 1
+  check "$name: within the timeout" test $elapsed -le 6
+  check "$name: one line naming rank 1 and the operation" \
+    grep -qE "^kimi-plan run: (step [0-9]+: )?(allreduce|alltoall|broadcast|barrier|send|recv) on gloo group of 2 \(rank 0\): rank 1 " "${tag}0.err"
+  echo "     rank 0 said: $(tail -n 1 "${tag}0.err")"
+}
+killed_peer "killed peer" r "${small[@]}"
 check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 from steps where run_id = 6")" = 1
+# Inside a TP group (tp 2 is the whole world) the collectives run inside
+# forward and backward; the failure ends rank 0 the same way.
+killed_peer "killed TP peer" t --tp 2 "${small[@]}" --db tp_kill.db
 
 # The launcher: a rank killed from outside is named, the other one stopped.
 "$bin" run --nproc 2 "${small[@]}" --steps 100000 --log-every 1 --timeout-s 30 > l.out 2> l.err &
