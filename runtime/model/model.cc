@@ -221,8 +221,7 @@ ResidualStream EmbeddingImpl::forward(const torch::Tensor& tokens) {
 }
 
 void EmbeddingImpl::ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split) {
-  const std::int64_t rows = weight_.size(0) / region.size();
-  split->Keep("weight", weight_, 0, region.rank() * rows, rows);
+  split->KeepShare("weight", weight_, 0, region);
   region_ = region;
 }
 
@@ -246,8 +245,7 @@ torch::Tensor HeadImpl::Logits(const ResidualStream& in) {
 }
 
 void HeadImpl::ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split) {
-  const std::int64_t rows = lm_head_->weight().size(0) / region.size();
-  split->Keep("lm_head.weight", lm_head_->weight(), 0, region.rank() * rows, rows);
+  split->KeepShare("lm_head.weight", lm_head_->weight(), 0, region);
   region_ = region;
 }
 

@@ -168,7 +168,7 @@ torch::Tensor SplitSequence(Communicator& tp, const torch::Tensor& x, std::int64
 }
 
 TensorParallelRegion::TensorParallelRegion(Communicator* tp, bool sequence_parallel)
-    : tp_(tp), tp_size_(tp ? tp->size() : 1), tp_rank_(tp ? tp->rank() : 0), sequence_parallel_(sequence_parallel) {}
+    : tp_(tp), sequence_parallel_(sequence_parallel) {}
 
 torch::Tensor TensorParallelRegion::Enter(const torch::Tensor& x) const {
   if (!active()) return x;
@@ -186,6 +186,12 @@ void TensorParallelSplit::Keep(const std::string& name, torch::Tensor& param, st
   torch::NoGradGuard no_grad;
   // set_data keeps the registered parameter object, as KeepExperts does.
   param.set_data(param.narrow(dim, first, count).clone());
+}
+
+void TensorParallelSplit::KeepShare(const std::string& name, torch::Tensor& param, std::int64_t dim,
+                                    const TensorParallelRegion& region) {
+  const std::int64_t count = param.size(dim) / region.size();
+  Keep(name, param, dim, region.rank() * count, count);
 }
 
 void TensorParallelSplit::Merge(const std::string& prefix, const TensorParallelSplit& part) {
@@ -218,10 +224,9 @@ Status ShardSwiGlu(SwiGluImpl& ffn, const TensorParallelRegion& region, TensorPa
                                    std::to_string(hidden) + " hidden units");
   for (ProjImpl* p : {ffn.gate(), &ffn.up(), &ffn.down()})
     if (p != nullptr && p->has_lora()) return Status::InvalidArgument(kNoLoraWithTp);
-  const std::int64_t local = hidden / n, first = region.rank() * local;
-  if (ffn.gate() != nullptr) split->Keep("gate.weight", ffn.gate()->weight(), 0, first, local);
-  split->Keep("up.weight", ffn.up().weight(), 0, first, local);
-  split->Keep("down.weight", ffn.down().weight(), 1, first, local);
+  if (ffn.gate() != nullptr) split->KeepShare("gate.weight", ffn.gate()->weight(), 0, region);
+  split->KeepShare("up.weight", ffn.up().weight(), 0, region);
+  split->KeepShare("down.weight", ffn.down().weight(), 1, region);
   ffn.SetTensorParallel(region);
   return Status::Ok();
 }

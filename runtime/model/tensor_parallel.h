@@ -76,10 +76,10 @@ class TensorParallelRegion {
   TensorParallelRegion() = default;
   /// `tp` not owned; null means no TP.
   TensorParallelRegion(Communicator* tp, bool sequence_parallel);
-  bool active() const { return tp_ != nullptr && tp_size_ > 1; }
+  bool active() const { return tp_ != nullptr && tp_->size() > 1; }
   bool sequence_parallel() const { return active() && sequence_parallel_; }
-  int size() const { return active() ? tp_size_ : 1; }
-  int rank() const { return active() ? tp_rank_ : 0; }
+  int size() const { return active() ? tp_->size() : 1; }
+  int rank() const { return active() ? tp_->rank() : 0; }
   Communicator& group() const { return *tp_; }  ///< requires active()
   /// x [B, T_local, ...] as the region's input [B, T, ...], the same on
   /// every rank: x itself (its gradient summed over the group) without SP,
@@ -91,7 +91,6 @@ class TensorParallelRegion {
 
  private:
   Communicator* tp_ = nullptr;
-  int tp_size_ = 1, tp_rank_ = 0;
   bool sequence_parallel_ = false;
 };
 
@@ -113,6 +112,8 @@ struct TensorParallelSplit {
   /// object stay) and records it as `name`.
   void Keep(const std::string& name, torch::Tensor& param, std::int64_t dim, std::int64_t first,
             std::int64_t count);
+  /// Keep of the region's rank's equal share of `dim`: [r L / n, (r + 1) L / n).
+  void KeepShare(const std::string& name, torch::Tensor& param, std::int64_t dim, const TensorParallelRegion& region);
   /// The entries of `part` with `prefix` before each name.
   void Merge(const std::string& prefix, const TensorParallelSplit& part);
 };
