@@ -137,11 +137,11 @@ Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& en
     l.schedule = ScheduleName(req->schedule);
     source = "--plan " + std::to_string(id) + ": ";
   }
-  for (const auto& [name, v] : {std::pair{"cp", cp}, {"etp", etp}})
-    if (v != 1)
-      return Status::InvalidArgument((source == "--" ? "--" + std::string(name) + ": " : source) + name + " " +
-                                     std::to_string(v) + " is not executed by the native runtime (only 1)");
+  if (cp != 1)
+    return Status::InvalidArgument((source == "--" ? "--cp: " : source) + "cp " + std::to_string(cp) +
+                                   " is not executed by the native runtime (only 1)");
   l.tp = tp;
+  l.etp = etp;
   if (!vm.count("plan")) {
     KP_ASSIGN_OR_RETURN(l.sequence_parallel, OnOff(vm, "sequence-parallel", true));
   }
@@ -151,7 +151,7 @@ Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& en
 }
 
 json LayoutJson(const ParallelLayout& l) {
-  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"tp", l.tp},
+  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"tp", l.tp},
           {"sequence_parallel", l.tp > 1 && l.sequence_parallel}, {"schedule", l.schedule},
           {"attnres_cache", l.attnres_cache}};
 }
@@ -231,7 +231,8 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const run
     KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
     std::ostringstream line;
     line << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
-         << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << " tp "
+         << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << " etp "
+         << layout.etp << " tp "
          << layout.tp << (layout.tp > 1 && layout.sequence_parallel ? " with SP" : "") << "), "
          << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description();
     Progress(env, line.str());

@@ -350,11 +350,11 @@ Bytes LargestLayerActivation(const PlanRequest& req, LayerBytes& layer) {
 
 Bytes DispatchBuffers(const PlanRequest& req, const ParallelPlan& p) {
   const ModelSpec& m = req.model;
-  if (!m.is_moe() || p.ep == 1) return Bytes(0);
+  if (!m.is_moe() || p.ep * p.etp == 1) return Bytes(0);
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const double copies = tokens * m.moe.top_k * p.etp / p.tp * req.efficiency.moe_imbalance;
   const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
-  return Bytes(2 * copies * kBf16 * in);  // all-to-all send and receive buffers
+  return Bytes(2 * copies * kBf16 * in);  // the exchanges' send and receive buffers (ETP: the gathered rows)
 }
 
 // The actor on pipeline rank `rank`, whose parameters are `params`; the

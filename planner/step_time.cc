@@ -168,12 +168,18 @@ ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, 
              Collective(req, CollectiveOp::kReduceScatter, p.tp, p.tp, hidden_bytes)) * 4.0;
   else
     c.tp += Collective(req, CollectiveOp::kAllReduce, p.tp, p.tp, hidden_bytes) * 4.0;
-  if (m.is_moe_layer(layer) && p.ep > 1) {
+  if (m.is_moe_layer(layer) && p.ep * p.etp > 1) {
     const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
-    const double copies = tokens * m.moe.top_k * p.etp / p.tp * e.moe_imbalance;
-    // Dispatch and combine, forward and backward: each all-to-all moves
-    // the copies (its buffer is ep x what one peer receives).
-    c.ep += Collective(req, CollectiveOp::kAllToAll, p.ep, p.ep * p.etp, copies * in * kBf16) * 4.0;
+    const double routed = tokens * m.moe.top_k / p.tp * e.moe_imbalance;  // the copies this rank routes
+    // Dispatch and combine, forward and backward: each all-to-all moves the
+    // rank's copies over EP (its buffer is ep x what one peer receives).
+    c.ep += Collective(req, CollectiveOp::kAllToAll, p.ep, p.ep * p.etp, routed * in * kBf16) * 4.0;
+    // With ETP the ETP group's copies are gathered onto each of its ranks
+    // and the partial outputs reduce-scattered back; the backward mirrors
+    // both (runtime/model/expert_parallel.h).
+    const double gathered = routed * p.etp * in * kBf16;
+    c.ep += (Collective(req, CollectiveOp::kAllGather, p.etp, p.etp, gathered) +
+             Collective(req, CollectiveOp::kReduceScatter, p.etp, p.etp, gathered)) * 2.0;
   }
   if (p.cp > 1 && m.attention[layer] != AttentionKind::kKda) {
     const double kv = tokens * m.heads / p.tp *

@@ -98,6 +98,37 @@ TEST(StepTimeTest, TensorParallelAllReducesOverNvlink) {
   EXPECT_NEAR(t.tp_comm.value(), 2 * per_layer, 1e-12);
 }
 
+// The expert exchanges over NVLink, closed form per MoE layer and micro-batch
+// (runtime/model/expert_parallel.h): each rank routes r = tokens x top_k x
+// imbalance copies of `in` bf16 values; dispatch and combine, forward and
+// backward, are four all-to-alls of them over EP ((ep-1)/ep of the buffer
+// leaves each GPU); with ETP the etp ranks' copies are all-gathered and the
+// partial outputs reduce-scattered, mirrored in the backward ((etp-1)/etp of
+// the gathered etp x r each).
+TEST(StepTimeTest, ExpertExchangesAreAllToAllsOverEpAndGatherScatterOverEtp) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h100", 1);
+  r.prompt_length = 1024;
+  r.response_length = 0;
+  r.global_batch = 8;
+  r.micro_batch = 1;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(r.model.layers, 1);
+  const double moe_layers = r.model.layers - r.model.dense_layers;
+  const double in = r.model.moe.latent_dim > 0 ? r.model.moe.latent_dim : r.model.hidden;
+  const double copies = 1024.0 * r.model.moe.top_k * r.efficiency.moe_imbalance;
+  const double link = 450e9 * r.efficiency.comm;
+  for (const auto& [ep, etp] : {std::pair{2, 1}, {1, 2}, {2, 2}, {4, 2}}) {
+    r.plan = ParallelPlan{};
+    r.plan.ep = ep, r.plan.etp = etp, r.plan.dp = 8;
+    const StepTime t = EstimateStepTime(r, r.plan, *split, pc);
+    const double all_to_all = 4 * (ep - 1.0) / ep * copies * in * 2;
+    const double gather_scatter = 2 * 2 * (etp - 1.0) / etp * etp * copies * in * 2;
+    const double per_microbatch = moe_layers * (all_to_all + gather_scatter) / link;
+    EXPECT_NEAR(t.ep_comm.value(), t.microbatches * per_microbatch, 1e-9 * t.ep_comm.value())
+        << "ep " << ep << " etp " << etp;
+  }
+}
+
 TEST(StepTimeTest, MoreMicroBatchesShrinkTheBubbleShare) {
   PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 16);
   r.plan.tp = 8; r.plan.pp = 4; r.plan.ep = 8; r.plan.dp = 4;

@@ -4,11 +4,17 @@
 // innermost): world rank = (pp_rank * dp + dp_rank) * tp + tp_rank. A TP
 // group is tp consecutive ranks; a DP group is one pipeline stage's replicas
 // with the same tp_rank, {(pp_rank * dp + d) * tp + tp_rank}; a pipeline
-// group one replica's stages, {(p * dp + dp_rank) * tp + tp_rank}; the
-// expert-parallel (EP) groups are consecutive blocks of ep DP ranks, and the
-// ranks holding the same experts (the expert-DP group) are those of a DP
-// group with the same dp_rank % ep (MakeRankGroups). With tp = 1 this is
-// world rank = pp_rank * dp + dp_rank.
+// group one replica's stages, {(p * dp + dp_rank) * tp + tp_rank}. With tp = 1
+// this is world rank = pp_rank * dp + dp_rank.
+//
+// Experts (Megatron's MoE folding): the tp x dp ranks of a stage, numbered
+// x = dp_rank * tp + tp_rank (world rank - pp_rank * dp * tp), fall into
+// blocks of ep x etp consecutive x, each block holding every expert once.
+// Inside a block, with q = x % (ep etp), the ETP group (one expert's FFN
+// split) is the etp consecutive x with the same q / etp, the EP group (the
+// experts split) the ep x with the same q % etp (stride etp), and the
+// expert-DP group (the same expert shard) the x with the same q in every
+// block (stride ep x etp).
 //
 // Thread-safety: one thread.
 #ifndef KIMI_PLAN_RUNTIME_COMM_RANK_GROUPS_H_
@@ -26,7 +32,7 @@ namespace kp::runtime {
 struct ReplicaGroups {
   Communicator* dp = nullptr;         ///< every DP rank: the dense parameters' replicas
   Communicator* expert_dp = nullptr;  ///< the ranks holding this rank's experts
-  Communicator* ep = nullptr;         ///< the EP group: the other experts of a layer
+  Communicator* expert_shards = nullptr;  ///< the ep x etp block: each expert bank's shards
   int dp_size = 1;                    ///< the divisor of the averaged gradient
 };
 
@@ -37,18 +43,27 @@ struct RankGroups {
   Communicator* tp = nullptr;        ///< tp > 1: this rank's TP group; the world when it is all of it
   Communicator* pipeline = nullptr;  ///< this replica's stages; the world when dp == 1, null when pp == 1 < dp
   Communicator* dp = nullptr;        ///< this stage's replicas; the world when pp == 1, null when dp == 1 < pp
-  std::unique_ptr<Communicator> ep;         ///< ep > 1: ep consecutive ranks of the DP group
-  std::unique_ptr<Communicator> expert_dp;  ///< dp / ep > 1: the DP ranks with this dp_rank % ep
+  Communicator* ep = nullptr;             ///< ep > 1: the experts of a layer split over it (token all-to-all)
+  Communicator* etp = nullptr;            ///< etp > 1: each of this rank's experts' FFN split over it
+  Communicator* expert_shards = nullptr;  ///< ep x etp > 1: the block, ep or etp when it is one of them
+  Communicator* expert_dp = nullptr;      ///< tp x dp > ep x etp: the ranks holding this rank's expert shards
   std::vector<std::unique_ptr<Communicator>> owned;
-  /// The replicas of the gradient average: experts over expert_dp when ep > 1.
+  /// The replicas of the gradient average: experts over expert_dp when they
+  /// are split (ep x etp > 1), else over dp like the rest.
   ReplicaGroups Replicas() const;
 };
 
-/// Builds this rank's groups for a world of pp x dp x tp ranks (ep divides
-/// dp), in one order on every rank (TP, pipeline, DP, EP, expert-DP) so
-/// that c10d's rendezvous of one group never waits on another.
-/// InvalidArgument when the sizes do not make the world; IoError from c10d.
-Result<RankGroups> MakeRankGroups(Communicator& world, int pp, int dp, int ep, int tp = 1);
+/// The sizes of a layout; ep x etp divides tp x dp.
+struct GroupSizes {
+  int pp = 1, dp = 1, tp = 1, ep = 1, etp = 1;
+};
+
+/// Builds this rank's groups for a world of pp x dp x tp ranks, in one
+/// order on every rank (TP, pipeline, DP, EP, ETP, expert shards,
+/// expert-DP) so that c10d's rendezvous of one group never waits on
+/// another. InvalidArgument when the sizes do not make the world; IoError
+/// from c10d.
+Result<RankGroups> MakeRankGroups(Communicator& world, const GroupSizes& sizes);
 
 }  // namespace kp::runtime
 

@@ -32,12 +32,11 @@ Status Expect(bool ok, const std::string& what) { return ok ? Status::Ok() : Sta
 
 TEST(RankGroupsTest, TensorParallelIsInnermostThenDataThenPipeline) {
   struct Layout {
-    int pp, dp, ep, tp;
+    int pp, dp, tp;
   };
-  for (const Layout& l : {Layout{2, 2, 1, 2}, Layout{1, 2, 2, 2}, Layout{2, 1, 1, 3}, Layout{2, 4, 2, 1},
-                          Layout{1, 1, 1, 4}}) {
+  for (const Layout& l : {Layout{2, 2, 2}, Layout{1, 2, 2}, Layout{2, 1, 3}, Layout{2, 4, 1}, Layout{1, 1, 4}}) {
     const auto statuses = RunRanks(l.pp * l.dp * l.tp, [&](Communicator& world) -> Status {
-      KP_ASSIGN_OR_RETURN(RankGroups g, MakeRankGroups(world, l.pp, l.dp, l.ep, l.tp));
+      KP_ASSIGN_OR_RETURN(RankGroups g, MakeRankGroups(world, GroupSizes{l.pp, l.dp, l.tp}));
       const int r = world.rank(), tp_rank = r % l.tp, replica = r / l.tp;
       const int pp_rank = replica / l.dp, dp_rank = replica % l.dp;
       KP_RETURN_IF_ERROR(Expect(g.tp_rank == tp_rank && g.dp_rank == dp_rank && g.pp_rank == pp_rank, "coordinates"));
@@ -47,21 +46,44 @@ TEST(RankGroupsTest, TensorParallelIsInnermostThenDataThenPipeline) {
       KP_RETURN_IF_ERROR(Expect(pipe == BitsOf(dp_rank * l.tp + tp_rank, l.pp, l.dp * l.tp), "pipeline group"));
       KP_ASSIGN_OR_RETURN(const std::int64_t dp, Members(g.dp, r));
       KP_RETURN_IF_ERROR(Expect(dp == BitsOf(pp_rank * l.dp * l.tp + tp_rank, l.dp, l.tp), "dp group"));
-      if (l.ep == 1) return Expect(g.ep == nullptr, "no ep group");
-      KP_ASSIGN_OR_RETURN(const std::int64_t ep, Members(g.ep.get(), r));
-      const int block = dp_rank / l.ep * l.ep;
-      return Expect(ep == BitsOf((pp_rank * l.dp + block) * l.tp + tp_rank, l.ep, l.tp), "ep group");
+      return Expect(g.ep == nullptr && g.etp == nullptr && g.expert_shards == nullptr && g.expert_dp == nullptr,
+                    "no expert groups");
     });
-    EXPECT_TRUE(FirstError(statuses).ok()) << "pp " << l.pp << " dp " << l.dp << " ep " << l.ep << " tp " << l.tp
-                                           << ": " << FirstError(statuses).message();
+    EXPECT_TRUE(FirstError(statuses).ok()) << "pp " << l.pp << " dp " << l.dp << " tp " << l.tp << ": "
+                                           << FirstError(statuses).message();
+  }
+}
+
+// The expert groups over a stage's tp x dp ranks x = dp_rank * tp + tp_rank:
+// blocks of ep x etp consecutive x, ETP innermost, EP at stride etp,
+// expert-DP at stride ep x etp (Megatron's MoE folding).
+TEST(RankGroupsTest, ExpertGroupsFoldEtpInnermostThenEpIntoTheStagesRanks) {
+  for (const GroupSizes& l : {GroupSizes{1, 4, 1, 2, 2}, GroupSizes{2, 4, 1, 2, 1}, GroupSizes{1, 4, 1, 1, 2},
+                              GroupSizes{2, 4, 1, 2, 2}, GroupSizes{1, 8, 1, 2, 2}, GroupSizes{1, 2, 2, 2, 1},
+                              GroupSizes{2, 2, 2, 2, 2}}) {
+    const auto statuses = RunRanks(l.pp * l.dp * l.tp, [&](Communicator& world) -> Status {
+      KP_ASSIGN_OR_RETURN(RankGroups g, MakeRankGroups(world, l));
+      const int r = world.rank(), stage = r / (l.dp * l.tp) * (l.dp * l.tp), x = r - stage;
+      const int span = l.ep * l.etp, block = stage + x / span * span, q = x % span;
+      KP_ASSIGN_OR_RETURN(const std::int64_t ep, Members(g.ep, r));
+      KP_RETURN_IF_ERROR(Expect(ep == BitsOf(block + q % l.etp, l.ep, l.etp), "ep group"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t etp, Members(g.etp, r));
+      KP_RETURN_IF_ERROR(Expect(etp == BitsOf(block + q / l.etp * l.etp, l.etp, 1), "etp group"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t shards, Members(g.expert_shards, r));
+      KP_RETURN_IF_ERROR(Expect(shards == BitsOf(block, span, 1), "expert shards"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t expert_dp, Members(g.expert_dp, r));
+      return Expect(expert_dp == BitsOf(stage + q, l.dp * l.tp / span, span), "expert-dp group");
+    });
+    EXPECT_TRUE(FirstError(statuses).ok()) << "pp " << l.pp << " dp " << l.dp << " tp " << l.tp << " ep " << l.ep
+                                           << " etp " << l.etp << ": " << FirstError(statuses).message();
   }
 }
 
 TEST(RankGroupsTest, AWorldThatIsNotTheProductIsRefused) {
   const auto statuses = RunRanks(6, [](Communicator& world) -> Status {
-    const Result<RankGroups> g = MakeRankGroups(world, 2, 2, 1, 2);
+    const Result<RankGroups> g = MakeRankGroups(world, GroupSizes{2, 2, 2, 1, 1});
     return Expect(!g.ok() && g.status().message() == "groups: a world of 6 ranks is not pp 2 x dp 2 x tp 2 with ep 1 "
-                                                     "dividing dp",
+                                                     "x etp 1 dividing tp x dp",
                   g.ok() ? "accepted" : g.status().message());
   });
   EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();

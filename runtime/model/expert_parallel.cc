@@ -50,27 +50,98 @@ struct ExchangeFunction : public torch::autograd::Function<ExchangeFunction> {
   }
 };
 
-// Per-pair expert counts: sent[j] is this rank's counts for rank j's local
-// experts; returns recv[j][e], the rows rank j will send for local expert e.
-// The counts travel on `device` (NCCL moves device memory only).
-std::vector<std::vector<std::int64_t>> ExchangeCounts(Communicator& ep, const std::vector<std::int64_t>& counts,
-                                                      std::int64_t local, const torch::Device& device) {
-  const int n = ep.size();
+// Small integer vectors exchanged: send[j] goes to rank j, and the result's
+// [j] came from rank j (every vector of one length). They travel on `device`
+// (NCCL moves device memory only).
+std::vector<std::vector<std::int64_t>> AllToAllCounts(Communicator& c, const std::vector<std::vector<std::int64_t>>& send,
+                                                      const torch::Device& device) {
+  const auto opts = torch::TensorOptions().dtype(torch::kLong);
   std::vector<torch::Tensor> in, out;
-  for (int j = 0; j < n; ++j) {
-    in.push_back(torch::tensor(std::vector<std::int64_t>(counts.begin() + j * local, counts.begin() + (j + 1) * local),
-                               torch::kLong)
-                     .to(device));
-    out.push_back(torch::zeros({local}, torch::TensorOptions().dtype(torch::kLong).device(device)));
+  for (const std::vector<std::int64_t>& v : send) {
+    in.push_back(torch::tensor(v, opts).to(device));
+    out.push_back(torch::zeros({static_cast<std::int64_t>(v.size())}, opts.device(device)));
   }
-  const Status s = ep.AllToAll(in, out);
+  const Status s = c.AllToAll(in, out);
   if (!s.ok()) throw CommunicationError(s);
-  std::vector<std::vector<std::int64_t>> recv(n);
-  for (int j = 0; j < n; ++j) {
-    const torch::Tensor host = out[j].cpu();
-    recv[j] = std::vector<std::int64_t>(host.data_ptr<std::int64_t>(), host.data_ptr<std::int64_t>() + local);
+  std::vector<std::vector<std::int64_t>> recv;
+  for (const torch::Tensor& t : out) {
+    const torch::Tensor host = t.cpu();
+    recv.emplace_back(host.data_ptr<std::int64_t>(), host.data_ptr<std::int64_t>() + host.numel());
   }
   return recv;
+}
+
+std::int64_t Sum(const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); }
+
+// The rows one rank holds for its experts: from[s][e] rows of local expert e
+// from source s, source-major (each source's rows expert-major).
+struct HeldRows {
+  torch::Tensor x;
+  std::vector<std::vector<std::int64_t>> from;
+};
+
+// Step 1 (EP): every rank's rows for this rank's experts; sources are EP ranks.
+HeldRows DispatchOverEp(Communicator* ep, const torch::Tensor& x_sorted, const std::vector<std::int64_t>& counts,
+                        std::int64_t local, std::vector<std::int64_t>& send_rows) {
+  if (ep == nullptr) {
+    send_rows = {x_sorted.size(0)};
+    return {x_sorted, {counts}};
+  }
+  std::vector<std::vector<std::int64_t>> send;
+  for (int j = 0; j < ep->size(); ++j) send.emplace_back(counts.begin() + j * local, counts.begin() + (j + 1) * local);
+  HeldRows held{torch::Tensor(), AllToAllCounts(*ep, send, x_sorted.device())};
+  send_rows.clear();
+  std::vector<std::int64_t> recv_rows;
+  for (int j = 0; j < ep->size(); ++j) send_rows.push_back(Sum(send[j])), recv_rows.push_back(Sum(held.from[j]));
+  held.x = ExchangeRows(*ep, x_sorted, send_rows, recv_rows);
+  return held;
+}
+
+// Step 2 (ETP): every ETP rank's held rows, ETP rank t's sources after
+// t - 1's. Differentiable: each copy's gradient comes back and the copies'
+// sum is the rows' gradient. rows_of[t]: the rows ETP rank t brought.
+HeldRows GatherOverEtp(Communicator* etp, const HeldRows& held, std::vector<std::int64_t>& rows_of) {
+  const std::int64_t mine = held.x.size(0);
+  if (etp == nullptr) {
+    rows_of = {mine};
+    return held;
+  }
+  const int n = etp->size();
+  std::vector<std::int64_t> flat;
+  for (const auto& v : held.from) flat.insert(flat.end(), v.begin(), v.end());
+  const std::vector<std::vector<std::int64_t>> all = AllToAllCounts(*etp, std::vector<std::vector<std::int64_t>>(n, flat), held.x.device());
+  const std::size_t sources = held.from.size(), local = held.from[0].size();
+  HeldRows gathered;
+  rows_of.clear();
+  for (int t = 0; t < n; ++t) {
+    rows_of.push_back(Sum(all[t]));
+    for (std::size_t s = 0; s < sources; ++s)
+      gathered.from.emplace_back(all[t].begin() + s * local, all[t].begin() + (s + 1) * local);
+  }
+  gathered.x = ExchangeRows(*etp, held.x.repeat({n, 1}), std::vector<std::int64_t>(n, mine), rows_of);
+  return gathered;
+}
+
+// The permutation taking source-major held rows (source order t * S + s)
+// to expert-major, sources in block order (j * etp + t for EP source j):
+// rows [perm[i]] are the experts' input; also each expert's total.
+std::vector<std::int64_t> ExpertMajor(const HeldRows& held, int etp, std::vector<std::int64_t>& per_expert) {
+  const std::size_t n = held.from.size(), sources_per_etp = n / etp, local = held.from[0].size();
+  std::vector<std::int64_t> start(n, 0), perm;
+  for (std::size_t i = 1; i < n; ++i) start[i] = start[i - 1] + Sum(held.from[i - 1]);
+  per_expert.assign(local, 0);
+  for (std::size_t e = 0; e < local; ++e) {
+    for (std::size_t j = 0; j < sources_per_etp; ++j) {
+      for (int t = 0; t < etp; ++t) {
+        const std::size_t i = t * sources_per_etp + j;
+        std::int64_t first = start[i];
+        for (std::size_t f = 0; f < e; ++f) first += held.from[i][f];
+        for (std::int64_t r = 0; r < held.from[i][e]; ++r) perm.push_back(first + r);
+        per_expert[e] += held.from[i][e];
+      }
+    }
+  }
+  return perm;
 }
 
 }  // namespace
@@ -80,52 +151,51 @@ torch::Tensor ExchangeRows(Communicator& ep, const torch::Tensor& x, const std::
   return ExchangeFunction::apply(x, send_rows, recv_rows, CommunicatorHandle(ep));
 }
 
-torch::Tensor RunExpertsParallel(Communicator& ep, ExpertBankImpl& bank, const torch::Tensor& x_sorted,
+torch::Tensor RunExpertsParallel(const ExpertGroups& groups, ExpertBankImpl& bank, const torch::Tensor& x_sorted,
                                  const std::vector<std::int64_t>& counts) {
-  const int n = ep.size();
-  const std::int64_t local = bank.num_experts();
-  const std::vector<std::vector<std::int64_t>> recv = ExchangeCounts(ep, counts, local, x_sorted.device());
-  std::vector<std::int64_t> send_rows(n), recv_rows(n);
-  for (int j = 0; j < n; ++j) {
-    send_rows[j] = std::accumulate(counts.begin() + j * local, counts.begin() + (j + 1) * local, std::int64_t{0});
-    recv_rows[j] = std::accumulate(recv[j].begin(), recv[j].end(), std::int64_t{0});
-  }
-  const torch::Tensor received = ExchangeRows(ep, x_sorted, send_rows, recv_rows);  // source-major
-  // Regroup source-major (source, expert) rows expert-major (expert, source),
-  // the order the single-process reference uses.
-  std::vector<std::int64_t> start(n, 0), perm, local_counts(local, 0);
-  for (int j = 1; j < n; ++j) start[j] = start[j - 1] + recv_rows[j - 1];
-  for (std::int64_t e = 0; e < local; ++e) {
-    for (int j = 0; j < n; ++j) {
-      std::int64_t first = start[j];
-      for (std::int64_t f = 0; f < e; ++f) first += recv[j][f];
-      for (std::int64_t i = 0; i < recv[j][e]; ++i) perm.push_back(first + i);
-      local_counts[e] += recv[j][e];
-    }
-  }
-  const torch::Tensor perm_t = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong)).to(x_sorted.device());
+  std::vector<std::int64_t> ep_send_rows, etp_rows;
+  const HeldRows held = DispatchOverEp(groups.ep, x_sorted, counts, bank.num_experts(), ep_send_rows);
+  const HeldRows all = GatherOverEtp(groups.etp, held, etp_rows);
+  const int etp = groups.etp != nullptr ? groups.etp->size() : 1;
+  std::vector<std::int64_t> per_expert;
+  const std::vector<std::int64_t> perm = ExpertMajor(all, etp, per_expert);
   std::vector<std::int64_t> inverse(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<std::int64_t>(i);
-  const torch::Tensor inverse_t =
-      torch::tensor(inverse, torch::TensorOptions().dtype(torch::kLong)).to(x_sorted.device());
-  const torch::Tensor y_local = bank.forward(received.index_select(0, perm_t), local_counts);
-  return ExchangeRows(ep, y_local.index_select(0, inverse_t), recv_rows, send_rows);
+  const auto index = torch::TensorOptions().dtype(torch::kLong);
+  const torch::Tensor perm_t = torch::tensor(perm, index).to(x_sorted.device());
+  const torch::Tensor inverse_t = torch::tensor(inverse, index).to(x_sorted.device());
+  torch::Tensor y = bank.forward(all.x.index_select(0, perm_t), per_expert).index_select(0, inverse_t);
+  if (groups.etp != nullptr) {
+    // Every ETP rank's partial sums of this rank's rows, added in rank order.
+    const std::int64_t mine = held.x.size(0);
+    y = ExchangeRows(*groups.etp, y, etp_rows, std::vector<std::int64_t>(etp, mine)).view({etp, mine, -1}).sum(0);
+  }
+  if (groups.ep == nullptr) return y;
+  std::vector<std::int64_t> recv_rows;
+  for (const auto& v : held.from) recv_rows.push_back(Sum(v));
+  return ExchangeRows(*groups.ep, y, recv_rows, ep_send_rows);
 }
 
-Status ShardExperts(StageModelImpl& model, Communicator* ep) {
-  if (ep == nullptr || ep->size() == 1) return Status::Ok();
+Status ShardExperts(StageModelImpl& model, const ExpertGroups& groups) {
+  if (!groups.split()) return Status::Ok();
+  const int ep = groups.ep != nullptr ? groups.ep->size() : 1, etp = groups.etp != nullptr ? groups.etp->size() : 1;
   for (const auto& layer : model.layers()) {
     MoeImpl* moe = layer->moe();
     if (moe == nullptr) continue;
-    const std::int64_t e = moe->num_experts();
-    if (e % ep->size() != 0)
-      return Status::InvalidArgument("--ep: " + std::to_string(ep->size()) + " does not divide the " +
-                                     std::to_string(e) + " routed experts");
-    if (moe->experts().has_lora())
-      return Status::InvalidArgument("--ep: expert parallelism with LoRA adapters is not supported yet");
-    const std::int64_t local = e / ep->size();
-    moe->experts().KeepExperts(ep->rank() * local, local);
-    moe->SetExpertParallel(ep);
+    ExpertBankImpl& bank = moe->experts();
+    const std::int64_t e = moe->num_experts(), ffn = bank.ffn();
+    if (e % ep != 0)
+      return Status::InvalidArgument("--ep: " + std::to_string(ep) + " does not divide the " + std::to_string(e) +
+                                     " routed experts");
+    if (ffn % etp != 0)
+      return Status::InvalidArgument("--etp: " + std::to_string(etp) + " does not divide the expert FFN width " +
+                                     std::to_string(ffn));
+    if (bank.has_lora())
+      return Status::InvalidArgument(std::string(ep > 1 ? "--ep" : "--etp") +
+                                     ": splitting experts with LoRA adapters is not supported yet");
+    if (ep > 1) bank.KeepExperts(groups.ep->rank() * (e / ep), e / ep);
+    if (etp > 1) bank.KeepFfnShard(groups.etp->rank() * (ffn / etp), ffn / etp);
+    moe->SetExpertParallel(groups);
   }
   return Status::Ok();
 }

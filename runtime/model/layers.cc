@@ -311,6 +311,13 @@ void ExpertBankImpl::KeepExperts(std::int64_t first, std::int64_t count) {
   num_experts_ = count;
 }
 
+void ExpertBankImpl::KeepFfnShard(std::int64_t first, std::int64_t count) {
+  torch::NoGradGuard no_grad;
+  gate_.weight.set_data(gate_.weight.narrow(1, first, count).clone());
+  up_.weight.set_data(up_.weight.narrow(1, first, count).clone());
+  down_.weight.set_data(down_.weight.narrow(2, first, count).clone());
+}
+
 void ExpertBankImpl::AddLoraTo(Matrix& m, const char* name, bool shared_a, bool shared_b, std::int64_t rank,
                                Init& init) {
   const std::int64_t out = m.weight.size(1), in = m.weight.size(2);
@@ -390,7 +397,7 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
   const torch::Tensor ends = torch::searchsorted(sorted_ids, torch::arange(1, num_experts_ + 1, flat.options()),
                                                  /*out_int32=*/true);
   torch::Tensor y_sorted;
-  if (!ep_ && fused_ && experts_->GroupedApplies(x_sorted)) {
+  if (!expert_groups_.split() && fused_ && experts_->GroupedApplies(x_sorted)) {
     y_sorted = experts_->ForwardGrouped(x_sorted, ends);  // no host sync
   } else {
     // The loop over experts (and the all-to-all's sizes) need the counts on
@@ -399,7 +406,8 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
     const std::int32_t* end = ends_host.data_ptr<std::int32_t>();
     std::vector<std::int64_t> counts(num_experts_);
     for (std::int64_t e = 0; e < num_experts_; ++e) counts[e] = end[e] - (e > 0 ? end[e - 1] : 0);
-    y_sorted = ep_ ? RunExpertsParallel(*ep_, *experts_, x_sorted, counts) : experts_->forward(x_sorted, counts);
+    y_sorted = expert_groups_.split() ? RunExpertsParallel(expert_groups_, *experts_, x_sorted, counts)
+                                      : experts_->forward(x_sorted, counts);
   }
   torch::Tensor y;
   if (fused_ && MoeCombineKernelApplies(y_sorted, k)) {

@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include "runtime/model/expert_parallel.h"
 #include "runtime/model/runtime_config.h"
 #include "runtime/model/tensor_parallel.h"
 
@@ -213,6 +214,11 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   /// parameters keep their names and shrink to `count` experts in place.
   /// Requires no LoRA.
   void KeepExperts(std::int64_t first, std::int64_t count);
+  /// Keeps FFN columns [first, first + count) of every expert (expert tensor
+  /// parallelism): gate and up keep those output rows, down those inputs,
+  /// so the bank's output is this shard's partial sum. Requires no LoRA.
+  void KeepFfnShard(std::int64_t first, std::int64_t count);
+  std::int64_t ffn() const { return gate_.weight.size(1); }
   std::int64_t num_experts() const { return num_experts_; }
   bool has_lora() const { return gate_.lora_a.defined(); }
 
@@ -246,10 +252,10 @@ class MoeImpl : public ChannelMixer {
   RouterImpl& router() { return *router_; }
   ExpertBankImpl& experts() { return *experts_; }
   SwiGluImpl* shared() { return shared_.get(); }  ///< null without shared experts
-  /// Routes through the expert-parallel group `ep` (null: every expert
-  /// local, the default); the bank must already hold only this EP rank's
-  /// experts (runtime/expert_parallel.h: ShardExperts does both).
-  void SetExpertParallel(Communicator* ep) { ep_ = ep; }
+  /// Routes through the expert groups (none: every expert local and whole,
+  /// the default); the bank must already hold only this rank's shards
+  /// (expert_parallel.h: ShardExperts does both).
+  void SetExpertParallel(const ExpertGroups& groups) { expert_groups_ = groups; }
   std::int64_t num_experts() const { return num_experts_; }
 
  private:
@@ -259,7 +265,7 @@ class MoeImpl : public ChannelMixer {
   std::shared_ptr<ProjImpl> latent_down_, latent_up_;
   std::int64_t num_experts_;
   bool fused_;
-  Communicator* ep_ = nullptr;  // not owned; outlives the model's use
+  ExpertGroups expert_groups_;  // not owned; they outlive the model's use
 };
 
 }  // namespace kp::runtime

@@ -68,15 +68,15 @@ Status AverageGradients(const SplitParameters& params, const ReplicaGroups& grou
 
 Result<double> ClipGradientNorm(const std::vector<torch::Tensor>& trainable, const SplitParameters& params,
                                 const ReplicaGroups& groups, double max_norm) {
-  const bool sharded = groups.ep != nullptr && groups.ep->size() > 1 && !params.expert.empty();
+  const bool sharded = groups.expert_shards != nullptr && !params.expert.empty();
   if (!sharded) return torch::nn::utils::clip_grad_norm_(trainable, max_norm);
   torch::NoGradGuard no_grad;
   // clip_grad_norm_'s formula, with each expert bank's norm taken over the
-  // whole bank: the shards' squared norms summed over EP in one reduction.
+  // whole bank: the shards' squared norms summed over EP x ETP in one reduction.
   std::vector<torch::Tensor> squares;
   for (const torch::Tensor& p : params.expert) squares.push_back(p.grad().pow(2).sum());
   torch::Tensor expert_sq = torch::stack(squares);
-  KP_RETURN_IF_ERROR(groups.ep->AllReduceSum(expert_sq));
+  KP_RETURN_IF_ERROR(groups.expert_shards->AllReduceSum(expert_sq));
   std::vector<torch::Tensor> norms;
   std::size_t next_expert = 0;
   for (std::size_t i = 0; i < trainable.size(); ++i) {

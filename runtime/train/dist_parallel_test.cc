@@ -104,7 +104,7 @@ TEST(ParallelRank, ExpertParallel) {
   auto ref = std::make_shared<MoeImpl>(spec, options, 0.02, 0.01, init_ref);
   auto ep = std::make_shared<MoeImpl>(spec, options, 0.02, 0.01, init_ep);
   ep->experts().KeepExperts(2 * r, 2);
-  ep->SetExpertParallel(world.get());
+  ep->SetExpertParallel(ExpertGroups{world.get(), nullptr});
 
   const std::int64_t n = 24, d = spec.hidden;
   torch::manual_seed(42);

@@ -18,26 +18,31 @@ std::string Str(int v) { return std::to_string(v); }
 }  // namespace
 
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) {
-  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1 || l.tp < 1)
-    return Status::InvalidArgument("--pp/--vp/--dp/--ep/--tp: must be positive");
+  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1 || l.etp < 1 || l.tp < 1)
+    return Status::InvalidArgument("--pp/--vp/--dp/--ep/--etp/--tp: must be positive");
   if (l.world() != world)
     return Status::InvalidArgument("--nproc: " + Str(world) + " ranks, but the layout needs pp x dp x tp = " +
                                    Str(l.pp) + " x " + Str(l.dp) + " x " + Str(l.tp) + " = " + Str(l.world()));
-  if (l.tp > 1 && l.ep > 1)
-    return Status::InvalidArgument("--tp: tensor parallelism with --ep is not supported yet");
+  for (const auto& [flag, v] : {std::pair{"--ep", l.ep}, {"--etp", l.etp}}) {
+    if (v == 1) continue;
+    const std::string f = flag;
+    if (l.tp > 1) return Status::InvalidArgument("--tp: tensor parallelism with " + f + " is not supported yet");
+    if (c.model.moe.num_experts == 0) return Status::InvalidArgument(f + ": the model has no routed experts");
+    if (c.lora.enabled())
+      return Status::InvalidArgument(f + ": splitting experts with --lora-rank is not supported yet");
+  }
   if (l.tp > 1 && c.lora.enabled())
     return Status::InvalidArgument("--tp: tensor parallelism with --lora-rank is not supported yet");
   KP_RETURN_IF_ERROR(CheckTensorParallelSplit(c.model, l.tp, l.sequence_parallel, c.seq_len));
-  if (l.dp % l.ep != 0)
-    return Status::InvalidArgument("--ep: " + Str(l.ep) + " must divide --dp " + Str(l.dp) +
-                                   " (expert parallelism folds into data parallelism)");
+  if (l.dp % (l.ep * l.etp) != 0)
+    return Status::InvalidArgument(std::string(l.etp > 1 ? "--etp" : "--ep") + ": ep x etp = " + Str(l.ep) + " x " + Str(l.etp) + " must divide --dp " +
+                                   Str(l.dp) + " (expert parallelism folds into data parallelism)");
   if (l.ep > 1 && c.model.moe.num_experts % l.ep != 0)
     return Status::InvalidArgument("--ep: " + Str(l.ep) + " does not divide the model's " +
                                    Str(c.model.moe.num_experts) + " routed experts");
-  if (l.ep > 1 && c.model.moe.num_experts == 0)
-    return Status::InvalidArgument("--ep: the model has no routed experts");
-  if (l.ep > 1 && c.lora.enabled())
-    return Status::InvalidArgument("--ep: expert parallelism with --lora-rank is not supported yet");
+  if (l.etp > 1 && c.model.moe.expert_ffn % l.etp != 0)
+    return Status::InvalidArgument("--etp: " + Str(l.etp) + " does not divide the expert FFN width " +
+                                   Str(c.model.moe.expert_ffn));
   if (c.batch % l.dp != 0)
     return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences do not split evenly over dp " + Str(l.dp));
   if ((l.pp > 1 || l.vp > 1) && (c.batch / l.dp) % l.pp != 0)
@@ -79,8 +84,7 @@ Status DistTrainSession::Impl::BuildPipeline() {
   pc.vp = layout.vp;
   pc.microbatches = Pipelined() ? config.batch / layout.dp : 1;
   pc.attnres_cache = layout.attnres_cache;
-  pc.replicas = PipelineReplicas{layout.dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get(),
-                                 groups.tp, layout.sequence_parallel};
+  pc.replicas = ReplicasOf(groups, layout.sequence_parallel);
   if (groups.pipeline == nullptr)  // pp 1 with dp > 1: a pipeline of this rank alone
     groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();
   KP_ASSIGN_OR_RETURN(pipeline, PipelineRank::Create(pc, *groups.pipeline));
@@ -144,7 +148,7 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
   try {
     torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
-    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, layout.pp, layout.dp, layout.ep, layout.tp));
+    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{layout.pp, layout.dp, layout.tp, layout.ep, layout.etp}));
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());

@@ -7,9 +7,8 @@
 // Rank layout (Megatron / torchtitan, pipeline outermost): world = pp x dp,
 // rank = p * dp + d for pipeline rank p and DP rank d. The DP groups are one
 // stage's replicas {p * dp + d : d}, the pipeline groups one replica's
-// stages {p * dp + d : p}; EP folds into DP (ep divides dp): the EP groups
-// are ep consecutive ranks of a DP group and the expert-DP groups the ranks
-// of a DP group with the same d % ep. E.g. pp 2 x dp 2: DP {0,1} {2,3},
+// stages {p * dp + d : p}; EP and ETP fold into DP (ep x etp divides dp):
+// rank_groups.h has the expert groups. E.g. pp 2 x dp 2: DP {0,1} {2,3},
 // pipelines {0,2} {1,3}.
 //
 // Every rank reads the whole step batch from the deterministic source
@@ -39,7 +38,8 @@ struct ParallelLayout {
   int pp = 1;                      ///< pipeline stages (ranks)
   int vp = 1;                      ///< virtual stages per pipeline rank
   int dp = 1;                      ///< data-parallel replicas
-  int ep = 1;                      ///< expert parallelism, folded into dp (ep divides dp)
+  int ep = 1;                      ///< expert parallelism, folded into dp (ep x etp divides dp)
+  int etp = 1;                     ///< expert tensor parallelism: each expert's FFN split, folded into dp
   int tp = 1;                      ///< tensor parallelism inside each stage (innermost)
   bool sequence_parallel = true;   ///< with tp: the residual stream split along the sequence
   std::string schedule = "1f1b";   ///< the simulator's schedule name
@@ -48,8 +48,9 @@ struct ParallelLayout {
 };
 
 /// Checks the layout against the world size, the model and the batch; the
-/// message names the flag: --nproc (world != pp x dp x tp), --ep (must divide
-/// --dp and the routed experts), --batch (must split evenly over dp),
+/// message names the flag: --nproc (world != pp x dp x tp), --ep (ep x etp
+/// must divide --dp; ep the routed experts), --etp (must divide the expert
+/// FFN width), --batch (must split evenly over dp),
 /// --batch (a pipeline replica's b / dp sequences must be a multiple of pp),
 /// --tp / --sequence-parallel (CheckTensorParallelSplit; not with --ep or
 /// LoRA yet).

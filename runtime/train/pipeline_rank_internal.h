@@ -165,7 +165,7 @@ struct PipelineRank::Impl {
   Status BeginPhase(const TrainConfig& train);
   ReplicaGroups Replicas() const {
     const PipelineReplicas& r = config.replicas;
-    return ReplicaGroups{r.dp, r.ep != nullptr ? r.expert_dp : r.dp, r.ep, dp_size};
+    return ReplicaGroups{r.dp, r.expert_shards != nullptr ? r.expert_dp : r.dp, r.expert_shards, dp_size};
   }
   Status AverageOverReplicas();
   Status ReduceOverTensorParallel();

@@ -9,12 +9,25 @@
 
 #include "common/clock.h"
 #include "runtime/comm/device.h"
+#include "runtime/comm/rank_groups.h"
 #include "runtime/model/expert_parallel.h"
 #include "runtime/train/pipeline_rank_internal.h"
 #include "runtime/train/trainer_internal.h"
 #include "simulator/schedule_generators.h"
 
 namespace kp::runtime {
+
+PipelineReplicas ReplicasOf(const RankGroups& g, bool sequence_parallel) {
+  PipelineReplicas r;
+  r.dp = g.dp != nullptr && g.dp->size() > 1 ? g.dp : nullptr;
+  r.expert_dp = g.expert_dp;
+  r.ep = g.ep;
+  r.etp = g.etp;
+  r.expert_shards = g.expert_shards;
+  r.tp = g.tp;
+  r.sequence_parallel = sequence_parallel;
+  return r;
+}
 
 using namespace pipeline_internal;
 
@@ -104,7 +117,7 @@ Status PipelineRank::Impl::PlaceStages() {
       if (TensorParallel()) return Status::InvalidArgument("--tp: stage " + std::to_string(s) + " is a stand-in");
       continue;
     }
-    KP_RETURN_IF_ERROR(ShardExperts(*model, config.replicas.ep));
+    KP_RETURN_IF_ERROR(ShardExperts(*model, ExpertGroups{config.replicas.ep, config.replicas.etp}));
     if (TensorParallel()) {
       KP_ASSIGN_OR_RETURN(tp_splits[s], ShardTensorParallel(*model, *config.replicas.tp,
                                                             config.replicas.sequence_parallel, config.train.seq_len));
@@ -131,7 +144,7 @@ void PipelineRank::Impl::CollectParameters() {
       for (const auto& [name, shard] : it->second.shards) tp_shards.insert(named[name].unsafeGetTensorImpl());
     }
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      if (part.is_expert[i] && config.replicas.ep != nullptr) expert_at.push_back(static_cast<int>(params.size()));
+      if (part.is_expert[i] && config.replicas.expert_shards != nullptr) expert_at.push_back(static_cast<int>(params.size()));
       if (tp_shards.count(mine[i].unsafeGetTensorImpl()) > 0) tp_shard_at.push_back(static_cast<int>(params.size()));
       params.push_back(mine[i]);
     }
@@ -247,7 +260,7 @@ Status PipelineRank::Impl::ReduceOverTensorParallel() {
 // The replicas' gradients averaged (the dense ones over DP, the experts'
 // over expert-DP); every parameter has a gradient afterwards.
 Status PipelineRank::Impl::AverageOverReplicas() {
-  if (dp_size == 1) return Status::Ok();
+  if (dp_size == 1 && config.replicas.expert_dp == nullptr) return Status::Ok();
   return AverageGradients(split, Replicas());
 }
 
@@ -273,7 +286,7 @@ Status PipelineRank::Impl::SumSquaresOver(Communicator* group, const std::vector
 // and add the same squares: the pipeline group has one rank per stage.
 Result<double> PipelineRank::Impl::ReduceGradNorm() {
   std::vector<double> mine = GradSquares(params);
-  KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.ep, expert_at, mine));
+  KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.expert_shards, expert_at, mine));
   KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.tp, tp_shard_at, mine));
   torch::Tensor host = torch::zeros({global_params}, torch::kDouble);
   for (std::size_t i = 0; i < mine.size(); ++i) host[slots[i]] = mine[i];

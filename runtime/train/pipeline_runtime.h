@@ -62,14 +62,17 @@ namespace kp::runtime {
 
 class Communicator;
 class MicroBatchLoss;
+struct RankGroups;
 class PipelineStageModule;
 
 /// The groups this rank's stages are replicated or split over; a null group
 /// is a group of one. The communicators must outlive the PipelineRank.
 struct PipelineReplicas {
   Communicator* dp = nullptr;         ///< this rank's stages on every DP replica: dense gradients averaged here
-  Communicator* expert_dp = nullptr;  ///< with ep: the replicas holding this rank's experts (null when dp == ep)
-  Communicator* ep = nullptr;         ///< the routed experts of each MoE layer sharded over it (tokens all-to-all)
+  Communicator* expert_dp = nullptr;  ///< with experts split: the ranks holding this rank's expert shards
+  Communicator* ep = nullptr;   ///< the routed experts of each MoE layer split over it (tokens all-to-all)
+  Communicator* etp = nullptr;  ///< each expert's FFN split over it (expert_parallel.h)
+  Communicator* expert_shards = nullptr;  ///< the ep x etp block (rank_groups.h): a bank's shards' squares summed
   /// Each model stage split over it (tensor_parallel.h: heads, FFN hidden
   /// units, vocabulary); every rank of it runs the same actions on the same
   /// rows. Not with LoRA or a step's own loss yet.
@@ -78,6 +81,9 @@ struct PipelineReplicas {
   /// along the sequence (T / tp tokens per rank).
   bool sequence_parallel = false;
 };
+
+/// The replicas of a rank's stages from its layout's groups (rank_groups.h).
+PipelineReplicas ReplicasOf(const RankGroups& groups, bool sequence_parallel);
 
 struct PipelineRankConfig {
   /// Model, options, optimizer hyper-parameters, batch (sequences per step,

@@ -166,21 +166,29 @@ inline RunResult Reference(const PipelineRankConfig& c, int steps, int dp = 1) {
   return run;
 }
 
-/// The reference with experts sharded over EP, without a pipeline: dp
+/// The groups of a composed run besides the pipeline (the config's pp).
+struct Parallel {
+  int dp = 1, ep = 1, tp = 1, etp = 1;
+  bool sequence_parallel = false;
+  int world(int pp) const { return pp * dp * tp; }
+};
+
+/// The reference with experts sharded over EP (and ETP), without a pipeline: dp
 /// in-process ranks, each the whole model with its experts (ShardExperts),
 /// its replica's micro-batches accumulated as above (the experts see each
 /// micro-batch's rows of the EP group together, as in the pipeline), then
 /// AverageGradients. Clipping must be off (grad_clip large): the norm of a
 /// bank summed over shards is not the single bank's bit for bit.
-inline Result<RunResult> EpReference(const PipelineRankConfig& c, int steps, int dp, int ep) {
+inline Result<RunResult> EpReference(const PipelineRankConfig& c, int steps, const Parallel& p) {
+  const int dp = p.dp;
   RunResult run;
   std::mutex mu;
   const auto statuses = runtime::RunRanks(dp, [&](Communicator& world) -> Status {
-    KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, 1, dp, ep));
+    KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, GroupSizes{1, dp, 1, p.ep, p.etp}));
     ModelOptions options = c.train.options;
     options.seed = c.train.seed;
     KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(c.train.model, options));
-    KP_RETURN_IF_ERROR(ShardExperts(*model, groups.ep.get()));
+    KP_RETURN_IF_ERROR(ShardExperts(*model, ExpertGroups{groups.ep, groups.etp}));
     model->train();
     const std::vector<torch::Tensor> params = model->TrainableParameters();
     const SplitParameters split = SplitByReplication(*model, params);
@@ -210,20 +218,18 @@ inline Result<RunResult> EpReference(const PipelineRankConfig& c, int steps, int
   return run;
 }
 
-/// One rank of the pipeline composed with DP, EP and TP over `world`
+/// One rank of the pipeline composed with DP, EP, ETP and TP over `world`
 /// (pp x dp x tp ranks, MakeRankGroups' layout): `steps` steps, world rank
 /// 0's losses and norms, every rank's first step and its stages' gradients
 /// after step 1 (with tp > 1 keyed "t<tp rank>/name" inside GradKey).
-inline Status ComposedRank(Communicator& world, PipelineRankConfig c, int dp, int ep, int steps,
-                           const StageModuleFactory& factory, RunResult& out, std::mutex& mu, int tp = 1,
-                           bool sequence_parallel = false) {
-  KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, c.pp, dp, ep, tp));
-  c.replicas = PipelineReplicas{dp > 1 ? groups.dp : nullptr, groups.expert_dp.get(), groups.ep.get(), groups.tp,
-                                sequence_parallel};
+inline Status ComposedRank(Communicator& world, PipelineRankConfig c, const Parallel& p, int steps,
+                           const StageModuleFactory& factory, RunResult& out, std::mutex& mu) {
+  KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, GroupSizes{c.pp, p.dp, p.tp, p.ep, p.etp}));
+  c.replicas = ReplicasOf(groups, p.sequence_parallel);
   if (groups.pipeline == nullptr)  // pp 1: a pipeline of this rank alone
     groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();
   KP_ASSIGN_OR_RETURN(auto rank, PipelineRank::Create(c, *groups.pipeline, factory));
-  const std::string tp_prefix = tp > 1 ? "t" + std::to_string(groups.tp_rank) + "/" : "";
+  const std::string tp_prefix = p.tp > 1 ? "t" + std::to_string(groups.tp_rank) + "/" : "";
   for (int step = 0; step < steps; ++step) {
     KP_ASSIGN_OR_RETURN(PipelineStepResult r, rank->TrainStep(Tokens(c, step)));
     std::lock_guard<std::mutex> lock(mu);
@@ -232,23 +238,43 @@ inline Status ComposedRank(Communicator& world, PipelineRankConfig c, int dp, in
     out.step1.push_back(r);
     for (int s : rank->stages())
       if (StageModelImpl* model = ModelOfStage(rank->stage_module(s)))
-        for (const auto& p : model->named_parameters())
-          if (p.value().grad().defined())
-            out.grads[GradKey(dp, groups.dp_rank, tp_prefix + p.key())] = p.value().grad().clone();
+        for (const auto& param : model->named_parameters())
+          if (param.value().grad().defined())
+            out.grads[GradKey(p.dp, groups.dp_rank, tp_prefix + param.key())] = param.value().grad().clone();
   }
   return Status::Ok();
 }
 
 /// The pipeline on pp x dp x tp in-process ranks.
-inline Result<RunResult> Pipeline(const PipelineRankConfig& c, int steps, StageModuleFactory factory = {}, int dp = 1,
-                                  int ep = 1, int tp = 1, bool sequence_parallel = false) {
+inline Result<RunResult> Pipeline(const PipelineRankConfig& c, int steps, StageModuleFactory factory = {},
+                                  const Parallel& p = {}) {
   RunResult run;
   std::mutex mu;
-  const auto statuses = runtime::RunRanks(c.pp * dp * tp, [&](Communicator& comm) -> Status {
-    return ComposedRank(comm, c, dp, ep, steps, factory, run, mu, tp, sequence_parallel);
+  const auto statuses = runtime::RunRanks(p.world(c.pp), [&](Communicator& comm) -> Status {
+    return ComposedRank(comm, c, p, steps, factory, run, mu);
   });
   KP_RETURN_IF_ERROR(FirstError(statuses));
   return run;
+}
+
+/// `whole` (one process's gradients, GradKey(dp, d, name)) as DP rank d
+/// holds it with the experts split over ep x etp (tp 1, rank_groups.h): a
+/// bank whose shape in `got` differs takes DP rank d's experts along dim 0
+/// and its FFN slice along the other differing dim.
+inline Grads AsExpertShards(const Grads& whole, const Grads& got, int dp, int ep, int etp) {
+  Grads out;
+  for (const auto& [key, g] : whole) {
+    const int d = dp > 1 ? std::stoi(key.substr(1, key.find('/') - 1)) : 0;
+    const int q = d % (ep * etp), ep_rank = q / etp, etp_rank = q % etp;
+    torch::Tensor want = g;
+    if (const auto it = got.find(key); it != got.end())
+      for (std::int64_t i = 0; i < g.dim(); ++i) {
+        const std::int64_t n = it->second.size(i);
+        if (n != g.size(i)) want = want.narrow(i, (i == 0 ? ep_rank : etp_rank) * n, n);
+      }
+    out[key] = want;
+  }
+  return out;
 }
 
 /// `whole` (one process's gradients, GradKey(dp, d, name)) as each of `tp`
