@@ -191,12 +191,16 @@ torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& w
 }
 
 torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset) {
+  return ApplyRopeAt(x, theta, torch::arange(offset, offset + x.size(1), x.options().dtype(torch::kLong)));
+}
+
+torch::Tensor ApplyRopeAt(const torch::Tensor& x, double theta, const torch::Tensor& positions) {
   const std::int64_t t = x.size(1), d = x.size(-1), half = d / 2;
   const torch::Tensor xf = Upcast(x);
   const auto fopts = xf.options();
   const torch::Tensor inv_freq =
       torch::pow(theta, -torch::arange(0, half, fopts) * (2.0 / static_cast<double>(d)));
-  const torch::Tensor angles = torch::outer(torch::arange(offset, offset + t, fopts), inv_freq).view({1, t, 1, half});
+  const torch::Tensor angles = torch::outer(positions.to(fopts), inv_freq).view({1, t, 1, half});
   const torch::Tensor cos = torch::cos(angles), sin = torch::sin(angles);
   const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
@@ -217,6 +221,18 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, co
   const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
   const torch::Tensor p = torch::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
   return torch::matmul(p.to(v.scalar_type()), v);
+}
+
+// Causal attention of q [B, T, H, d] over k, v [B, S, H, .], [B, T, H, dv]
+// out: the keys are the queries' own sequence (S - T earlier ones cached
+// first), or with CP every CP rank's, masked by global positions.
+torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                     const torch::Tensor& q_pos, const ContextShard& cp, std::int64_t t) {
+  const torch::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
+  const torch::Tensor o = cp.active()
+                              ? PositionCausalAttention(qt, kt, vt, scale, q_pos, cp.GatheredPositions(t, q_pos.options()))
+                              : CausalAttention(qt, kt, vt, scale);
+  return o.transpose(1, 2);
 }
 
 // ------------------------------------------------------------------ KDA
@@ -259,8 +275,7 @@ torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tenso
   // The convolutions, the recurrence and the gated norm run in fp32.
   auto conv = [&](const torch::Tensor& proj, const torch::Tensor& w, std::int64_t dim, torch::Tensor* state) {
     const torch::Tensor in = Upcast(proj);
-    return torch::silu(state ? CausalDepthwiseConvStep(in, w, *state) : CausalDepthwiseConv(in, w))
-        .view({b, t, heads_, dim});
+    return torch::silu(state ? CausalDepthwiseConvStep(in, w, *state) : cp_.Conv(in, w)).view({b, t, heads_, dim});
   };
   const torch::Tensor q = L2Normalize(conv(qx, q_conv_, dk_, cache ? &cache->q_conv : nullptr), eps_) /
                           std::sqrt(static_cast<double>(dk_));
@@ -269,6 +284,7 @@ torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tenso
   const torch::Tensor forget = Upcast(fx).view({b, t, heads_, dk_});
   const torch::Tensor g = -torch::exp(a_log_).view({1, 1, heads_, 1}) *
                           torch::softplus(forget + dt_bias_.view({heads_, dk_}));
+  if (!cache && cp_.active()) return cp_.Kda(q, k, v, g, beta, chunk_);
   if (!cache) return chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_, {}, nullptr, fused_) : KdaRecurrent(q, k, v, g, beta);
   // A decode step is one token: the recurrent form; a long prefill is chunked.
   const torch::Tensor s0 = cache->state;
@@ -314,7 +330,7 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const torch::Tensor beta = torch::sigmoid(Upcast(b_proj_->forward(x)));
   const double q_scale = 1.0 / std::sqrt(static_cast<double>(dk_));
   torch::Tensor o;
-  if (!cache && chunk_ > 0 && fused_ && KdaPrepKernelsApply(qx, dk_, width) && KdaPrepKernelsApply(vx, dv_, width) &&
+  if (!cache && !cp_.active() && chunk_ > 0 && fused_ && KdaPrepKernelsApply(qx, dk_, width) && KdaPrepKernelsApply(vx, dv_, width) &&
       KdaPrepKernelsApply(fx, dk_, 1)) {
     // The convolutions, norms and gate straight into the chunked layout,
     // recomputed in backward from the projections.
@@ -393,25 +409,33 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
     latent = both.narrow(-1, 0, kv_rank_);
     if (rope_ > 0) rope_in = both.narrow(-1, kv_rank_, rope_);
   }
+  // With CP the rotary positions are the tokens' global ones, and the keys
+  // (latent and rotated key, narrower than the heads' keys) are every CP
+  // rank's, gathered.
+  const auto longs = x.options().dtype(torch::kLong);
+  const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
   torch::Tensor k_rope;  // [B, T, rope]
-  if (rope_ > 0) k_rope = ApplyRope(rope_in.unsqueeze(2), theta_, offset).squeeze(2);
+  if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), theta_, q_pos).squeeze(2);
   if (cache) {
     latent = AppendTime(cache->latent, latent);
     if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
     cache->length += t;
   }
+  if (cp_.active()) {
+    const torch::Tensor both = cp_.Gather(rope_ > 0 ? torch::cat({latent, k_rope}, -1) : latent);
+    latent = both.narrow(-1, 0, kv_rank_);
+    if (rope_ > 0) k_rope = both.narrow(-1, kv_rank_, rope_);
+  }
   const std::int64_t s = latent.size(1);  // key positions
   const torch::Tensor kv_up = kv_b_->forward(latent).view({b, s, heads_, nope_ + v_dim_});
   torch::Tensor q_full = q, k_full = kv_up.narrow(-1, 0, nope_);
   if (rope_ > 0) {
-    q_full = torch::cat({q.narrow(-1, 0, nope_), ApplyRope(q.narrow(-1, nope_, rope_), theta_, offset)}, -1);
+    q_full = torch::cat({q.narrow(-1, 0, nope_), ApplyRopeAt(q.narrow(-1, nope_, rope_), theta_, q_pos)}, -1);
     k_full = torch::cat({k_full, k_rope.unsqueeze(2).expand({b, s, heads_, rope_})}, -1);
   }
   const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
-  const torch::Tensor o = CausalAttention(q_full.transpose(1, 2), k_full.transpose(1, 2), v.transpose(1, 2),
-                                          1.0 / std::sqrt(static_cast<double>(nope_ + rope_)))
-                              .transpose(1, 2)
-                              .reshape({b, t, heads_ * v_dim_});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(nope_ + rope_));
+  const torch::Tensor o = Attend(q_full, k_full, v, scale, q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
   const torch::Tensor gated = gate_ ? o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type()) : o;
   return region_.Exit(o_proj_->forward(gated));
 }
@@ -447,21 +471,27 @@ torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   CheckDecodable(region_, cache);
   const torch::Tensor x = region_.Enter(x_in);
   const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
-  const torch::Tensor q = ApplyRope(q_->forward(x).view({b, t, heads_, head_dim_}), theta_, offset);
-  torch::Tensor k = ApplyRope(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_, offset);
+  const auto longs = x.options().dtype(torch::kLong);
+  const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
+  const torch::Tensor q = ApplyRopeAt(q_->forward(x).view({b, t, heads_, head_dim_}), theta_, q_pos);
+  torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_, q_pos);
   torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
   if (cache) {
     k = AppendTime(cache->key, k);
     v = AppendTime(cache->value, v);
     cache->length += t;
   }
+  if (cp_.active()) {
+    const torch::Tensor kv = cp_.Gather(torch::cat({k, v}, -1));
+    k = kv.narrow(-1, 0, head_dim_);
+    v = kv.narrow(-1, head_dim_, head_dim_);
+  }
   if (groups > 1) {
     k = k.repeat_interleave(groups, 2);
     v = v.repeat_interleave(groups, 2);
   }
-  const torch::Tensor o = CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                          1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  return region_.Exit(o_proj_->forward(o.transpose(1, 2).reshape({b, t, heads_ * head_dim_})));
+  const torch::Tensor o = Attend(q, k, v, 1.0 / std::sqrt(static_cast<double>(head_dim_)), q_pos, cp_, t);
+  return region_.Exit(o_proj_->forward(o.reshape({b, t, heads_ * head_dim_})));
 }
 
 }  // namespace kp::runtime

@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "common/status.h"
+#include "runtime/model/context_parallel.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/tensor_parallel.h"
 
@@ -50,9 +51,14 @@ class TokenMixer : public torch::nn::Module {
   /// `region` from now on. Requires the region's size to divide the heads
   /// (CheckTensorParallelSplit) and no LoRA. Incremental decoding then needs a region without SP.
   virtual void ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) = 0;
+  /// Mix takes this CP rank's tokens of each sequence and mixes them with
+  /// the whole sequence's over `cp`'s group (context_parallel.h) from now
+  /// on; not for incremental decoding.
+  void SetContextParallel(const ContextShard& cp) { cp_ = cp; }
 
  protected:
   TensorParallelRegion region_;
+  ContextShard cp_;
 };
 
 /// The gated delta rule (§5), token by token: with S_0 = initial_state (zeros
@@ -95,6 +101,8 @@ torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& w
 /// Rotary position embedding on the last dimension (even), half-split pairs,
 /// positions offset..offset+T-1 along dim 1 of x [B, T, H, d].
 torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset = 0);
+/// ApplyRope at the given positions [T] (long) along dim 1 instead.
+torch::Tensor ApplyRopeAt(const torch::Tensor& x, double theta, const torch::Tensor& positions);
 
 /// softmax(q k^T * scale + causal mask) v with q [B, H, T, d], k [B, H, S, d],
 /// v [B, H, S, dv], S >= T: the queries are the last T of the S positions
