@@ -137,21 +137,19 @@ Result<ParallelLayout> BuildLayout(const po::variables_map& vm, const CliEnv& en
     l.schedule = ScheduleName(req->schedule);
     source = "--plan " + std::to_string(id) + ": ";
   }
-  if (cp != 1)
-    return Status::InvalidArgument((source == "--" ? "--cp: " : source) + "cp " + std::to_string(cp) +
-                                   " is not executed by the native runtime (only 1)");
   l.tp = tp;
+  l.cp = cp;
   l.etp = etp;
   if (!vm.count("plan")) {
     KP_ASSIGN_OR_RETURN(l.sequence_parallel, OnOff(vm, "sequence-parallel", true));
   }
-  l.dp = dp > 0 ? dp : world / std::max(1, l.pp * l.tp);
+  l.dp = dp > 0 ? dp : world / std::max(1, l.pp * l.cp * l.tp);
   KP_ASSIGN_OR_RETURN(l.attnres_cache, OnOff(vm, "attnres-cache", false));
   return l;
 }
 
 json LayoutJson(const ParallelLayout& l) {
-  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"tp", l.tp},
+  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}, {"tp", l.tp},
           {"sequence_parallel", l.tp > 1 && l.sequence_parallel}, {"schedule", l.schedule},
           {"attnres_cache", l.attnres_cache}};
 }
@@ -232,7 +230,7 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const run
     std::ostringstream line;
     line << "run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks ("
          << session->backend() << ", pp " << layout.pp << " dp " << layout.dp << " ep " << layout.ep << " etp "
-         << layout.etp << " tp "
+         << layout.etp << " cp " << layout.cp << " tp "
          << layout.tp << (layout.tp > 1 && layout.sequence_parallel ? " with SP" : "") << "), "
          << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description();
     Progress(env, line.str());

@@ -148,6 +148,32 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   if (rc == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
 }
 
+// What one layer's token mixer exchanges over CP per micro-batch, as the
+// native runtime does (runtime/model/context_parallel.h): MLA all-gathers
+// its latent and rotated key (kv_lora_rank + rope values a token), MHA its
+// keys and values, forward, and reduce-scatters their gradients backward;
+// KDA passes its fp32 state [b, heads / tp, dk, dv] along the 2 cp - 1
+// chunk boundaries one hop after another, forward and backward.
+Seconds ContextExchange(const PlanRequest& req, const ParallelPlan& p, int layer, double tokens) {
+  const ModelSpec& m = req.model;
+  const double sequence = tokens * p.cp;  // the micro-batch's tokens over the whole CP group
+  const int span = p.tp * p.cp;
+  auto gather_and_scatter = [&](double values_per_token) {
+    const double bytes = sequence * values_per_token * kBf16;
+    return Collective(req, CollectiveOp::kAllGather, p.cp, span, bytes) +
+           Collective(req, CollectiveOp::kReduceScatter, p.cp, span, bytes);
+  };
+  switch (m.attention[layer]) {
+    case AttentionKind::kMla: return gather_and_scatter(double(m.mla.kv_lora_rank + m.mla.qk_rope_head_dim));
+    case AttentionKind::kMha: return gather_and_scatter(2.0 * m.kv_heads / p.tp * m.head_dim);
+    case AttentionKind::kKda: {
+      const double state = double(req.micro_batch) * m.heads / p.tp * m.kda.head_dim_k * m.kda.head_dim_v * kFp32;
+      return Collective(req, CollectiveOp::kSendRecv, 2, span, state) * (2.0 * (2 * p.cp - 1));
+    }
+  }
+  return Seconds(0);
+}
+
 // One decoder layer (or the head, layer < 0) for one micro-batch, recomputed
 // as `rc` says: its compute and the TP, EP and CP collectives inside it.
 ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc) {
@@ -181,15 +207,7 @@ ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, 
     c.ep += (Collective(req, CollectiveOp::kAllGather, p.etp, p.etp, gathered) +
              Collective(req, CollectiveOp::kReduceScatter, p.etp, p.etp, gathered)) * 2.0;
   }
-  if (p.cp > 1 && m.attention[layer] != AttentionKind::kKda) {
-    const double kv = tokens * m.heads / p.tp *
-                      (m.attention[layer] == AttentionKind::kMla
-                           ? double(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim)
-                           : 2.0 * m.head_dim) * kBf16;
-    // Ring attention passes K/V cp-1 times forward and twice that backward;
-    // half of it hides under the attention compute.
-    c.cp += Collective(req, CollectiveOp::kSendRecv, 2, p.tp * p.cp, kv) * (0.5 * 3 * (p.cp - 1));
-  }
+  if (p.cp > 1) c.cp += ContextExchange(req, p, layer, tokens);
   return c;
 }
 

@@ -98,6 +98,16 @@ TEST(StepTimeTest, TensorParallelAllReducesOverNvlink) {
   EXPECT_NEAR(t.tp_comm.value(), 2 * per_layer, 1e-12);
 }
 
+// `model` on one node of 8 H100s: 8 sequences of 1024 tokens, one per micro-batch.
+PlanRequest OneNodeOf(const std::string& model) {
+  PlanRequest r = testing::SeedRequest(model, "h100", 1);
+  r.prompt_length = 1024;
+  r.response_length = 0;
+  r.global_batch = 8;
+  r.micro_batch = 1;
+  return r;
+}
+
 // The expert exchanges over NVLink, closed form per MoE layer and micro-batch
 // (runtime/model/expert_parallel.h): each rank routes r = tokens x top_k x
 // imbalance copies of `in` bf16 values; dispatch and combine, forward and
@@ -106,11 +116,7 @@ TEST(StepTimeTest, TensorParallelAllReducesOverNvlink) {
 // partial outputs reduce-scattered, mirrored in the backward ((etp-1)/etp of
 // the gathered etp x r each).
 TEST(StepTimeTest, ExpertExchangesAreAllToAllsOverEpAndGatherScatterOverEtp) {
-  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h100", 1);
-  r.prompt_length = 1024;
-  r.response_length = 0;
-  r.global_batch = 8;
-  r.micro_batch = 1;
+  PlanRequest r = OneNodeOf("kimi-k2.6");
   const ParamCount pc = CountParams(r.model);
   auto split = EvenSplit(r.model.layers, 1);
   const double moe_layers = r.model.layers - r.model.dense_layers;
@@ -127,6 +133,39 @@ TEST(StepTimeTest, ExpertExchangesAreAllToAllsOverEpAndGatherScatterOverEtp) {
     EXPECT_NEAR(t.ep_comm.value(), t.microbatches * per_microbatch, 1e-9 * t.ep_comm.value())
         << "ep " << ep << " etp " << etp;
   }
+}
+
+// CP as the native runtime runs it (runtime/model/context_parallel.h): every
+// MLA layer all-gathers its latent and rotated key (kv_lora_rank + rope =
+// 576 bf16 values a token for K2.6) over the sequence forward and
+// reduce-scatters their gradients backward, (cp-1)/cp of the gathered bytes
+// each; KDA layers pass their fp32 state one hop per chunk boundary.
+TEST(StepTimeTest, ContextParallelGathersMlaLatentsAndPassesKdaStates) {
+  PlanRequest r = OneNodeOf("kimi-k2.6");
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(r.model.layers, 1);
+  const double link = 450e9 * r.efficiency.comm;
+  for (int cp : {2, 4}) {
+    r.plan = ParallelPlan{};
+    r.plan.cp = cp, r.plan.dp = 8 / cp;
+    const StepTime t = EstimateStepTime(r, r.plan, *split, pc);
+    const double gathered = 1024.0 * (r.model.mla.kv_lora_rank + r.model.mla.qk_rope_head_dim) * 2;
+    const double per_layer = 2 * (cp - 1.0) / cp * gathered / link;
+    EXPECT_NEAR(t.cp_comm.value(), t.microbatches * r.model.layers * per_layer, 1e-9 * t.cp_comm.value()) << cp;
+  }
+  // A KDA layer: 2 (2 cp - 1) hops of the [b, heads, dk, dv] fp32 state.
+  PlanRequest k = OneNodeOf("kimi-k3-debug");
+  k.plan = ParallelPlan{};
+  k.plan.cp = 2, k.plan.dp = 4;
+  const ParamCount kpc = CountParams(k.model);
+  auto ksplit = EvenSplit(k.model.layers, 1);
+  const StepTime t = EstimateStepTime(k, k.plan, *ksplit, kpc);
+  double kda = 0, mla = 0;
+  for (AttentionKind a : k.model.attention) (a == AttentionKind::kKda ? kda : mla) += 1;
+  const double state = 1.0 * k.model.heads * k.model.kda.head_dim_k * k.model.kda.head_dim_v * 4;
+  const double latent = 1024.0 * (k.model.mla.kv_lora_rank + k.model.mla.qk_rope_head_dim) * 2;
+  EXPECT_NEAR(t.cp_comm.value(), t.microbatches * (kda * 2 * 3 * state + mla * 2 * 0.5 * latent) / link,
+              1e-9 * t.cp_comm.value());
 }
 
 TEST(StepTimeTest, MoreMicroBatchesShrinkTheBubbleShare) {

@@ -113,7 +113,8 @@ rc=$?
 check "local: ran kimi-plan run with 8 ranks" has out.txt "running   $bin run --nproc 8 --model kimi-k3-debug --gpu h100"
 if "$bin" run --help > /dev/null 2>&1; then
   # The runtime ran: it trains, or refuses the layout in one line of its own
-  # (pipelines are not executed yet) and launch exits 1 naming the command.
+  # (a layout it does not execute yet, or a model it cannot build) and launch
+  # exits 1 naming the command.
   check "local: the runtime ran and gave its verdict" bash -c \
     "test $rc -eq 0 || (test $rc -eq 1 && grep -q '^kimi-plan run: --' err.txt && grep -qF -- '--target local: \`$bin run --nproc 8' err.txt)"
 else

@@ -6,8 +6,9 @@
 # exit 2 before any rank starts; pipelines (pp 2, pp 2 x vp 2, composed
 # with dp 2 and ep 2) run and match the single process's step-1 loss; tensor
 # parallelism (with and without SP, inside pipelines and with DP) matches the
-# single process's 20 steps, as does expert tensor parallelism (alone, with
-# EP, inside a pipeline); a rank killed under srun-style start ends
+# single process's 20 steps, as do expert tensor parallelism (alone, with
+# EP, inside a pipeline) and context parallelism (alone, with TP, inside a
+# pipeline, with EP); a rank killed under srun-style start ends
 # its peer with a one-line error naming it, within --timeout-s; the launcher
 # names a rank that was killed and stops the others.
 set -u
@@ -63,20 +64,22 @@ check "--plan: the run records its plan for the report" bash -c "sqlite3 kimi-pl
 check "--plan: the report sets the plan's prediction beside the run" bash -c "'$bin' report \$(sqlite3 kimi-plan.db 'select max(id) from runs') | grep -qi 'predicted'"
 refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --steps 1
 
-refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp x tp = 1 x 2 x 1" run --nproc 3 --dp 2 "${small[@]}" --steps 1
-refused "ep must divide dp" steps "--ep: ep x etp = 3 x 1 must divide --dp 2" run --nproc 2 --ep 3 "${small[@]}" --steps 1
+refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp x cp x tp = 1 x 2 x 1 x 1" run --nproc 3 --dp 2 "${small[@]}" --steps 1
+refused "ep must divide dp" steps "--ep: ep x etp = 3 x 1 must divide dp x cp = 2 x 1" run --nproc 2 --ep 3 "${small[@]}" --steps 1
 refused "a pipeline replica's batch below pp" steps "--batch: 4 sequences over dp 2 give each replica 2 (one per micro-batch), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
-refused "context parallel refused" steps "--cp: cp 2 is not executed" run --nproc 2 --cp 2 "${small[@]}" --steps 1
+refused "a cp whose 2 x cp chunks do not tile the sequence" steps "--cp: the sequence length 8 does not split into 2 x 3 = 6 equal chunks" \
+  run --nproc 3 --cp 3 "${small[@]}" --steps 1
+refused "cp with lora" steps "--cp: context parallelism with --lora-rank is not supported yet" run --nproc 2 --cp 2 --lora-rank 4 "${small[@]}" --steps 1
 refused "a tp that does not divide the heads" steps "--tp: 4 does not divide the KDA layer's 2 heads" run --nproc 4 --tp 4 "${small[@]}" --steps 1
 refused "sp with a sequence tp does not split" steps "--sequence-parallel: --tp 2 does not divide the sequence length 9" \
   run --nproc 2 --tp 2 --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 9 --layers 3 --heads 2 --steps 1
 refused "etp that does not divide the expert FFN" steps "--etp: 3 does not divide the expert FFN width 32" \
   run --nproc 3 --etp 3 --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 6 --seq-len 8 --layers 3 --heads 2 --steps 1
-refused "ep x etp must divide dp" steps "--etp: ep x etp = 2 x 2 must divide --dp 2" run --nproc 2 --ep 2 --etp 2 "${small[@]}" --steps 1
+refused "ep x etp must divide dp" steps "--etp: ep x etp = 2 x 2 must divide dp x cp = 2 x 1" run --nproc 2 --ep 2 --etp 2 "${small[@]}" --steps 1
 refused "tp with etp" steps "--tp: tensor parallelism with --etp is not supported yet" run --nproc 4 --tp 2 --etp 2 "${small[@]}" --steps 1
 refused "etp with lora" steps "--etp: splitting experts with --lora-rank is not supported yet" run --nproc 2 --etp 2 --lora-rank 4 "${small[@]}" --steps 1
 refused "tp with ep" steps "--tp: tensor parallelism with --ep is not supported yet" run --nproc 4 --tp 2 --ep 2 "${small[@]}" --steps 1
-refused "world is not pp x dp x tp" steps "--nproc: 3 ranks, but the layout needs pp x dp x tp = 1 x 1 x 2" run --nproc 3 --dp 1 --tp 2 "${small[@]}" --steps 1
+refused "world is not pp x dp x tp" steps "--nproc: 3 ranks, but the layout needs pp x dp x cp x tp = 1 x 1 x 1 x 2" run --nproc 3 --dp 1 --tp 2 "${small[@]}" --steps 1
 refused "bad steps" steps "--steps: must be a positive integer, got 0" run --nproc 2 "${small[@]}" --steps 0
 refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --nproc 2 --model kimi-k2.6 --steps 1
 refused "no rank, no nproc" steps "--nproc: required unless RANK is set" run "${small[@]}" --steps 1
@@ -114,6 +117,10 @@ killed_peer "killed TP peer" t --tp 2 "${small[@]}" --db tp_kill.db
 # Inside an ETP group the rows are gathered and the partial sums scattered
 # inside forward and backward too.
 killed_peer "killed ETP peer" e --etp 2 "${small[@]}" --db etp_kill.db
+# Inside a CP group the keys are gathered and KDA's states passed point to
+# point inside forward and backward.
+killed_peer "killed CP peer" c --cp 2 --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 16 \
+  --layers 3 --heads 2 --db cp_kill.db
 
 # The launcher: a rank killed from outside is named, the other one stopped.
 "$bin" run --nproc 2 "${small[@]}" --steps 100000 --log-every 1 --timeout-s 30 > l.out 2> l.err &
@@ -168,6 +175,22 @@ import json; one = [r for r in [__import__('sqlite3').connect('pipe.db').execute
 for f in ('ppdp.json', 'ppep.json'):
     l = json.load(open(f))['first_loss']; assert abs(one - l) <= 1e-5 * abs(one), (f, one, l)"
 
+# within_rounding DB RUN...: each RUN's 20 steps against run 1 of DB (one
+# process): every loss within 1e-5 and grad norm within 1e-4 relative.
+within_rounding() {
+  python3 - "$@" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+rows = lambda r: c.execute('select loss, grad_norm from steps where run_id = %d order by step' % r).fetchall()
+one = rows(1)
+assert len(one) == 20, len(one)
+for r in map(int, sys.argv[2:]):
+    got = rows(r); assert len(got) == 20, (r, len(got))
+    for (l1, n1), (l, n) in zip(one, got):
+        assert abs(l - l1) <= 1e-5 * abs(l1) and abs(n - n1) <= 1e-4 * abs(n1), (r, l1, l, n1, n)
+PY
+}
+
 # Tensor parallelism (issue 16): tp 2 with sequence parallelism inside a
 # pp 2 pipeline, tp 2 without SP, and pp 2 x dp 2 x tp 2 (8 ranks), 20 steps
 # each, against one process: every step's loss and grad norm agree to fp32
@@ -179,21 +202,13 @@ check "tp: the single process exits 0" test $? -eq 0
 "$bin" run --nproc 4 --tp 2 --pp 2 "${tp[@]}" --json > tp_pp.json 2> tp_pp.err
 check "tp 2 x pp 2: exits 0" test $? -eq 0
 json_check "tp 2 x pp 2: layout" tp_pp.json "d['world'] == 4 and d['layout']['tp'] == 2 and d['layout']['sequence_parallel']"
-check "tp 2 x pp 2: the progress line names the layout" grep -q "pp 2 dp 1 ep 1 etp 1 tp 2 with SP" tp_pp.err
+check "tp 2 x pp 2: the progress line names the layout" grep -q "pp 2 dp 1 ep 1 etp 1 cp 1 tp 2 with SP" tp_pp.err
 "$bin" run --nproc 2 --tp 2 --sequence-parallel off "${tp[@]}" --json > tp_nosp.json 2> tp_nosp.err
 check "tp 2 without SP: exits 0" test $? -eq 0
 json_check "tp 2 without SP: layout" tp_nosp.json "d['layout']['tp'] == 2 and not d['layout']['sequence_parallel']"
 "$bin" run --nproc 8 --tp 2 --pp 2 --dp 2 "${tp[@]}" > /dev/null 2> tp_8.err
 check "tp 2 x pp 2 x dp 2: exits 0" test $? -eq 0
-check "tp: 20 steps of each run within fp32 rounding of the single process" python3 -c "
-import sqlite3; c = sqlite3.connect('tp.db')
-rows = lambda r: c.execute('select loss, grad_norm from steps where run_id = %d order by step' % r).fetchall()
-one = rows(1)
-assert len(one) == 20
-for r in (2, 3, 4):
-    got = rows(r); assert len(got) == 20, (r, len(got))
-    for (l1, n1), (l, n) in zip(one, got):
-        assert abs(l - l1) <= 1e-5 * abs(l1) and abs(n - n1) <= 1e-4 * abs(n1), (r, l1, l, n1, n)"
+check "tp: 20 steps of each run within fp32 rounding of the single process" within_rounding tp.db 2 3 4
 "$bin" report --db tp.db --compare 2 3 4 --reference 1 --steps 1,20 > tp_cmp.txt
 check "tp: report --compare sets the three runs beside the single process" \
   bash -c "grep -q 'run 1 (kimi-k3-debug), reference' tp_cmp.txt && grep -q '^run 2' tp_cmp.txt && grep -q '^run 4' tp_cmp.txt"
@@ -207,16 +222,32 @@ check "etp 2: exits 0" test $? -eq 0
 json_check "etp 2: layout" etp.json "d['layout']['etp'] == 2 and d['layout']['dp'] == 2"
 "$bin" run --nproc 4 --ep 2 --etp 2 "${tp[@]}" > /dev/null 2> ep_etp.err
 check "ep 2 x etp 2: exits 0" test $? -eq 0
-check "ep 2 x etp 2: the progress line names the layout" grep -q "pp 1 dp 4 ep 2 etp 2 tp 1" ep_etp.err
+check "ep 2 x etp 2: the progress line names the layout" grep -q "pp 1 dp 4 ep 2 etp 2 cp 1 tp 1" ep_etp.err
 "$bin" run --nproc 4 --pp 2 --dp 2 --etp 2 "${tp[@]}" > /dev/null 2> pp_etp.err
 check "pp 2 x dp 2 x etp 2: exits 0" test $? -eq 0
-check "etp: 20 steps of each run within fp32 rounding of the single process" python3 -c "
-import sqlite3; c = sqlite3.connect('tp.db')
-rows = lambda r: c.execute('select loss, grad_norm from steps where run_id = %d order by step' % r).fetchall()
-one = rows(1)
-for r in (5, 6, 7):
-    got = rows(r); assert len(got) == 20, (r, len(got))
-    for (l1, n1), (l, n) in zip(one, got):
-        assert abs(l - l1) <= 1e-5 * abs(l1) and abs(n - n1) <= 1e-4 * abs(n1), (r, l1, l, n1, n)"
+check "etp: 20 steps of each run within fp32 rounding of the single process" within_rounding tp.db 5 6 7
+
+# Context parallelism (issue 16): each sequence of 16 split into 2 x cp
+# chunks (MLA's keys gathered, KDA's state and convolution halos passed
+# along), alone, with TP and SP (4 processes), inside a pp 2 pipeline and
+# with EP over the CP ranks, 20 steps each against the single process:
+# fp32 rounding apart; report --compare sets tp 2 x cp 2 beside it.
+cp=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 16 --layers 4 --heads 2 --steps 20 --db cp.db)
+"$bin" run --nproc 1 "${cp[@]}" > /dev/null 2> cp1.err
+check "cp: the single process exits 0" test $? -eq 0
+"$bin" run --nproc 2 --cp 2 "${cp[@]}" --json > cp2.json 2> cp2.err
+check "cp 2: exits 0" test $? -eq 0
+json_check "cp 2: layout" cp2.json "d['layout']['cp'] == 2 and d['layout']['dp'] == 1 and d['world'] == 2"
+"$bin" run --nproc 4 --tp 2 --cp 2 "${cp[@]}" > /dev/null 2> cp_tp.err
+check "tp 2 x cp 2: exits 0" test $? -eq 0
+check "tp 2 x cp 2: the progress line names the layout" grep -q "pp 1 dp 1 ep 1 etp 1 cp 2 tp 2 with SP" cp_tp.err
+"$bin" run --nproc 4 --pp 2 --cp 2 "${cp[@]}" > /dev/null 2> cp_pp.err
+check "pp 2 x cp 2: exits 0" test $? -eq 0
+"$bin" run --nproc 4 --cp 2 --ep 2 "${cp[@]}" > /dev/null 2> cp_ep.err
+check "cp 2 x dp 2 x ep 2: exits 0" test $? -eq 0
+check "cp: 20 steps of each run within fp32 rounding of the single process" within_rounding cp.db 2 3 4 5
+"$bin" report --db cp.db --compare 3 --reference 1 --steps 1,20 > cp_cmp.txt
+check "cp: report --compare sets tp 2 x cp 2 beside the single process" \
+  bash -c "grep -q 'run 1 (kimi-k3-debug), reference' cp_cmp.txt && grep -q '^run 3' cp_cmp.txt"
 
 finish cli_run

@@ -27,7 +27,7 @@ export KIMI_PLAN="$bin" MASTER_PORT=$((30000 + RANDOM % 20000))
 timeout 300 sbatch --wait -o job.out job/kimi-plan.sbatch \
   --steps 2 --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 3 --heads 2 --db "$work/runs.db" > sbatch.txt
 check "the job finishes" test $? -eq 0
-check "srun started two ranks" grep -q "on 2 ranks (gloo, pp 1 dp 2 ep 1 etp 1 tp 1)" job.out
+check "srun started two ranks" grep -q "on 2 ranks (gloo, pp 1 dp 2 ep 1 etp 1 cp 1 tp 1)" job.out
 check "both steps are in the store" test "$(sqlite3 runs.db "select count(*) from steps")" = 2
 check "as a run of the native runtime" test "$(sqlite3 runs.db "select kind from runs")" = run
 finish slurm_launch

@@ -3,8 +3,9 @@
 namespace kp::runtime {
 
 ReplicaGroups RankGroups::Replicas() const {
-  const int dp_size = dp != nullptr ? dp->size() : 1;
-  return ReplicaGroups{dp, expert_shards != nullptr ? expert_dp : dp, expert_shards, dp_size};
+  Communicator* dense = cp != nullptr ? dp_cp : dp;
+  const int dense_size = dense != nullptr ? dense->size() : 1;
+  return ReplicaGroups{dense, expert_shards != nullptr ? expert_dp : dense, expert_shards, dense_size};
 }
 
 namespace {
@@ -18,18 +19,20 @@ std::vector<int> Range(int first, int count, int stride) {
 }  // namespace
 
 Result<RankGroups> MakeRankGroups(Communicator& world, const GroupSizes& n) {
-  const int span = n.ep * n.etp;
-  if (n.pp < 1 || n.dp < 1 || n.ep < 1 || n.tp < 1 || n.etp < 1 || world.size() != n.pp * n.dp * n.tp ||
-      (n.tp * n.dp) % span != 0)
+  const int span = n.ep * n.etp, stage_size = n.dp * n.cp * n.tp;
+  if (n.pp < 1 || n.dp < 1 || n.ep < 1 || n.tp < 1 || n.etp < 1 || n.cp < 1 || world.size() != n.pp * stage_size ||
+      stage_size % span != 0)
     return Status::InvalidArgument("groups: a world of " + std::to_string(world.size()) + " ranks is not pp " +
-                                   std::to_string(n.pp) + " x dp " + std::to_string(n.dp) + " x tp " +
-                                   std::to_string(n.tp) + " with ep " + std::to_string(n.ep) + " x etp " +
-                                   std::to_string(n.etp) + " dividing tp x dp");
+                                   std::to_string(n.pp) + " x dp " + std::to_string(n.dp) + " x cp " +
+                                   std::to_string(n.cp) + " x tp " + std::to_string(n.tp) + " with ep " +
+                                   std::to_string(n.ep) + " x etp " + std::to_string(n.etp) +
+                                   " dividing tp x cp x dp");
   RankGroups g;
-  const int replica = world.rank() / n.tp;  // pp_rank * dp + dp_rank
-  g.tp_rank = world.rank() % n.tp;
-  g.pp_rank = replica / n.dp;
-  g.dp_rank = replica % n.dp;
+  const int r = world.rank(), stage = r / stage_size * stage_size, x = r - stage;
+  g.tp_rank = r % n.tp;
+  g.cp_rank = r / n.tp % n.cp;
+  g.dp_rank = x / (n.cp * n.tp);
+  g.pp_rank = r / stage_size;
   // A group that is the whole world is the world itself; a group of one is null.
   auto group = [&](int first, int count, int stride, Communicator** out) -> Status {
     if (count == world.size()) {
@@ -40,12 +43,13 @@ Result<RankGroups> MakeRankGroups(Communicator& world, const GroupSizes& n) {
     }
     return Status::Ok();
   };
-  KP_RETURN_IF_ERROR(group(replica * n.tp, n.tp, 1, &g.tp));
-  KP_RETURN_IF_ERROR(group(g.dp_rank * n.tp + g.tp_rank, n.pp, n.dp * n.tp, &g.pipeline));
-  KP_RETURN_IF_ERROR(group(g.pp_rank * n.dp * n.tp + g.tp_rank, n.dp, n.tp, &g.dp));
+  KP_RETURN_IF_ERROR(group(r - g.tp_rank, n.tp, 1, &g.tp));
+  KP_RETURN_IF_ERROR(group(r - g.cp_rank * n.tp, n.cp, n.tp, &g.cp));
+  KP_RETURN_IF_ERROR(group(x, n.pp, stage_size, &g.pipeline));
+  KP_RETURN_IF_ERROR(group(stage + g.cp_rank * n.tp + g.tp_rank, n.dp, n.cp * n.tp, &g.dp));
+  if (n.cp > 1) KP_RETURN_IF_ERROR(group(stage + g.tp_rank, n.dp * n.cp, n.tp, &g.dp_cp));
   if (span == 1) return g;
   // The expert groups in the stage's numbering x, as world ranks.
-  const int stage = g.pp_rank * n.dp * n.tp, x = world.rank() - stage;
   const int block = stage + x / span * span, q = x % span;
   KP_RETURN_IF_ERROR(group(block + q % n.etp, n.ep, n.etp, &g.ep));
   KP_RETURN_IF_ERROR(group(block + q / n.etp * n.etp, n.etp, 1, &g.etp));
@@ -54,7 +58,7 @@ Result<RankGroups> MakeRankGroups(Communicator& world, const GroupSizes& n) {
   } else {
     KP_RETURN_IF_ERROR(group(block, span, 1, &g.expert_shards));
   }
-  KP_RETURN_IF_ERROR(group(stage + q, n.tp * n.dp / span, span, &g.expert_dp));
+  KP_RETURN_IF_ERROR(group(stage + q, stage_size / span, span, &g.expert_dp));
   return g;
 }
 

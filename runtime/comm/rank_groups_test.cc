@@ -79,11 +79,41 @@ TEST(RankGroupsTest, ExpertGroupsFoldEtpInnermostThenEpIntoTheStagesRanks) {
   }
 }
 
+// CP next to TP: rank = ((pp_rank dp + dp_rank) cp + cp_rank) tp + tp_rank;
+// the CP group at stride tp, DP at stride cp tp, DP x CP at stride tp, the
+// pipeline at stride dp cp tp; experts fold over the stage's tp cp dp ranks.
+TEST(RankGroupsTest, ContextParallelIsNextToTensorParallel) {
+  for (const GroupSizes& l : {GroupSizes{2, 2, 1, 1, 1, 2}, GroupSizes{1, 2, 2, 1, 1, 2}, GroupSizes{2, 1, 2, 1, 2, 2},
+                              GroupSizes{1, 1, 1, 3, 1, 3}}) {
+    const auto statuses = RunRanks(l.pp * l.dp * l.cp * l.tp, [&](Communicator& world) -> Status {
+      KP_ASSIGN_OR_RETURN(RankGroups g, MakeRankGroups(world, l));
+      const int r = world.rank(), tp_rank = r % l.tp, cp_rank = r / l.tp % l.cp;
+      const int dp_rank = r / (l.tp * l.cp) % l.dp, pp_rank = r / (l.tp * l.cp * l.dp);
+      const int stage = pp_rank * l.dp * l.cp * l.tp;
+      KP_RETURN_IF_ERROR(Expect(g.tp_rank == tp_rank && g.cp_rank == cp_rank && g.dp_rank == dp_rank &&
+                                    g.pp_rank == pp_rank, "coordinates"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t cp, Members(g.cp, r));
+      KP_RETURN_IF_ERROR(Expect(cp == BitsOf(r - cp_rank * l.tp, l.cp, l.tp), "cp group"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t dp, Members(g.dp, r));
+      KP_RETURN_IF_ERROR(Expect(dp == BitsOf(stage + cp_rank * l.tp + tp_rank, l.dp, l.cp * l.tp), "dp group"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t dp_cp, Members(g.dp_cp, r));
+      KP_RETURN_IF_ERROR(Expect(dp_cp == BitsOf(stage + tp_rank, l.dp * l.cp, l.tp), "dp x cp group"));
+      KP_ASSIGN_OR_RETURN(const std::int64_t pipe, Members(g.pipeline, r));
+      KP_RETURN_IF_ERROR(Expect(pipe == BitsOf(r - stage, l.pp, l.dp * l.cp * l.tp), "pipeline group"));
+      const int span = l.ep * l.etp, x = r - stage;
+      KP_ASSIGN_OR_RETURN(const std::int64_t shards, Members(g.expert_shards, r));
+      return Expect(shards == BitsOf(stage + x / span * span, span, 1), "expert shards");
+    });
+    EXPECT_TRUE(FirstError(statuses).ok()) << "pp " << l.pp << " dp " << l.dp << " tp " << l.tp << " cp " << l.cp
+                                           << ": " << FirstError(statuses).message();
+  }
+}
+
 TEST(RankGroupsTest, AWorldThatIsNotTheProductIsRefused) {
   const auto statuses = RunRanks(6, [](Communicator& world) -> Status {
     const Result<RankGroups> g = MakeRankGroups(world, GroupSizes{2, 2, 2, 1, 1});
-    return Expect(!g.ok() && g.status().message() == "groups: a world of 6 ranks is not pp 2 x dp 2 x tp 2 with ep 1 "
-                                                     "x etp 1 dividing tp x dp",
+    return Expect(!g.ok() && g.status().message() == "groups: a world of 6 ranks is not pp 2 x dp 2 x cp 1 x tp 2 "
+                                                     "with ep 1 x etp 1 dividing tp x cp x dp",
                   g.ok() ? "accepted" : g.status().message());
   });
   EXPECT_TRUE(FirstError(statuses).ok()) << FirstError(statuses).message();

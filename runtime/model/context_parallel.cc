@@ -171,6 +171,12 @@ std::vector<std::int64_t> ContextPositions(int cp, int rank, std::int64_t seq_le
   return p;
 }
 
+std::int64_t KdaConvReach(const ModelSpec& m) {
+  for (const AttentionKind k : m.attention)
+    if (k == AttentionKind::kKda) return m.kda.conv_kernel - 1;
+  return 0;
+}
+
 Status CheckContextSplit(int cp, std::int64_t seq_len, std::int64_t min_chunk) {
   if (cp <= 1) return Status::Ok();
   if (seq_len % (2 * cp) != 0)

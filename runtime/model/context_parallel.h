@@ -35,6 +35,7 @@
 
 #include "common/status.h"
 #include "runtime/comm/communicator.h"
+#include "specs/model_spec.h"
 
 namespace kp::runtime {
 
@@ -46,6 +47,10 @@ std::vector<std::int64_t> ContextPositions(int cp, int rank, std::int64_t seq_le
 /// chunk at least `min_chunk` long: KDA's convolution reaches back
 /// conv_kernel - 1 tokens into the previous chunk only).
 Status CheckContextSplit(int cp, std::int64_t seq_len, std::int64_t min_chunk);
+
+/// How far back a KDA layer's short convolutions read (conv_kernel - 1; 0
+/// without KDA): CheckContextSplit's min_chunk for the model.
+std::int64_t KdaConvReach(const ModelSpec& m);
 
 /// A layer's view of its CP group. Default-constructed (or over one rank)
 /// it is inactive and a mixer runs as without CP.

@@ -383,6 +383,10 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
   return torch::nn::functional::cross_entropy(Upcast(rows), ids);
 }
 
+void StageModelImpl::SetContextParallel(const ContextShard& cp) {
+  for (const auto& layer : layers_) layer->attention().SetContextParallel(cp);
+}
+
 Status SumRouterLoads(StageModelImpl& model, Communicator* group) {
   if (group == nullptr || group->size() == 1) return Status::Ok();
   torch::NoGradGuard no_grad;

@@ -181,6 +181,8 @@ class StageModelImpl : public torch::nn::Module {
   EmbeddingImpl* embedding() { return embedding_.get(); }  ///< null unless stage().embedding
   HeadImpl* head() { return head_.get(); }                 ///< null unless stage().head
   void SetActivationCheckpointing(bool on);
+  /// Every layer's token mixer runs over `cp`'s sequence (context_parallel.h).
+  void SetContextParallel(const ContextShard& cp);
   /// The auxiliary-loss-free bias update of every router (§7); call after
   /// each optimizer step.
   void UpdateRouterBiases(double rate);

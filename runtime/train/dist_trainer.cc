@@ -3,6 +3,7 @@
 #include "runtime/comm/c10d_communicator.h"
 #include "runtime/comm/device.h"
 #include "runtime/comm/rank_groups.h"
+#include "runtime/model/context_parallel.h"
 #include "runtime/model/expert_parallel.h"
 #include "runtime/model/tensor_parallel.h"
 #include "runtime/train/pipeline_runtime.h"
@@ -18,11 +19,15 @@ std::string Str(int v) { return std::to_string(v); }
 }  // namespace
 
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) {
-  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1 || l.etp < 1 || l.tp < 1)
-    return Status::InvalidArgument("--pp/--vp/--dp/--ep/--etp/--tp: must be positive");
+  if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1 || l.etp < 1 || l.tp < 1 || l.cp < 1)
+    return Status::InvalidArgument("--pp/--vp/--dp/--ep/--etp/--tp/--cp: must be positive");
   if (l.world() != world)
-    return Status::InvalidArgument("--nproc: " + Str(world) + " ranks, but the layout needs pp x dp x tp = " +
-                                   Str(l.pp) + " x " + Str(l.dp) + " x " + Str(l.tp) + " = " + Str(l.world()));
+    return Status::InvalidArgument("--nproc: " + Str(world) + " ranks, but the layout needs pp x dp x cp x tp = " +
+                                   Str(l.pp) + " x " + Str(l.dp) + " x " + Str(l.cp) + " x " + Str(l.tp) + " = " +
+                                   Str(l.world()));
+  if (l.cp > 1 && c.lora.enabled())
+    return Status::InvalidArgument("--cp: context parallelism with --lora-rank is not supported yet");
+  KP_RETURN_IF_ERROR(CheckContextSplit(l.cp, c.seq_len, KdaConvReach(c.model)));
   for (const auto& [flag, v] : {std::pair{"--ep", l.ep}, {"--etp", l.etp}}) {
     if (v == 1) continue;
     const std::string f = flag;
@@ -33,10 +38,11 @@ Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) 
   }
   if (l.tp > 1 && c.lora.enabled())
     return Status::InvalidArgument("--tp: tensor parallelism with --lora-rank is not supported yet");
-  KP_RETURN_IF_ERROR(CheckTensorParallelSplit(c.model, l.tp, l.sequence_parallel, c.seq_len));
-  if (l.dp % (l.ep * l.etp) != 0)
-    return Status::InvalidArgument(std::string(l.etp > 1 ? "--etp" : "--ep") + ": ep x etp = " + Str(l.ep) + " x " + Str(l.etp) + " must divide --dp " +
-                                   Str(l.dp) + " (expert parallelism folds into data parallelism)");
+  KP_RETURN_IF_ERROR(CheckTensorParallelSplit(c.model, l.tp, l.sequence_parallel, c.seq_len / l.cp));
+  if ((l.dp * l.cp) % (l.ep * l.etp) != 0)
+    return Status::InvalidArgument(std::string(l.etp > 1 ? "--etp" : "--ep") + ": ep x etp = " + Str(l.ep) + " x " +
+                                   Str(l.etp) + " must divide dp x cp = " + Str(l.dp) + " x " + Str(l.cp) +
+                                   " (expert parallelism folds into data and context parallelism)");
   if (l.ep > 1 && c.model.moe.num_experts % l.ep != 0)
     return Status::InvalidArgument("--ep: " + Str(l.ep) + " does not divide the model's " +
                                    Str(c.model.moe.num_experts) + " routed experts");
@@ -148,7 +154,7 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
   try {
     torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
-    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{layout.pp, layout.dp, layout.tp, layout.ep, layout.etp}));
+    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{layout.pp, layout.dp, layout.tp, layout.ep, layout.etp, layout.cp}));
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());

@@ -41,15 +41,18 @@ struct ParallelLayout {
   int ep = 1;                      ///< expert parallelism, folded into dp (ep x etp divides dp)
   int etp = 1;                     ///< expert tensor parallelism: each expert's FFN split, folded into dp
   int tp = 1;                      ///< tensor parallelism inside each stage (innermost)
+  int cp = 1;                      ///< context parallelism: each sequence split over cp ranks (next to TP)
   bool sequence_parallel = true;   ///< with tp: the residual stream split along the sequence
   std::string schedule = "1f1b";   ///< the simulator's schedule name
   bool attnres_cache = false;      ///< the cached AttnRes transport of PR #4312
-  int world() const { return pp * dp * tp; }
+  int world() const { return pp * dp * cp * tp; }
 };
 
 /// Checks the layout against the world size, the model and the batch; the
-/// message names the flag: --nproc (world != pp x dp x tp), --ep (ep x etp
-/// must divide --dp; ep the routed experts), --etp (must divide the expert
+/// message names the flag: --nproc (world != pp x dp x cp x tp), --ep (ep x
+/// etp must divide dp x cp; ep the routed experts), --cp (2 cp chunks of
+/// the sequence, each as long as KDA's convolution reaches back; not with
+/// LoRA), --etp (must divide the expert
 /// FFN width), --batch (must split evenly over dp),
 /// --batch (a pipeline replica's b / dp sequences must be a multiple of pp),
 /// --tp / --sequence-parallel (CheckTensorParallelSplit; not with --ep or

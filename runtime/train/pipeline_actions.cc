@@ -189,7 +189,7 @@ Status PipelineRank::Impl::Forward(int s, int m, bool training) {
   ForwardState st;
   ResidualStream in;
   if (s == 0) {
-    in = module.Embed(mb.narrow(1, 0, Tokens()));
+    in = module.Embed(OwnTokens(mb.narrow(1, 0, Tokens())));
   } else {
     auto it = fwd_inbox.find({s, m});
     if (it == fwd_inbox.end()) return Status::Internal("F of " + Where(s, m) + " before its input arrived");
@@ -214,7 +214,7 @@ Status PipelineRank::Impl::Forward(int s, int m, bool training) {
   if (cache && s == LastLocal()) store.Release(m);  // the rank's last forward for this micro-batch
   if (IsLast(s)) {
     const torch::Tensor loss =
-        step_loss != nullptr ? step_loss->Share(module.Logits(out), m) : module.Loss(out, mb.narrow(1, 1, Tokens()));
+        step_loss != nullptr ? step_loss->Share(module.Logits(out), m) : module.Loss(out, OwnTokens(mb.narrow(1, 1, Tokens())));
     losses[m] = loss.item<double>();
     // A step's own loss is already its share of the batch.
     if (training) st.scaled_loss = step_loss != nullptr ? loss : loss.div(static_cast<double>(M()));

@@ -128,6 +128,40 @@ TEST(PipelineDpTest, ExpertTensorParallelStagesEqualOneProcess) {
   }
 }
 
+// CP inside the stages (issue 16): each sequence of 16 split into 2 x cp
+// chunks over the CP ranks (KDA's state and halos passed along, MLA's keys
+// gathered), alone (pp 2 x cp 2), with DP (pp 2 x dp 2 x cp 2: 8 ranks), with
+// ETP (pp 2 x cp 2 x etp 2: experts split over the CP ranks) and with TP and
+// SP (pp 2 x cp 2 x tp 2), against the single-process reference: the sums
+// over tokens split and KDA's chunks cut at the CP chunks' edges, so fp32
+// rounding apart (in fp64 the mixers agree to 1e-12: context_parallel_test.cc);
+// clipping is active.
+TEST(PipelineDpTest, ContextParallelStagesEqualOneProcess) {
+  for (const testing::Parallel& p :
+       {testing::Parallel{.cp = 2}, testing::Parallel{.dp = 2, .cp = 2}, testing::Parallel{.etp = 2, .cp = 2},
+        testing::Parallel{.tp = 2, .sequence_parallel = true, .cp = 2}}) {
+    PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, false, p.dp);
+    c.train.seq_len = 16;  // chunks of 4: KDA's convolution reaches 3 back
+    const RunResult ref = Reference(c, kSteps, p.dp);
+    auto got = Pipeline(c, kSteps, {}, p);
+    const std::string what = "pp2 x dp" + std::to_string(p.dp) + " x cp2 x tp" + std::to_string(p.tp) + " etp" +
+                             std::to_string(p.etp);
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
+    for (int k = 0; k < p.cp; ++k) {
+      const testing::Grads mine = testing::OfContextRank(got->grads, k);
+      const testing::Grads want = p.tp > 1 ? testing::AsTensorParallel(ref.grads, mine, p.dp, p.tp)
+                                           : testing::AsExpertShards(ref.grads, mine, p.dp, p.ep, p.etp, p.cp, k);
+      ExpectSameGrads(want, mine, 2e-5, what + " cp rank " + std::to_string(k));
+    }
+    for (const PipelineStepResult& r : got->step1) {
+      EXPECT_NEAR(r.loss, ref.losses[0], 1e-6 * ref.losses[0]) << what;
+      EXPECT_NEAR(r.grad_norm, ref.norms[0], 1e-5 * ref.norms[0]) << what;
+    }
+    for (int step = 0; step < kSteps; ++step)
+      EXPECT_NEAR(got->losses[step], ref.losses[step], 1e-5 * ref.losses[step]) << what << " step " << step + 1;
+  }
+}
+
 TEST(PipelineDpTest, BatchThatDoesNotSplitOverReplicasIsRefused) {
   PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, false, 2);
   c.microbatches = 3;  // 4 rows per replica

@@ -145,8 +145,17 @@ struct PipelineRank::Impl {
   int Tokens() const { return seq_len; }
   bool TensorParallel() const { return config.replicas.tp != nullptr && config.replicas.tp->size() > 1; }
   bool SequenceParallel() const { return TensorParallel() && config.replicas.sequence_parallel; }
+  bool ContextParallel() const { return config.replicas.cp != nullptr && config.replicas.cp->size() > 1; }
+  int CpSize() const { return ContextParallel() ? config.replicas.cp->size() : 1; }
   // The positions of a micro-batch this rank's stages hold between layers.
-  int LocalTokens() const { return SequenceParallel() ? seq_len / config.replicas.tp->size() : seq_len; }
+  int LocalTokens() const { return seq_len / CpSize() / (SequenceParallel() ? config.replicas.tp->size() : 1); }
+  // This CP rank's tokens of rows x [rows, T] (context_parallel.h).
+  torch::Tensor OwnTokens(const torch::Tensor& x) const {
+    return ContextParallel() ? KeepContextShard(x, CpSize(), config.replicas.cp->rank(), 1) : x;
+  }
+  // The dense parameters' replicas: DP, or with CP DP x CP.
+  Communicator* DenseReplicas() const { return ContextParallel() ? config.replicas.dp_cp : config.replicas.dp; }
+  int DenseSize() const { return dp_size * CpSize(); }
   std::int64_t ReplicaRows() const { return config.train.batch / dp_size; }
   std::int64_t Rows() const { return ReplicaRows() / M(); }
   torch::TensorOptions OnDevice(torch::ScalarType t) const { return torch::TensorOptions().dtype(t).device(device); }
@@ -165,7 +174,8 @@ struct PipelineRank::Impl {
   Status BeginPhase(const TrainConfig& train);
   ReplicaGroups Replicas() const {
     const PipelineReplicas& r = config.replicas;
-    return ReplicaGroups{r.dp, r.expert_shards != nullptr ? r.expert_dp : r.dp, r.expert_shards, dp_size};
+    return ReplicaGroups{DenseReplicas(), r.expert_shards != nullptr ? r.expert_dp : DenseReplicas(), r.expert_shards,
+                         DenseSize()};
   }
   Status AverageOverReplicas();
   Status ReduceOverTensorParallel();

@@ -26,6 +26,8 @@ PipelineReplicas ReplicasOf(const RankGroups& g, bool sequence_parallel) {
   r.expert_shards = g.expert_shards;
   r.tp = g.tp;
   r.sequence_parallel = sequence_parallel;
+  r.cp = g.cp;
+  r.dp_cp = g.dp_cp;
   return r;
 }
 
@@ -108,7 +110,8 @@ Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t see
 }
 
 // The adapters a run starts with, then each model stage's experts sharded
-// over EP, the stage split over TP and moved to the device.
+// over EP and ETP, the stage split over TP, its mixers put on the CP group
+// and the stage moved to the device.
 Status PipelineRank::Impl::PlaceStages() {
   if (config.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(config.train.lora, config.train.seed));
   for (auto& [s, module] : modules) {
@@ -120,8 +123,9 @@ Status PipelineRank::Impl::PlaceStages() {
     KP_RETURN_IF_ERROR(ShardExperts(*model, ExpertGroups{config.replicas.ep, config.replicas.etp}));
     if (TensorParallel()) {
       KP_ASSIGN_OR_RETURN(tp_splits[s], ShardTensorParallel(*model, *config.replicas.tp,
-                                                            config.replicas.sequence_parallel, config.train.seq_len));
+                                                            config.replicas.sequence_parallel, config.train.seq_len / CpSize()));
     }
+    if (ContextParallel()) model->SetContextParallel(ContextShard(config.replicas.cp));
     model->to(device);
   }
   return Status::Ok();
@@ -243,10 +247,10 @@ Result<double> PipelineRank::Impl::ReduceLoss() {
   double sum = 0;
   for (int m = 0; m < M(); ++m) sum += l[m].item<double>();
   const double mine = step_loss != nullptr ? sum : sum / M();
-  if (dp_size == 1) return mine;
+  if (DenseSize() == 1) return mine;
   torch::Tensor replica = torch::full({1}, mine, OnDevice(torch::kDouble));
-  KP_RETURN_IF_ERROR(config.replicas.dp->AllReduceSum(replica));
-  return replica.item<double>() / dp_size;
+  KP_RETURN_IF_ERROR(DenseReplicas()->AllReduceSum(replica));
+  return replica.item<double>() / DenseSize();
 }
 
 // The partial gradients of the TP split (tensor_parallel.h) summed over TP.
@@ -260,7 +264,7 @@ Status PipelineRank::Impl::ReduceOverTensorParallel() {
 // The replicas' gradients averaged (the dense ones over DP, the experts'
 // over expert-DP); every parameter has a gradient afterwards.
 Status PipelineRank::Impl::AverageOverReplicas() {
-  if (dp_size == 1 && config.replicas.expert_dp == nullptr) return Status::Ok();
+  if (DenseSize() == 1 && config.replicas.expert_dp == nullptr) return Status::Ok();
   return AverageGradients(split, Replicas());
 }
 
@@ -303,9 +307,11 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   if (T < 1) return Status::InvalidArgument("seq_len: a step's rows need at least one token, got " + std::to_string(T));
   if (TensorParallel() && loss != nullptr)
     return Status::InvalidArgument("--tp: a step's own loss (SDPO) with tensor parallelism is not supported yet");
-  if (SequenceParallel() && T % config.replicas.tp->size() != 0)
+  if (ContextParallel()) KP_RETURN_IF_ERROR(CheckContextSplit(CpSize(), T, KdaConvReach(config.train.model)));
+  if (SequenceParallel() && T / CpSize() % config.replicas.tp->size() != 0)
     return Status::InvalidArgument("--sequence-parallel: --tp " + std::to_string(config.replicas.tp->size()) +
-                                   " does not divide the step's sequence length " + std::to_string(T));
+                                   " does not divide the step's sequence length " + std::to_string(T) +
+                                   (ContextParallel() ? " over cp " + std::to_string(CpSize()) : ""));
   seq_len = T;
   step_loss = loss;
   KP_RETURN_IF_ERROR(SetTokens(t));
@@ -328,7 +334,7 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   optimizer->ScaleGradientsInNextStep(ClipScale(r.grad_norm, config.train.grad_clip));
   optimizer->step();
   for (auto& [s, module] : modules) {
-    if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, config.replicas.dp));
+    if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, DenseReplicas()));
     module->AfterStep(config.train.bias_update_rate);
   }
   r.step = ++step;
@@ -395,6 +401,8 @@ Result<PipelineStepResult> PipelineRank::TrainStepWith(const std::vector<std::in
   if (loss != nullptr && impl_->dp_size > 1)
     return Status::InvalidArgument("--dp: a step with its own loss runs on one pipeline replica, got dp " +
                                    std::to_string(impl_->dp_size));
+  if (loss != nullptr && impl_->ContextParallel())
+    return Status::InvalidArgument("--cp: a step's own loss (SDPO) with context parallelism is not supported yet");
   try {
     return impl_->TrainStep(tokens, seq_len, loss);
   } catch (const CommunicationError& e) {

@@ -80,6 +80,10 @@ struct PipelineReplicas {
   /// With tp: the residual stream, and what stages send each other, split
   /// along the sequence (T / tp tokens per rank).
   bool sequence_parallel = false;
+  /// Each sequence split over it (context_parallel.h): this rank holds T / cp
+  /// of every row's tokens; the dense gradients are averaged over dp_cp.
+  Communicator* cp = nullptr;
+  Communicator* dp_cp = nullptr;  ///< with cp: this stage's DP x CP ranks
 };
 
 /// The replicas of a rank's stages from its layout's groups (rank_groups.h).

@@ -170,7 +170,8 @@ inline RunResult Reference(const PipelineRankConfig& c, int steps, int dp = 1) {
 struct Parallel {
   int dp = 1, ep = 1, tp = 1, etp = 1;
   bool sequence_parallel = false;
-  int world(int pp) const { return pp * dp * tp; }
+  int cp = 1;
+  int world(int pp) const { return pp * dp * cp * tp; }
 };
 
 /// The reference with experts sharded over EP (and ETP), without a pipeline: dp
@@ -218,18 +219,20 @@ inline Result<RunResult> EpReference(const PipelineRankConfig& c, int steps, con
   return run;
 }
 
-/// One rank of the pipeline composed with DP, EP, ETP and TP over `world`
-/// (pp x dp x tp ranks, MakeRankGroups' layout): `steps` steps, world rank
+/// One rank of the pipeline composed with DP, EP, ETP, CP and TP over `world`
+/// (pp x dp x cp x tp ranks, MakeRankGroups' layout): `steps` steps, world rank
 /// 0's losses and norms, every rank's first step and its stages' gradients
-/// after step 1 (with tp > 1 keyed "t<tp rank>/name" inside GradKey).
+/// after step 1 (with cp > 1 keyed "c<cp rank>/", with tp > 1 "t<tp rank>/"
+/// before the name inside GradKey).
 inline Status ComposedRank(Communicator& world, PipelineRankConfig c, const Parallel& p, int steps,
                            const StageModuleFactory& factory, RunResult& out, std::mutex& mu) {
-  KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, GroupSizes{c.pp, p.dp, p.tp, p.ep, p.etp}));
+  KP_ASSIGN_OR_RETURN(RankGroups groups, MakeRankGroups(world, GroupSizes{c.pp, p.dp, p.tp, p.ep, p.etp, p.cp}));
   c.replicas = ReplicasOf(groups, p.sequence_parallel);
   if (groups.pipeline == nullptr)  // pp 1: a pipeline of this rank alone
     groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();
   KP_ASSIGN_OR_RETURN(auto rank, PipelineRank::Create(c, *groups.pipeline, factory));
-  const std::string tp_prefix = p.tp > 1 ? "t" + std::to_string(groups.tp_rank) + "/" : "";
+  const std::string tp_prefix = (p.cp > 1 ? "c" + std::to_string(groups.cp_rank) + "/" : "") +
+                                (p.tp > 1 ? "t" + std::to_string(groups.tp_rank) + "/" : "");
   for (int step = 0; step < steps; ++step) {
     KP_ASSIGN_OR_RETURN(PipelineStepResult r, rank->TrainStep(Tokens(c, step)));
     std::lock_guard<std::mutex> lock(mu);
@@ -258,14 +261,15 @@ inline Result<RunResult> Pipeline(const PipelineRankConfig& c, int steps, StageM
 }
 
 /// `whole` (one process's gradients, GradKey(dp, d, name)) as DP rank d
-/// holds it with the experts split over ep x etp (tp 1, rank_groups.h): a
-/// bank whose shape in `got` differs takes DP rank d's experts along dim 0
-/// and its FFN slice along the other differing dim.
-inline Grads AsExpertShards(const Grads& whole, const Grads& got, int dp, int ep, int etp) {
+/// (CP rank `cp_rank` of `cp`) holds it with the experts split over ep x
+/// etp (tp 1, rank_groups.h): a bank whose shape in `got` differs takes the
+/// rank's experts along dim 0 and its FFN slice along the other differing dim.
+inline Grads AsExpertShards(const Grads& whole, const Grads& got, int dp, int ep, int etp, int cp = 1,
+                            int cp_rank = 0) {
   Grads out;
   for (const auto& [key, g] : whole) {
     const int d = dp > 1 ? std::stoi(key.substr(1, key.find('/') - 1)) : 0;
-    const int q = d % (ep * etp), ep_rank = q / etp, etp_rank = q % etp;
+    const int q = (d * cp + cp_rank) % (ep * etp), ep_rank = q / etp, etp_rank = q % etp;
     torch::Tensor want = g;
     if (const auto it = got.find(key); it != got.end())
       for (std::int64_t i = 0; i < g.dim(); ++i) {
@@ -293,6 +297,17 @@ inline Grads AsTensorParallel(const Grads& whole, const Grads& got, int dp, int 
           if (it->second.size(d) != g.size(d)) want = g.narrow(d, r * it->second.size(d), it->second.size(d));
       out[mine] = want;
     }
+  }
+  return out;
+}
+
+/// CP rank k's gradients of `got` (ComposedRank's keys), keyed as without CP.
+inline Grads OfContextRank(const Grads& got, int k) {
+  const std::string tag = "c" + std::to_string(k) + "/";
+  Grads out;
+  for (const auto& [key, g] : got) {
+    const std::size_t at = key.rfind('d', 0) == 0 ? key.find('/') + 1 : 0;
+    if (key.compare(at, tag.size(), tag) == 0) out[key.substr(0, at) + key.substr(at + tag.size())] = g;
   }
   return out;
 }
