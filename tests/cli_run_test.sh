@@ -65,7 +65,7 @@ check "--plan: the report sets the plan's prediction beside the run" bash -c "'$
 refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --steps 1
 
 refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp x cp x tp = 1 x 2 x 1 x 1" run --nproc 3 --dp 2 "${small[@]}" --steps 1
-refused "ep must divide dp" steps "--ep: ep x etp = 3 x 1 must divide dp x cp = 2 x 1" run --nproc 2 --ep 3 "${small[@]}" --steps 1
+refused "ep must divide dp" steps "--ep: ep x etp = 3 x 1 must divide tp x dp x cp = 1 x 2 x 1" run --nproc 2 --ep 3 "${small[@]}" --steps 1
 refused "a pipeline replica's batch below pp" steps "--batch: 4 sequences over dp 2 give each replica 2 (one per micro-batch), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
 refused "a cp whose 2 x cp chunks do not tile the sequence" steps "--cp: the sequence length 8 does not split into 2 x 3 = 6 equal chunks" \
   run --nproc 3 --cp 3 "${small[@]}" --steps 1
@@ -75,10 +75,12 @@ refused "sp with a sequence tp does not split" steps "--sequence-parallel: --tp 
   run --nproc 2 --tp 2 --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 9 --layers 3 --heads 2 --steps 1
 refused "etp that does not divide the expert FFN" steps "--etp: 3 does not divide the expert FFN width 32" \
   run --nproc 3 --etp 3 --model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 6 --seq-len 8 --layers 3 --heads 2 --steps 1
-refused "ep x etp must divide dp" steps "--etp: ep x etp = 2 x 2 must divide dp x cp = 2 x 1" run --nproc 2 --ep 2 --etp 2 "${small[@]}" --steps 1
-refused "tp with etp" steps "--tp: tensor parallelism with --etp is not supported yet" run --nproc 4 --tp 2 --etp 2 "${small[@]}" --steps 1
+refused "ep x etp must divide dp" steps "--etp: ep x etp = 2 x 2 must divide tp x dp x cp = 1 x 2 x 1" run --nproc 2 --ep 2 --etp 2 "${small[@]}" --steps 1
+refused "tp with etp without sp" steps "--sequence-parallel: --tp with --etp needs it on (each TP rank must route its own tokens)" \
+  run --nproc 4 --tp 2 --etp 2 --sequence-parallel off "${small[@]}" --steps 1
 refused "etp with lora" steps "--etp: splitting experts with --lora-rank is not supported yet" run --nproc 2 --etp 2 --lora-rank 4 "${small[@]}" --steps 1
-refused "tp with ep" steps "--tp: tensor parallelism with --ep is not supported yet" run --nproc 4 --tp 2 --ep 2 "${small[@]}" --steps 1
+refused "tp with ep without sp" steps "--sequence-parallel: --tp with --ep needs it on (each TP rank must route its own tokens)" \
+  run --nproc 4 --tp 2 --ep 2 --sequence-parallel off "${small[@]}" --steps 1
 refused "world is not pp x dp x tp" steps "--nproc: 3 ranks, but the layout needs pp x dp x cp x tp = 1 x 1 x 1 x 2" run --nproc 3 --dp 1 --tp 2 "${small[@]}" --steps 1
 refused "bad steps" steps "--steps: must be a positive integer, got 0" run --nproc 2 "${small[@]}" --steps 0
 refused "a model too large to build" steps "--model: kimi-k2.6 has 1.0" run --nproc 2 --model kimi-k2.6 --steps 1
@@ -226,6 +228,18 @@ check "ep 2 x etp 2: the progress line names the layout" grep -q "pp 1 dp 4 ep 2
 "$bin" run --nproc 4 --pp 2 --dp 2 --etp 2 "${tp[@]}" > /dev/null 2> pp_etp.err
 check "pp 2 x dp 2 x etp 2: exits 0" test $? -eq 0
 check "etp: 20 steps of each run within fp32 rounding of the single process" within_rounding tp.db 5 6 7
+
+# TP with EP and ETP (Megatron's MoE folding, sequence parallelism on): the
+# experts split over a stage's tp x dp ranks, each TP rank routing its own
+# sequence shard: tp 2 x ep 2 (dp 2), tp 2 x pp 2 x ep 2 (EP over the TP
+# pair) and tp 2 x pp 2 x dp 2 with ep 2 x etp 2 (8 ranks), 20 steps each.
+"$bin" run --nproc 4 --tp 2 --ep 2 "${tp[@]}" > /dev/null 2> tp_ep.err
+check "tp 2 x dp 2 x ep 2: exits 0" test $? -eq 0
+"$bin" run --nproc 4 --tp 2 --pp 2 --ep 2 "${tp[@]}" > /dev/null 2> tp_pp_ep.err
+check "tp 2 x pp 2 x ep 2: exits 0" test $? -eq 0
+"$bin" run --nproc 8 --tp 2 --pp 2 --dp 2 --ep 2 --etp 2 "${tp[@]}" > /dev/null 2> tp_ep_etp.err
+check "tp 2 x pp 2 x dp 2 with ep 2 x etp 2: exits 0" test $? -eq 0
+check "tp with ep: 20 steps of each run within fp32 rounding of the single process" within_rounding tp.db 8 9 10
 
 # Context parallelism (issue 16): each sequence of 16 split into 2 x cp
 # chunks (MLA's keys gathered, KDA's state and convolution halos passed

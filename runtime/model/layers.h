@@ -256,6 +256,7 @@ class MoeImpl : public ChannelMixer {
   /// the default); the bank must already hold only this rank's shards
   /// (expert_parallel.h: ShardExperts does both).
   void SetExpertParallel(const ExpertGroups& groups) { expert_groups_ = groups; }
+  bool experts_split() const { return expert_groups_.split(); }
   std::int64_t num_experts() const { return num_experts_; }
 
  private:

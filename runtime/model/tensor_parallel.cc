@@ -290,10 +290,19 @@ Result<TensorParallelSplit> ShardTensorParallel(StageModelImpl& model, Communica
     split.Merge("head.", part);
   }
   if (region.sequence_parallel()) {
-    // Everything left whole ran on this rank's tokens only.
+    // Everything left whole ran on this rank's tokens only, except the
+    // routed experts split over expert groups (EP or ETP with TP): their
+    // rows came from every rank of their block, TP ranks included, and
+    // their gradients are summed over expert-DP instead.
+    std::set<const c10::TensorImpl*> split_banks;
+    for (const auto& layer : model.layers())
+      if (layer->moe() != nullptr && layer->moe()->experts_split())
+        for (const torch::Tensor& p : layer->moe()->experts().parameters()) split_banks.insert(p.unsafeGetTensorImpl());
     std::set<std::string> listed(split.partial.begin(), split.partial.end());
     for (const auto& p : model.named_parameters())
-      if (split.shards.count(p.key()) == 0 && listed.count(p.key()) == 0) split.partial.push_back(p.key());
+      if (split.shards.count(p.key()) == 0 && listed.count(p.key()) == 0 &&
+          split_banks.count(p.value().unsafeGetTensorImpl()) == 0)
+        split.partial.push_back(p.key());
   }
   return split;
 }

@@ -31,7 +31,9 @@ Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) 
   for (const auto& [flag, v] : {std::pair{"--ep", l.ep}, {"--etp", l.etp}}) {
     if (v == 1) continue;
     const std::string f = flag;
-    if (l.tp > 1) return Status::InvalidArgument("--tp: tensor parallelism with " + f + " is not supported yet");
+    if (l.tp > 1 && !l.sequence_parallel)
+      return Status::InvalidArgument("--sequence-parallel: --tp with " + f +
+                                     " needs it on (each TP rank must route its own tokens)");
     if (c.model.moe.num_experts == 0) return Status::InvalidArgument(f + ": the model has no routed experts");
     if (c.lora.enabled())
       return Status::InvalidArgument(f + ": splitting experts with --lora-rank is not supported yet");
@@ -39,10 +41,10 @@ Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) 
   if (l.tp > 1 && c.lora.enabled())
     return Status::InvalidArgument("--tp: tensor parallelism with --lora-rank is not supported yet");
   KP_RETURN_IF_ERROR(CheckTensorParallelSplit(c.model, l.tp, l.sequence_parallel, c.seq_len / l.cp));
-  if ((l.dp * l.cp) % (l.ep * l.etp) != 0)
+  if ((l.tp * l.dp * l.cp) % (l.ep * l.etp) != 0)
     return Status::InvalidArgument(std::string(l.etp > 1 ? "--etp" : "--ep") + ": ep x etp = " + Str(l.ep) + " x " +
-                                   Str(l.etp) + " must divide dp x cp = " + Str(l.dp) + " x " + Str(l.cp) +
-                                   " (expert parallelism folds into data and context parallelism)");
+                                   Str(l.etp) + " must divide tp x dp x cp = " + Str(l.tp) + " x " + Str(l.dp) +
+                                   " x " + Str(l.cp) + " (Megatron's MoE folding)");
   if (l.ep > 1 && c.model.moe.num_experts % l.ep != 0)
     return Status::InvalidArgument("--ep: " + Str(l.ep) + " does not divide the model's " +
                                    Str(c.model.moe.num_experts) + " routed experts");

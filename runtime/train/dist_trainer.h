@@ -50,13 +50,13 @@ struct ParallelLayout {
 
 /// Checks the layout against the world size, the model and the batch; the
 /// message names the flag: --nproc (world != pp x dp x cp x tp), --ep (ep x
-/// etp must divide dp x cp; ep the routed experts), --cp (2 cp chunks of
+/// etp must divide tp x dp x cp; ep the routed experts; with tp only under
+/// sequence parallelism), --cp (2 cp chunks of
 /// the sequence, each as long as KDA's convolution reaches back; not with
 /// LoRA), --etp (must divide the expert
 /// FFN width), --batch (must split evenly over dp),
 /// --batch (a pipeline replica's b / dp sequences must be a multiple of pp),
-/// --tp / --sequence-parallel (CheckTensorParallelSplit; not with --ep or
-/// LoRA yet).
+/// --tp / --sequence-parallel (CheckTensorParallelSplit; not with LoRA yet).
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
 
 /// Per step, pipeline stage and direction ("forward" activations, "backward"

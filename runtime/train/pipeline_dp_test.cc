@@ -162,6 +162,29 @@ TEST(PipelineDpTest, ContextParallelStagesEqualOneProcess) {
   }
 }
 
+// TP with EP (Megatron's MoE folding; SP on): a stage's tp x dp ranks hold
+// the experts split in blocks of ep, here the TP pair (pp 2 x tp 2 x ep 2)
+// and with DP (pp 2 x dp 2 x tp 2 x ep 2: 8 ranks); each TP rank routes its
+// own sequence shard, and the experts' gradients are summed over expert-DP,
+// not over TP. Against the single-process reference: an expert shard (EP
+// rank = TP rank here) against its slice of the whole.
+TEST(PipelineDpTest, TensorParallelWithExpertParallelEqualsOneProcess) {
+  for (int dp : {1, 2}) {
+    const PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, false, dp);
+    const RunResult ref = Reference(c, kSteps, dp);
+    auto got = Pipeline(c, kSteps, {}, {.dp = dp, .ep = 2, .tp = 2, .sequence_parallel = true});
+    const std::string what = "pp2 x dp" + std::to_string(dp) + " x tp2 x ep2";
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
+    ExpectSameGrads(testing::AsTensorParallel(ref.grads, got->grads, dp, 2), got->grads, 2e-5, what);
+    for (const PipelineStepResult& r : got->step1) {
+      EXPECT_NEAR(r.loss, ref.losses[0], 1e-6 * ref.losses[0]) << what;
+      EXPECT_NEAR(r.grad_norm, ref.norms[0], 1e-5 * ref.norms[0]) << what;
+    }
+    for (int step = 0; step < kSteps; ++step)
+      EXPECT_NEAR(got->losses[step], ref.losses[step], 1e-5 * ref.losses[step]) << what << " step " << step + 1;
+  }
+}
+
 TEST(PipelineDpTest, BatchThatDoesNotSplitOverReplicasIsRefused) {
   PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::k1F1B, 2, 1, false, 2);
   c.microbatches = 3;  // 4 rows per replica
