@@ -174,15 +174,23 @@ Status LogStep(Store& store, std::int64_t run_id, const runtime::DistStepMetrics
   return store.AppendTraffic(rows);
 }
 
+std::string MegabyteList(const std::vector<double>& bytes) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1);
+  for (size_t r = 0; r < bytes.size(); ++r) o << (r ? ", " : "") << bytes[r] / 1e6 << " MB";
+  return o.str();
+}
+
 // The rank's steps after the run's row exists (rank 0) and its summary.
 Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const ParallelLayout& layout,
                  const runtime::Rendezvous& rv, runtime::DistTrainSession& session, Store* store,
                  const RunRecord& run, CliEnv& env) {
   const int log_every = vm["log-every"].as<int>();
-  std::vector<double> losses;
+  std::vector<double> losses, rank_peaks;
   while (session.step() < config.steps) {
     KP_ASSIGN_OR_RETURN(runtime::DistStepMetrics d, session.Step());
     losses.push_back(d.step.loss);
+    rank_peaks = d.rank_peak_memory_bytes;
     if (!store) continue;
     KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
     if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
@@ -191,12 +199,14 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
   if (!store) return Status::Ok();
   json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
                  {"backend", session.backend()}, {"layout", LayoutJson(layout)}, {"steps", config.steps},
-                 {"first_loss", losses.front()}, {"last_loss", losses.back()}};
+                 {"first_loss", losses.front()}, {"last_loss", losses.back()},
+                 {"peak_memory_bytes_by_rank", rank_peaks}};
   if (vm.count("json")) env.out << result.dump(2) << "\n";
   else
     env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
             << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over "
-            << config.steps << " steps\n";
+            << config.steps << " steps\n"
+            << "peak memory by rank: " << MegabyteList(rank_peaks) << "\n";
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #include "common/limits.h"
 #include "common/proc_file.h"
 #include "common/table.h"
+#include "runtime/comm/cpu_memory.h"
 #include "runtime/comm/environment.h"
 #include "runtime/model/runtime_config.h"
 #include "specs/param_count.h"
@@ -122,8 +123,11 @@ Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const Cl
 }
 
 void PrepareDevice(const runtime::TrainConfig& config, const CliEnv& env) {
-  if (config.deterministic && config.device.rfind("cuda", 0) == 0)
+  const bool cuda = config.device.rfind("cuda", 0) == 0;
+  if (config.deterministic && cuda)
     env.setenv(runtime::kDeterministicCublas.name, runtime::kDeterministicCublas.value);
+  // Before the model exists, so that its parameters are counted.
+  if (!cuda) runtime::InstallCpuMemoryCounter();
 }
 
 }  // namespace kp

@@ -49,7 +49,9 @@ Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const Cl
 
 /// Before anything touches the device: a deterministic run on CUDA has
 /// cuBLAS's workspace fixed (kDeterministicCublas, through env.setenv); any
-/// other run keeps cuBLAS's faster default.
+/// other run keeps cuBLAS's faster default. A CPU run counts its tensor
+/// bytes from here on (InstallCpuMemoryCounter), so its steps' peak memory
+/// is the bytes its tensors held, as on a GPU.
 void PrepareDevice(const runtime::TrainConfig& config, const CliEnv& env);
 
 }  // namespace kp

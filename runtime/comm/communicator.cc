@@ -15,6 +15,33 @@ Result<std::unique_ptr<PendingOp>> Communicator::StartBroadcast(torch::Tensor& t
   return std::unique_ptr<PendingOp>(new DoneOp());
 }
 
+Status AllReduceSumBuckets(const std::vector<torch::Tensor>& tensors, Communicator* c, int divisor,
+                           std::int64_t bucket_bytes) {
+  std::size_t i = 0;
+  while (i < tensors.size()) {
+    std::vector<torch::Tensor> bucket;
+    std::int64_t bytes = 0;
+    const auto dtype = tensors[i].scalar_type();
+    while (i < tensors.size() && tensors[i].scalar_type() == dtype &&
+           (bucket.empty() || bytes + static_cast<std::int64_t>(tensors[i].nbytes()) <= bucket_bytes)) {
+      bucket.push_back(tensors[i]);
+      bytes += static_cast<std::int64_t>(tensors[i].nbytes());
+      ++i;
+    }
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& t : bucket) flat.push_back(t.reshape(-1));
+    torch::Tensor buffer = torch::cat(flat);
+    if (c != nullptr && c->size() > 1) KP_RETURN_IF_ERROR(c->AllReduceSum(buffer));
+    if (divisor != 1) buffer.div_(divisor);
+    std::int64_t offset = 0;
+    for (torch::Tensor& t : bucket) {
+      t.copy_(buffer.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+  return Status::Ok();
+}
+
 // The sizes travel as an AllToAll of one int64 per pair, so every
 // Communicator (c10d, the in-process fake) gets this for free.
 Result<std::vector<std::int64_t>> AllToAllSizes(Communicator& c, const std::vector<std::int64_t>& sizes_in) {

@@ -78,6 +78,17 @@ class Communicator {
 /// an AllToAll: sizes_in[r] rows go to rank r; returns the rows to expect from each.
 Result<std::vector<std::int64_t>> AllToAllSizes(Communicator& c, const std::vector<std::int64_t>& sizes_in);
 
+/// The default bucket of AllReduceSumBuckets: Megatron-LM's and DDP's 25 MiB.
+inline constexpr std::int64_t kGradientBucketBytes = std::int64_t{25} << 20;
+
+/// Sums `tensors` over `c` (null or of one rank: no sum) in place, then
+/// divides them by `divisor`, bucket by bucket: consecutive tensors of one
+/// dtype flattened into one buffer of at most `bucket_bytes` (a larger tensor
+/// alone), so many small tensors cost few collectives and the copy held
+/// beside them is one bucket. IoError from the communicator.
+Status AllReduceSumBuckets(const std::vector<torch::Tensor>& tensors, Communicator* c, int divisor,
+                           std::int64_t bucket_bytes = kGradientBucketBytes);
+
 }  // namespace kp::runtime
 
 #endif  // KIMI_PLAN_RUNTIME_COMM_COMMUNICATOR_H_

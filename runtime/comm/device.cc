@@ -6,6 +6,7 @@
 #endif
 
 #include "common/proc_file.h"
+#include "runtime/comm/cpu_memory.h"
 
 namespace kp::runtime {
 
@@ -38,9 +39,12 @@ int ComputeCapabilityMajor(torch::Device device) {
 
 void ResetPeakMemory(torch::Device device) {
 #ifdef KIMI_PLAN_TORCH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+    return;
+  }
 #endif
-  (void)device;
+  if (device.is_cpu()) ResetCpuPeakBytes();
 }
 
 #ifdef KIMI_PLAN_TORCH_CUDA
@@ -65,7 +69,7 @@ double PeakMemoryBytes(torch::Device device, const FileSystem& fs) {
 #ifdef KIMI_PLAN_TORCH_CUDA
   if (device.is_cuda()) return static_cast<double>(AllocatedBytesStat(device).peak);
 #endif
-  (void)device;
+  if (CpuMemoryCounterInstalled()) return static_cast<double>(CpuPeakBytes());
   return ProcKilobytes(fs, "/proc/self/status", "VmHWM").value_or(0.0);
 }
 

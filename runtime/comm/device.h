@@ -24,9 +24,10 @@ Result<torch::Device> ParseDevice(const std::string& name);
 void UseDeterministicAlgorithms();
 
 /// The peak memory of this process on `device`: the CUDA caching
-/// allocator's peak allocated bytes on a GPU, the resident set's high-water
-/// mark (VmHWM in /proc/self/status, read through `fs`) on the CPU; 0 when
-/// unknown.
+/// allocator's peak allocated bytes on a GPU; on the CPU the counted tensor
+/// bytes' peak (cpu_memory.h) once the counter is installed, else the
+/// resident set's high-water mark (VmHWM in /proc/self/status, read through
+/// `fs`); 0 when unknown.
 double PeakMemoryBytes(torch::Device device, const FileSystem& fs);
 
 /// The major version of `device`'s CUDA compute capability (9: Hopper, 10:
@@ -37,8 +38,8 @@ int ComputeCapabilityMajor(torch::Device device);
 /// (live tensors); 0 on the CPU or in a build without CUDA.
 double AllocatedMemoryBytes(torch::Device device);
 
-/// Starts PeakMemoryBytes's GPU peak afresh (no effect on the CPU, whose
-/// high-water mark cannot be reset).
+/// Starts PeakMemoryBytes's peak afresh: the GPU's, or the CPU counter's
+/// (the resident set's high-water mark cannot be reset).
 void ResetPeakMemory(torch::Device device);
 
 }  // namespace kp::runtime

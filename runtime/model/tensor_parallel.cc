@@ -317,17 +317,9 @@ Status ReduceTensorParallelGradients(Communicator& tp, StageModelImpl& model, co
     const torch::Tensor* p = params.find(name);
     if (p != nullptr && p->grad().defined()) grads.push_back(p->grad());
   }
-  if (!grads.empty()) {
-    std::vector<torch::Tensor> flat;
-    for (const torch::Tensor& g : grads) flat.push_back(g.reshape({-1}));
-    torch::Tensor buffer = torch::cat(flat);
-    KP_RETURN_IF_ERROR(tp.AllReduceSum(buffer));
-    std::int64_t offset = 0;
-    for (torch::Tensor& g : grads) {
-      g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
-      offset += g.numel();
-    }
-  }
+  // In buckets: one buffer of every partial gradient (the experts' too when
+  // they are not split) would be a transient as large as they are.
+  KP_RETURN_IF_ERROR(AllReduceSumBuckets(grads, &tp, /*divisor=*/1));
   return sequence_parallel ? SumRouterLoads(model, &tp) : Status::Ok();
 }
 

@@ -8,34 +8,10 @@ namespace kp::runtime {
 
 namespace {
 
-// Sums the gradients of `params` over `group` bucket by bucket: consecutive
-// gradients of one dtype are flattened into one buffer, so a model of many
-// small tensors costs few collectives.
-Status AllReduceBuckets(const std::vector<torch::Tensor>& params, Communicator* group, int divisor,
-                        std::int64_t bucket_bytes) {
-  std::size_t i = 0;
-  while (i < params.size()) {
-    std::vector<torch::Tensor> bucket;
-    std::int64_t bytes = 0;
-    const auto dtype = params[i].grad().scalar_type();
-    while (i < params.size() && params[i].grad().scalar_type() == dtype &&
-           (bucket.empty() || bytes + params[i].grad().nbytes() <= static_cast<std::size_t>(bucket_bytes))) {
-      bucket.push_back(params[i].grad());
-      bytes += params[i].grad().nbytes();
-      ++i;
-    }
-    std::vector<torch::Tensor> flat;
-    for (const torch::Tensor& g : bucket) flat.push_back(g.reshape(-1));
-    torch::Tensor buffer = torch::cat(flat);
-    if (group != nullptr && group->size() > 1) KP_RETURN_IF_ERROR(group->AllReduceSum(buffer));
-    if (divisor != 1) buffer.div_(divisor);
-    std::int64_t offset = 0;
-    for (torch::Tensor& g : bucket) {
-      g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
-      offset += g.numel();
-    }
-  }
-  return Status::Ok();
+std::vector<torch::Tensor> GradientsOf(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : params) grads.push_back(p.grad());
+  return grads;
 }
 
 }  // namespace
@@ -62,8 +38,8 @@ Status AverageGradients(const SplitParameters& params, const ReplicaGroups& grou
       if (!p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::zeros_like(p);
     }
   }
-  KP_RETURN_IF_ERROR(AllReduceBuckets(params.dense, groups.dp, groups.dp_size, bucket_bytes));
-  return AllReduceBuckets(params.expert, groups.expert_dp, groups.dp_size, bucket_bytes);
+  KP_RETURN_IF_ERROR(AllReduceSumBuckets(GradientsOf(params.dense), groups.dp, groups.dp_size, bucket_bytes));
+  return AllReduceSumBuckets(GradientsOf(params.expert), groups.expert_dp, groups.dp_size, bucket_bytes);
 }
 
 Result<double> ClipGradientNorm(const std::vector<torch::Tensor>& trainable, const SplitParameters& params,

@@ -46,7 +46,7 @@ SplitParameters SplitByReplication(StageModelImpl& model, const std::vector<torc
 /// A parameter without a gradient gets zeros first, so every rank's buckets
 /// line up. IoError from the communicator.
 Status AverageGradients(const SplitParameters& params, const ReplicaGroups& groups,
-                        std::int64_t bucket_bytes = std::int64_t{25} << 20);
+                        std::int64_t bucket_bytes = kGradientBucketBytes);
 
 /// The global L2 norm of all gradients (the sharded experts' included, their
 /// squares summed over EP), then clip_grad_norm_'s scaling by

@@ -1,5 +1,7 @@
 #include "runtime/train/dist_trainer.h"
 
+#include <algorithm>
+
 #include "runtime/comm/c10d_communicator.h"
 #include "runtime/comm/device.h"
 #include "runtime/comm/rank_groups.h"
@@ -76,6 +78,7 @@ struct DistTrainSession::Impl {
   bool Pipelined() const { return layout.pp > 1 || layout.vp > 1; }
   Status BuildPipeline();
   Result<std::vector<TrafficRow>> GatherTraffic(const std::vector<PipelineTraffic>& mine);
+  Result<std::vector<double>> GatherPeaks(double mine);
   Result<DistStepMetrics> Step();
 };
 
@@ -123,13 +126,28 @@ Result<std::vector<TrafficRow>> DistTrainSession::Impl::GatherTraffic(const std:
   return rows;
 }
 
+// Each rank fills its own slot; a sum over the world completes the row.
+Result<std::vector<double>> DistTrainSession::Impl::GatherPeaks(double mine) {
+  torch::Tensor peaks = torch::zeros({world->size()}, torch::kDouble);
+  peaks[world->rank()] = mine;
+  peaks = peaks.to(device);
+  KP_RETURN_IF_ERROR(world->AllReduceSum(peaks));
+  peaks = peaks.cpu().contiguous();
+  const double* p = peaks.data_ptr<double>();
+  return std::vector<double>(p, p + peaks.numel());
+}
+
 Result<DistStepMetrics> DistTrainSession::Impl::Step() {
   // The whole batch is a pure function of (seed, step); each DP replica keeps its rows.
   const std::vector<std::int64_t> tokens = data->Batch(pipeline->step(), config.batch, config.seq_len + 1);
   KP_ASSIGN_OR_RETURN(const PipelineStepResult r, pipeline->TrainStep(tokens));
   DistStepMetrics out;
-  out.step = StepMetricsOf(r, config, PeakMemoryBytes(device, *fs));
   KP_ASSIGN_OR_RETURN(out.traffic, GatherTraffic(r.traffic));
+  // Read after the traffic's exchange, so that every rank's peak covers the
+  // same work.
+  KP_ASSIGN_OR_RETURN(out.rank_peak_memory_bytes, GatherPeaks(PeakMemoryBytes(device, *fs)));
+  out.step = StepMetricsOf(r, config,
+                           *std::max_element(out.rank_peak_memory_bytes.begin(), out.rank_peak_memory_bytes.end()));
   return out;
 }
 
@@ -161,6 +179,9 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());
   }
+  // The steps' peak is training's: building cuts this rank's shards out of
+  // the whole model, a transient the planner's figures leave out.
+  ResetPeakMemory(impl->device);
   return std::unique_ptr<DistTrainSession>(new DistTrainSession(std::move(impl)));
 }
 

@@ -71,6 +71,10 @@ struct TrafficRow {
 struct DistStepMetrics {
   StepMetrics step;                      ///< loss and grad norm are global (same on every rank)
   std::vector<TrafficRow> traffic;  ///< every stage's sends of one replica, the same on every rank; empty without a pipeline
+  /// Every rank's peak memory since the session was built (PeakMemoryBytes:
+  /// the model's construction is left out), in world-rank order, the same
+  /// on every rank; step.peak_memory_bytes is their largest.
+  std::vector<double> rank_peak_memory_bytes;
 };
 
 class DistTrainSession {

@@ -91,10 +91,15 @@ void Update(Bucket& b, const torch::optim::AdamWOptions& o, std::int64_t step, d
   at::_foreach_add_(b.exp_avg, b.grads, 1 - beta1);
   at::_foreach_mul_(b.exp_avg_sq, beta2);
   at::_foreach_addcmul_(b.exp_avg_sq, b.grads, b.grads, 1 - beta2);
-  std::vector<torch::Tensor> denom = at::_foreach_sqrt(b.exp_avg_sq);
-  at::_foreach_div_(denom, std::sqrt(bias_correction2));
-  at::_foreach_add_(denom, o.eps());
-  at::_foreach_addcdiv_(b.params, b.exp_avg, denom, -o.lr() / bias_correction1);
+  // One tensor's denominator at a time: a list of them would hold a fourth
+  // fp32 copy of the parameters at the step's peak. The same operations in
+  // the same order as the list form, so the same bits.
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    torch::Tensor denom = b.exp_avg_sq[i].sqrt();
+    denom.div_(std::sqrt(bias_correction2));
+    denom.add_(o.eps());
+    b.params[i].addcdiv_(b.exp_avg[i], denom, -o.lr() / bias_correction1);
+  }
   b = Bucket{};
 }
 
