@@ -42,6 +42,7 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "planner/step_time.h"
+#include "runtime/train/activation_profile_measure.h"
 #include "runtime/comm/device.h"
 #include "runtime/model/cuda_kernels.h"
 #include "runtime/model/model.h"
@@ -180,48 +181,33 @@ int PrintProfile(kp::runtime::TrainSession& session, const torch::Device& device
   return 0;
 }
 
-// One forward and backward of a fresh model (fp32 weights, no optimizer
-// state) piece by piece on `device`: the bytes each piece leaves allocated
-// are what it keeps for the backward (the tensors it returns are a small
-// part: one residual stream).
+// One forward and backward of a fresh model (fp32 weights, their gradients,
+// no optimizer state) piece by piece on `device`: the bytes each piece
+// leaves allocated are what it keeps for the backward (the tensors it
+// returns are a small part: one residual stream). The measurement is
+// `kimi-plan profile`'s (activation_profile_measure.h).
 int PrintMemoryTrace(const kp::ModelSpec& spec, const kp::runtime::ModelOptions& options, const Args& args,
                      const torch::Device& device) {
-  Result<std::shared_ptr<kp::runtime::StageModelImpl>> built = kp::runtime::BuildModel(spec, options);
-  if (!built.ok()) {
-    std::cerr << built.status().message() << "\n";
+  Result<kp::runtime::ActivationTrace> t =
+      kp::runtime::MeasureActivationProfile(spec, options, args.batch, args.seq_len, device.str());
+  if (!t.ok()) {
+    std::cerr << t.status().message() << "\n";
     return 2;
   }
-  kp::runtime::StageModelImpl& model = **built;
-  model.to(device);
-  model.train();
-  auto gb = [&] { return kp::runtime::AllocatedMemoryBytes(device) / 1e9; };
-  const torch::Tensor tokens =
-      torch::randint(spec.vocab, {args.batch, args.seq_len + 1}, torch::TensorOptions().dtype(torch::kLong).device(device));
-  Synchronize(device);
-  kp::runtime::ResetPeakMemory(device);
-  const double weights = gb();
-  std::printf("memory trace (GB allocated; fp32 weights, no optimizer state): weights %.2f\n", weights);
-  double before = gb();
-  kp::runtime::ResidualStream stream = model.Embed(tokens.narrow(1, 0, args.seq_len));
-  std::printf("  %-22s +%.3f\n", "embedding", gb() - before);
-  kp::runtime::ForwardContext ctx;
-  for (const auto& layer : model.layers()) {
-    before = gb();
-    stream = layer->forward(std::move(stream), ctx);
-    const int l = layer->index();
-    const std::string what = std::string(kp::AttentionKindName(spec.attention[l])) + (layer->moe() ? " + moe" : " + ffn");
-    std::printf("  layer %-2d %-13s +%.3f\n", l, what.c_str(), gb() - before);
+  const kp::ActivationProfile& p = t->profile;
+  const double tokens = p.tokens;
+  std::printf("memory trace (GB allocated; fp32 weights and gradients, no optimizer state): weights %.2f, gradients %.2f\n",
+              t->weights_bytes / 1e9, t->gradients_bytes / 1e9);
+  std::printf("  %-22s +%.3f\n", "embedding", p.embedding * tokens / 1e9);
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const std::string what =
+        std::string(kp::AttentionKindName(spec.attention[l])) + (spec.is_moe_layer(static_cast<int>(l)) ? " + moe" : " + ffn");
+    std::printf("  layer %-2zu %-13s +%.3f\n", l, what.c_str(), p.layers[l] * tokens / 1e9);
   }
-  before = gb();
-  const torch::Tensor loss = model.HeadLoss(stream, tokens.narrow(1, 1, args.seq_len));
-  Synchronize(device);
-  std::printf("  %-22s +%.3f\n", "head and loss", gb() - before);
-  const double forward_end = gb();
-  loss.backward();
-  Synchronize(device);
+  std::printf("  %-22s +%.3f\n", "head and loss", p.head * tokens / 1e9);
   std::printf("  forward end %.2f, peak %.2f (backward +%.2f over the forward's end), activations %.2f\n",
-              forward_end, kp::runtime::PeakMemoryBytes(device, kp::RealFileSystem()) / 1e9,
-              kp::runtime::PeakMemoryBytes(device, kp::RealFileSystem()) / 1e9 - forward_end, forward_end - weights);
+              t->forward_end_bytes / 1e9, t->peak_bytes / 1e9, p.backward * tokens / 1e9,
+              (t->forward_end_bytes - t->weights_bytes - t->gradients_bytes) / 1e9);
   return 0;
 }
 

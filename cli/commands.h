@@ -32,6 +32,7 @@ inline constexpr RuntimeCommandInfo kRuntimeCommands[] = {
     {"run", "train over several processes (c10d Gloo/NCCL): data and expert parallelism"},
     {"sdpo", "run the SDPO loop: rollout, feedback, self-teacher, training, weight sync"},
     {"calibrate", "measure this GPU's matrix products and copy bandwidth into a calibration table"},
+    {"profile", "measure what the runtime's layers keep for the backward: an activation profile for plan"},
 };
 
 /// Defined only in kp_cli_runtime (a build with LibTorch).
@@ -40,6 +41,8 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env);
 Status RunCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan sdpo`: the SDPO loop (docs/sdpo.md, "The loop").
 Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan profile`: the runtime's activation profile (docs/planner.md).
+Status ProfileCommand(const std::vector<std::string>& args, CliEnv& env);
 
 }  // namespace kp
 

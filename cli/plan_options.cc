@@ -46,6 +46,12 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("flash-attention", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("dtype", po::value<std::string>(), "bf16 | fp16")
+      ("state-precision", po::value<std::string>(),
+       "mixed | fp32: the actor's weights, gradients and optimizer per parameter: Megatron-LM's 2 + 4 + 12 bytes, or kimi-plan run's fp32 4 + 4 + 8 (default mixed)")
+      ("grad-bucket-mib", NumberFlag(0, 1 << 20),
+       "the copy the engine's gradient reduction holds, in MiB (kimi-plan run: 25; default 0, Megatron-LM's in-place buffer)")
+      ("activation-profile", po::value<std::string>(),
+       "price activations from this measured profile (kimi-plan profile) instead of Megatron-LM's terms")
       ("placement", po::value<std::string>(), "colocated | split (default colocated)")
       ("rollout-gpus", IntFlag(1, limits::kMaxClusterGpus), "with --placement split: GPUs of the rollout pool")
       ("gpu-memory-utilization", NumberFlag(0, 1, /*min_open=*/true), "the rollout engine's share of a colocated GPU (default 0.5)")
@@ -147,6 +153,12 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
     if (d != "bf16" && d != "fp16") return Status::InvalidArgument("--dtype: must be bf16 or fp16, got \"" + d + "\"");
     r.bf16 = d == "bf16";
   }
+  if (vm.count("state-precision")) {
+    const std::string s = vm["state-precision"].as<std::string>();
+    if (s != "mixed" && s != "fp32")
+      return Status::InvalidArgument("--state-precision: must be mixed or fp32, got \"" + s + "\"");
+    r.state_precision = s == "fp32" ? StatePrecision::kFp32 : StatePrecision::kMixed;
+  }
   if (vm.count("placement")) {
     const std::string p = vm["placement"].as<std::string>();
     if (p == "colocated") r.placement = Placement::kColocated;
@@ -232,6 +244,15 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   r.efficiency.gemm_from_table = !vm.count("matmul-efficiency");
   r.efficiency.comm_from_table = !vm.count("comm-efficiency");
   KP_ASSIGN_OR_RETURN(r.calibration, ResolveCalibration(vm, catalog, r.gpu.name));
+  if (vm.count("grad-bucket-mib")) r.gradient_bucket = Bytes(vm["grad-bucket-mib"].as<double>() * (1 << 20));
+  if (vm.count("activation-profile")) {
+    const std::string path = vm["activation-profile"].as<std::string>();
+    Result<std::string> text = env.fs.ReadFile(path);
+    if (!text.ok()) return text.status().WithContext("--activation-profile");
+    Result<ActivationProfile> profile = ParseActivationProfile(*text);
+    if (!profile.ok()) return Status::InvalidArgument("--activation-profile: " + path + ": " + profile.status().message());
+    r.activation_profile = std::make_shared<const ActivationProfile>(std::move(*profile));
+  }
   Override(vm, "dp-overlap", &r.efficiency.dp_overlap);
   Override(vm, "moe-imbalance", &r.efficiency.moe_imbalance);
   KP_RETURN_IF_ERROR(ApplyChoices(vm, r));

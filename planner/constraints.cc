@@ -54,6 +54,10 @@ Status ValidateRequest(const PlanRequest& r) {
     if (r.lora.rank <= 0) return Status::InvalidArgument("--lora-rank: must be a positive integer, got " + S(r.lora.rank));
     if (r.lora.alpha <= 0) return Status::InvalidArgument("--lora-alpha: must be > 0");
   }
+  if (r.activation_profile && r.activation_profile->layers.size() != static_cast<size_t>(r.model.layers))
+    return Status::InvalidArgument("--activation-profile: measured " + S(r.activation_profile->layers.size()) +
+                                   " layers of " + r.activation_profile->model + ", the model has " +
+                                   S(r.model.layers) + " (profile the same model: kimi-plan profile)");
   if (!(r.gpu_memory_utilization > 0 && r.gpu_memory_utilization < 1))
     return Status::InvalidArgument("--gpu-memory-utilization: must be in (0, 1)");
   if (r.placement == Placement::kSplit && (r.rollout_gpus <= 0 || r.rollout_gpus >= r.world()))

@@ -250,6 +250,13 @@ double GradBytesPerParam(const PlanRequest& req) { return req.bf16 ? kFp32 : kBf
 void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams& rp, RoleMemory& r) {
   const double dense_shards = req.distributed_optimizer ? double(p.dp) * p.cp : 1.0;
   const double expert_shards = req.distributed_optimizer ? double(p.edp()) : 1.0;
+  if (req.mode == TrainMode::kFull && req.state_precision == StatePrecision::kFp32) {
+    // The fp32 weights are the masters; the optimizer keeps the two moments.
+    r.weights = Bytes(kFp32 * (rp.dense + rp.expert));
+    r.grads = Bytes(kFp32 * (rp.dense + rp.expert));
+    r.optimizer = Bytes(2 * kFp32 * (rp.dense / dense_shards + rp.expert / expert_shards));
+    return;
+  }
   if (req.mode == TrainMode::kFull) {
     r.weights = Bytes(kBf16 * (rp.dense + rp.expert));
     r.grads = Bytes(GradBytesPerParam(req) * (rp.dense + rp.expert));
@@ -266,7 +273,9 @@ void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams&
 
 // LayerActivationBytes of one request and plan by layer and recompute,
 // each layer shape priced once: a layer's bytes depend on its attention
-// kind and whether it is a MoE layer, nothing else of the layer.
+// kind and whether it is a MoE layer, nothing else of the layer. With an
+// activation profile, a layer's measured bytes shrink as its Megatron-LM
+// terms do from the measured setting (one rank, no recompute) to the plan's.
 class LayerBytes {
  public:
   LayerBytes(const PlanRequest& req, const ParallelPlan& p) : req_(req), p_(p) {}
@@ -274,17 +283,29 @@ class LayerBytes {
     const ModelSpec& m = req_.model;
     const int shape = static_cast<int>(m.attention[layer]) * 2 + (m.is_moe_layer(layer) ? 1 : 0);
     std::optional<Bytes>& slot = memo_[shape * 3 + static_cast<int>(r)];
-    if (!slot)
-      slot = LayerActivationBytes(m, layer, req_.seq_length(), req_.micro_batch, p_, req_.sequence_parallel, r,
-                                  req_.flash_attention, req_.efficiency.moe_imbalance);
-    return *slot;
+    if (!slot) slot = Terms(layer, p_, req_.sequence_parallel, r);
+    if (!req_.activation_profile) return *slot;
+    std::optional<Bytes>& one = memo_one_rank_[shape];
+    if (!one) one = Terms(layer, ParallelPlan{}, /*sequence_parallel=*/false, Recompute::kNone);
+    const double measured = req_.activation_profile->layers[layer] * req_.seq_length() * req_.micro_batch;
+    return Bytes(measured * (*slot / *one));
   }
 
  private:
+  Bytes Terms(int layer, const ParallelPlan& p, bool sp, Recompute r) const {
+    return LayerActivationBytes(req_.model, layer, req_.seq_length(), req_.micro_batch, p, sp, r,
+                                req_.flash_attention, req_.efficiency.moe_imbalance);
+  }
   const PlanRequest& req_;
   const ParallelPlan& p_;
   std::optional<Bytes> memo_[3 * 2 * 3];  // attention kinds x MoE or not x recompute settings
+  std::optional<Bytes> memo_one_rank_[3 * 2];
 };
+
+// The bytes of one activation: the profile's dtype, else bf16.
+double ActivationBytes(const PlanRequest& req) {
+  return req.activation_profile && req.activation_profile->dtype == "fp32" ? kFp32 : kBf16;
+}
 
 Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st, LayerBytes& layer) {
   const ModelSpec& m = req.model;
@@ -297,8 +318,14 @@ Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const Stage
     bytes += layer(l, LayerRecompute(req, index)).value();
   }
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
-  const double column = kBf16 * m.hidden * tokens / (req.sequence_parallel ? p.tp : 1);
-  bytes += AttnResStackColumns(m, st) * column;
+  const double column = ActivationBytes(req) * m.hidden * tokens / (req.sequence_parallel ? p.tp : 1);
+  if (!req.activation_profile) return Bytes(bytes + AttnResStackColumns(m, st) * column);
+  // A measured layer's bytes hold the stack columns it makes; a stage adds
+  // the columns it receives, the first stage the embedding's output.
+  const int S = m.attn_res_block;
+  const int received = S > 0 ? (st.first_layer + S - 1) / S : 0;
+  bytes += received * column;
+  if (st.first_layer == 0) bytes += req.activation_profile->embedding * tokens / (req.sequence_parallel ? p.tp : 1);
   return Bytes(bytes);
 }
 
@@ -321,6 +348,11 @@ Bytes StageWorkingSet(const PlanRequest& req, const StageLayers& st, LayerBytes&
 
 }  // namespace
 
+Bytes LayerActivationBytesOf(const PlanRequest& req, const ParallelPlan& p, int layer) {
+  LayerBytes bytes(req, p);
+  return bytes(layer, req.recompute);
+}
+
 Bytes StageActivationBytes(const PlanRequest& req, const ParallelPlan& p, const StageLayers& st) {
   LayerBytes layer(req, p);
   return StageActivation(req, p, st, layer);
@@ -338,6 +370,8 @@ namespace {
 
 Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
+  // Measured: the head and the loss split by vocabulary over TP.
+  if (req.activation_profile) return Bytes(req.activation_profile->head * tokens / p.tp);
   // fp32 logits for the vocabulary-parallel cross entropy and their bf16 gradient.
   return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
 }
@@ -383,6 +417,12 @@ RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const Stag
     r.activations += working;
     if (details) r.details.push_back({"recompute working set", working});
   }
+  if (req.activation_profile) {
+    const double tokens = double(req.seq_length()) * req.micro_batch / (double(p.cp) * p.tp);
+    const Bytes backward(req.activation_profile->backward * tokens);
+    r.activations += backward;
+    if (details) r.details.push_back({"backward working set (measured)", backward});
+  }
   if (has_head) {
     const Bytes logits = LogitsBytes(req, p);
     r.activations += logits;
@@ -390,6 +430,14 @@ RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const Stag
   }
   const Bytes dispatch = DispatchBuffers(req, p);
   r.other = dispatch + kRuntimeReserve;
+  // The reduction runs once the backward has freed the activations: it
+  // raises the peak only by what its bucket holds beyond them.
+  const Bytes bucket = p.tp * p.dp * p.cp > 1 ? std::min(req.gradient_bucket, r.grads) : Bytes(0);
+  if (bucket > r.activations + dispatch) {
+    const Bytes beyond = bucket - r.activations - dispatch;
+    r.other += beyond;
+    if (details) r.details.push_back({"gradient bucket beyond the activations", beyond});
+  }
   if (details && dispatch.value() > 0) r.details.push_back({"MoE dispatch buffers", dispatch});
   if (details) r.details.push_back({"CUDA/NCCL reserve", kRuntimeReserve});
   r.capacity = req.gpu.memory;
@@ -514,6 +562,7 @@ MemoryReport EstimateMemory(const PlanRequest& req, const ParallelPlan& p, const
   Bytes actor_total, reference_total;
   for (int rank = 0; rank < p.pp; ++rank) {
     const Bytes a = ActorOnRank(req, p, split, params[rank], rank, layer, false).total();
+    out.actor_by_rank.push_back(a);
     if (rank == 0 || a > actor_total) {
       actor_total = a;
       worst_actor = rank;

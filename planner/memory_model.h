@@ -34,6 +34,7 @@ struct PhasePeaks {
 
 struct MemoryReport {
   RoleMemory actor, reference, rollout;
+  std::vector<Bytes> actor_by_rank;  ///< the actor's total on each pipeline rank, rank 0 first
   PhasePeaks phases;               ///< colocated only
   Bytes rollout_kv_per_sequence;   ///< KV cache of one full-length sequence
   double rollout_concurrency = 0;  ///< full-length sequences the KV budget holds per engine
@@ -63,6 +64,13 @@ LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int e
 Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_batch,
                            const ParallelPlan& p, bool sequence_parallel, Recompute r,
                            bool flash, double moe_imbalance);
+
+/// One decoder layer's activation bytes for one micro-batch of `req` on a
+/// rank of `p` under req.recompute: LayerActivationBytes, or, with
+/// req.activation_profile, that layer's measured bytes per token times the
+/// micro-batch's tokens, shrunk as LayerActivationBytes shrinks from one
+/// rank without recomputation to `p` and req's setting.
+Bytes LayerActivationBytesOf(const PlanRequest& req, const ParallelPlan& p, int layer);
 
 /// What one micro-batch leaves stored in one stage (a pipeline chunk)
 /// between its forward and its backward under req's recompute setting: per

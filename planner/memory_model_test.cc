@@ -183,13 +183,19 @@ TEST(MemoryModelTest, LoraOfOneLinearIsRankTimesInPlusOut) {
 
 // Mixed-precision Adam: 2 bytes of weights, 4 of fp32 gradients and 12 of
 // optimizer state per parameter; the distributed optimizer shards the 12.
-TEST(MemoryModelTest, FullFineTuningStatesPerParameter) {
+// A 4-layer GPT on four H100s, dp 4.
+PlanRequest GptOnFourGpus() {
   PlanRequest r;
   r.model = Gpt(4, 1024, 16, 32000);
   r.gpu = testing::Gpu("h100");
   r.nodes = 1;
   r.gpus_per_node = 4;
   r.plan.dp = 4;
+  return r;
+}
+
+TEST(MemoryModelTest, FullFineTuningStatesPerParameter) {
+  PlanRequest r = GptOnFourGpus();
   r.distributed_optimizer = false;
   const ParamCount pc = CountParams(r.model);
   auto split = EvenSplit(4, 1);
@@ -257,6 +263,68 @@ TEST(MemoryModelTest, KdaStateIsFixedPerSequence) {
   const double long_kv = EstimateMemory(r, r.plan, *split, pc).rollout_kv_per_sequence.value();
   // Only the 24 MLA layers grow with length.
   EXPECT_DOUBLE_EQ(long_kv - short_kv, 24.0 * 1000 * 2 * (512 + 64));
+}
+
+TEST(MemoryModelTest, Fp32StatesAreTheRuntimesSixteenBytesPerParameter) {
+  PlanRequest r = GptOnFourGpus();
+  r.state_precision = StatePrecision::kFp32;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(4, 1);
+  ASSERT_TRUE(split.ok());
+  r.distributed_optimizer = false;
+  MemoryReport m = EstimateMemory(r, r.plan, *split, pc);
+  // fp32 weights (the masters), fp32 gradients, AdamW's two fp32 moments.
+  EXPECT_DOUBLE_EQ(m.actor.weights.value(), 4 * pc.total);
+  EXPECT_DOUBLE_EQ(m.actor.grads.value(), 4 * pc.total);
+  EXPECT_DOUBLE_EQ(m.actor.optimizer.value(), 8 * pc.total);
+  r.distributed_optimizer = true;
+  m = EstimateMemory(r, r.plan, *split, pc);
+  EXPECT_DOUBLE_EQ(m.actor.optimizer.value(), 8 * pc.total / 4);
+}
+
+TEST(MemoryModelTest, GradientBucketRaisesThePeakOnlyBeyondTheActivations) {
+  PlanRequest r = GptOnFourGpus();
+  r.prompt_length = 8;
+  r.response_length = 0;
+  r.global_batch = 4;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(4, 1);
+  ASSERT_TRUE(split.ok());
+  const MemoryReport none = EstimateMemory(r, r.plan, *split, pc);
+  r.gradient_bucket = Bytes(25.0 * (1 << 20));
+  const MemoryReport bucket = EstimateMemory(r, r.plan, *split, pc);
+  ASSERT_LT(none.actor.activations, r.gradient_bucket);
+  EXPECT_DOUBLE_EQ((bucket.actor.other - none.actor.other).value(),
+                   (r.gradient_bucket - none.actor.activations).value());
+  // Without a reduction (one rank) there is no bucket.
+  r.plan.dp = 1;
+  r.gpus_per_node = 1;
+  EXPECT_EQ(EstimateMemory(r, r.plan, *split, pc).actor.other, none.actor.other);
+}
+
+TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
+  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h200", 1);
+  r.prompt_length = 16;
+  r.response_length = 0;
+  r.global_batch = 1;
+  r.rollout_n = 1;
+  r.recompute = Recompute::kNone;
+  auto profile = std::make_shared<ActivationProfile>();
+  profile->dtype = "fp32";
+  profile->layers.assign(r.model.layers, 0.0);
+  profile->layers[3] = 1000;  // an MLA + MoE layer, bytes per token
+  r.activation_profile = profile;
+  const int tokens = 16;
+  // One rank: the measured bytes themselves.
+  ParallelPlan one;
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens);
+  // TP 2 with SP: shrunk as the layer's Megatron-LM terms shrink.
+  ParallelPlan tp2;
+  tp2.tp = 2;
+  const double shrink = LayerActivationBytes(r.model, 3, tokens, 1, tp2, true, Recompute::kNone, true, 1.2) /
+                        LayerActivationBytes(r.model, 3, tokens, 1, one, false, Recompute::kNone, true, 1.2);
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, tp2, 3).value(), 1000.0 * tokens * shrink);
+  EXPECT_LT(shrink, 0.6);
 }
 
 }  // namespace

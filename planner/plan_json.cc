@@ -38,6 +38,10 @@ json RequestToJson(const PlanRequest& r) {
       {"p2p", r.send_mode ? json(SendModeName(*r.send_mode)) : json(nullptr)},
       {"sequence_parallel", r.sequence_parallel}, {"distributed_optimizer", r.distributed_optimizer},
       {"dtype", r.bf16 ? "bf16" : "fp16"}, {"flash_attention", r.flash_attention},
+      {"state_precision", StatePrecisionName(r.state_precision)},
+      {"gradient_bucket_bytes", r.gradient_bucket.value()},
+      {"activation_profile",
+       r.activation_profile ? json::parse(ActivationProfileToJson(*r.activation_profile)) : json(nullptr)},
       {"placement", r.placement == Placement::kColocated ? "colocated" : "split"},
       {"rollout_gpus", r.rollout_gpus}, {"gpu_memory_utilization", r.gpu_memory_utilization},
       {"efficiency", {{"matmul", r.efficiency.matmul}, {"comm", r.efficiency.comm},
@@ -93,6 +97,14 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     r.distributed_optimizer = j.at("distributed_optimizer");
     r.bf16 = j.at("dtype") == "bf16";
     r.flash_attention = j.at("flash_attention");
+    // Records from before these fields priced Megatron-LM's states and activations.
+    r.state_precision =
+        j.value("state_precision", std::string("mixed")) == "fp32" ? StatePrecision::kFp32 : StatePrecision::kMixed;
+    r.gradient_bucket = Bytes(j.value("gradient_bucket_bytes", 0.0));
+    if (j.contains("activation_profile") && !j.at("activation_profile").is_null()) {
+      KP_ASSIGN_OR_RETURN(ActivationProfile a, ParseActivationProfile(j.at("activation_profile").dump()));
+      r.activation_profile = std::make_shared<const ActivationProfile>(std::move(a));
+    }
     r.placement = j.at("placement") == "split" ? Placement::kSplit : Placement::kColocated;
     r.rollout_gpus = j.at("rollout_gpus");
     r.gpu_memory_utilization = j.at("gpu_memory_utilization");
@@ -129,6 +141,12 @@ json RoleToJson(const RoleMemory& m) {
           {"details", details}};
 }
 
+json BytesList(const std::vector<Bytes>& v) {
+  json out = json::array();
+  for (const Bytes& b : v) out.push_back(b.value());
+  return out;
+}
+
 }  // namespace
 
 json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEvaluation& e) {
@@ -157,6 +175,7 @@ json EvaluationToJson(const PlanRequest& req, const ParamCount& pc, const PlanEv
       {"cluster", {{"gpu", req.gpu.name}, {"nodes", req.nodes}, {"gpus_per_node", req.gpus_per_node},
                    {"world", req.world()}, {"actor_gpus", req.actor_gpus()}}},
       {"memory", {{"actor", RoleToJson(e.memory.actor)},
+                  {"actor_by_pipeline_rank_bytes", BytesList(e.memory.actor_by_rank)},
                   {"reference", RoleToJson(e.memory.reference)},
                   {"rollout", RoleToJson(e.memory.rollout)}}},
       {"phases", phases},

@@ -11,6 +11,8 @@ const char* RecomputeName(Recompute r) {
   return "?";
 }
 
+const char* StatePrecisionName(StatePrecision p) { return p == StatePrecision::kFp32 ? "fp32" : "mixed"; }
+
 const char* RecomputeMethodName(RecomputeMethod m) {
   return m == RecomputeMethod::kUniform ? "uniform" : "block";
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "specs/activation_profile.h"
 #include "specs/calibration.h"
 #include "specs/gpu_spec.h"
 #include "specs/model_spec.h"
@@ -45,6 +46,12 @@ enum class Recompute { kNone, kSelective, kFull };
 /// their inputs, and keeps every activation of the rest.
 enum class RecomputeMethod { kUniform, kBlock };
 enum class Placement { kColocated, kSplit };
+/// How the actor keeps each trained parameter (full fine-tuning), in bytes
+/// per parameter as weights + gradients + optimizer.
+enum class StatePrecision {
+  kMixed,  ///< Megatron-LM's bf16: bf16 weights, fp32 gradients, fp32 master and two moments (2 + 4 + 12)
+  kFp32,   ///< kimi-plan's runtime: fp32 weights that are the masters, fp32 gradients, two fp32 moments (4 + 4 + 8)
+};
 
 /// LoRA adapters over a frozen base. The default targets, attention
 /// projections and routed experts, are the ones whose sizes reproduce the
@@ -97,6 +104,14 @@ struct PlanRequest {
   bool distributed_optimizer = true;
   bool bf16 = true;            ///< false: fp16 (same sizes, fp16 peak)
   bool flash_attention = true; ///< false: eager attention stores the s x s scores
+  StatePrecision state_precision = StatePrecision::kMixed;
+  /// A copy the engine's gradient reduction (TP partial sums, DP) holds
+  /// beside the gradients after the backward: kimi-plan run flattens 25 MiB
+  /// buckets; 0: Megatron-LM reduces its contiguous gradient buffer in place.
+  Bytes gradient_bucket;
+  /// What the engine's layers keep for the backward, measured (kimi-plan
+  /// profile); null: Megatron-LM's per-layer terms (LayerActivationBytes).
+  std::shared_ptr<const ActivationProfile> activation_profile;
   Placement placement = Placement::kColocated;
   int rollout_gpus = 0;        ///< split placement: GPUs of the rollout pool
   double gpu_memory_utilization = 0.5;  ///< the rollout engine's share (vLLM)
@@ -122,6 +137,7 @@ struct PlanRequest {
 };
 
 const char* RecomputeName(Recompute r);
+const char* StatePrecisionName(StatePrecision p);
 const char* RecomputeMethodName(RecomputeMethod m);
 /// The setting as one word or phrase: "none", "selective", "full" (uniform
 /// groups of one layer), "full uniform N" or "full block N".

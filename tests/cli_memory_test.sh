@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The planner's memory per rank against what `kimi-plan run` allocates, on
+# kimi-k3-debug (fp32, 16-token sequences, one sequence per micro-batch)
+# over Gloo processes: `kimi-plan profile` measures what each layer keeps for
+# the backward on one process; `kimi-plan plan` prices every layout from it
+# with the runtime's fp32 states (--state-precision fp32, no distributed
+# optimizer) and its 25 MiB gradient buckets; every rank's measured peak
+# (the counting CPU allocator's, after the model is built) must be within
+# 10% of the planner's figure for its pipeline rank less the CUDA/NCCL
+# reserve, over PP, interleaved PP, TP with SP, EP, ETP, CP and their
+# compositions up to 8 ranks. Bad profile input is one line and exit 2.
+set -u
+bin="$1"
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/test_lib.sh"
+scratch_dir
+
+model=(--model kimi-k3-debug --seq-len 16)
+check "profile: one forward and backward measured" "$bin" profile "${model[@]}" --batch 1 --out profile.json
+check "profile: a figure for each of the 17 layers" python3 -c "
+import json; p = json.load(open('profile.json'))
+assert len(p['layers']) == 17 and min(p['layers']) > 0 and p['tokens'] == 16, p"
+
+# layout: nproc schedule vp pp dp tp cp ep etp micro-batches-per-replica
+compare() {
+  local name="$1" n="$2" sched="$3" vp="$4" pp="$5" dp="$6" tp="$7" cp="$8" ep="$9" etp="${10}" mb="${11}"
+  local lay=(--schedule "$sched" --vp "$vp" --pp "$pp" --dp "$dp" --tp "$tp" --cp "$cp" --ep "$ep" --etp "$etp")
+  local batch=$((dp * mb))
+  "$bin" run --nproc "$n" "${lay[@]}" "${model[@]}" --batch "$batch" --steps 2 --db run.db --json > "run-$name.json" 2> "run-$name.err"
+  "$bin" plan "${lay[@]}" "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node "$n" --global-batch "$batch" \
+    --micro-batch 1 --rollout-n 1 --recompute none --distributed-optimizer off --state-precision fp32 \
+    --grad-bucket-mib 25 --activation-profile profile.json --db plan.db --json > "plan-$name.json" 2> "plan-$name.err"
+  check "memory $name: every rank's peak within 10% of the plan" python3 - "$name" "$((dp * tp * cp))" <<'PY'
+import json, sys
+name, per_stage = sys.argv[1], int(sys.argv[2])
+measured = json.load(open(f"run-{name}.json"))["peak_memory_bytes_by_rank"]
+plan = json.load(open(f"plan-{name}.json"))["memory"]
+reserve = plan["actor"]["details"]["CUDA/NCCL reserve"]
+predicted = [b - reserve for b in plan["actor_by_pipeline_rank_bytes"]]
+for rank, got in enumerate(measured):
+    want = predicted[rank // per_stage]  # rank = ((p dp + d) cp + c) tp + t
+    ratio = got / want
+    print(f"{name} rank {rank}: measured {got / 1e6:.1f} MB, planned {want / 1e6:.1f} MB, ratio {ratio:.3f}")
+    assert 0.9 <= ratio <= 1.1, (rank, got, want)
+PY
+}
+
+compare one       1 1f1b 1 1 1 1 1 1 1 1
+compare pp2       2 1f1b 1 2 1 1 1 1 1 2
+compare pp2-m4    2 1f1b 1 2 1 1 1 1 1 4
+compare pp2-vp2   2 interleaved-1f1b 2 2 1 1 1 1 1 4
+compare tp2       2 1f1b 1 1 1 2 1 1 1 1
+compare ep2       2 1f1b 1 1 2 1 1 2 1 1
+compare etp2      2 1f1b 1 1 2 1 1 1 2 1
+compare cp2       2 1f1b 1 1 1 1 2 1 1 1
+compare tp2-cp2   4 1f1b 1 1 1 2 2 1 1 1
+compare pp2-tp2   4 1f1b 1 2 1 2 1 1 1 2
+compare pp2-dp2-ep2 4 1f1b 1 2 2 1 1 2 1 2
+compare dp4-ep2-etp2 4 1f1b 1 1 4 1 1 2 2 1
+compare pp2-dp2-tp2 8 1f1b 1 2 2 2 1 1 1 2
+
+# Bad input: one line naming the flag, exit 2.
+echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json
+refused "profile missing fields" plans "--activation-profile: partial.json: model: required field is missing" \
+  plan "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node 1 --activation-profile partial.json
+refused "profile of another model" plans "--activation-profile: measured 17 layers of kimi-k3-debug, the model has 61" \
+  plan --model deepseek-v3 --gpu h200 --nodes 1 --gpus-per-node 1 --activation-profile profile.json
+refused "state precision" plans "--state-precision: must be mixed or fp32" \
+  plan "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node 1 --state-precision fp8
+refused "profile without --out" plans "--out: required" profile "${model[@]}"
+finish cli_memory
