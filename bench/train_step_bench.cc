@@ -7,8 +7,8 @@
 //
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
-//       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1] [--dry-run]
-//       [--dump-dir DIR]
+//       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
+//       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
 // products and decode, the grouped expert GEMM): the A/B switch. --profile N
@@ -63,9 +63,10 @@ struct Args {
   std::string shape;
   int batch = 16, seq_len = 1024, warmup = 3, steps = 10, kda_chunk = 16, fused = 1, profile = 0;
   std::string device = "cuda", dtype = "bf16", dump_dir;
+  std::string profile_out;  // with --memory-trace: the activation profile `kimi-plan plan` reads
   double peak_tflops = 0;  // 0: measure
   bool dry_run = false;
-  bool memory_trace = false;
+  int memory_trace = 0;  // 1: after the timed steps; 2: alone, no training (a model too large to train here)
 };
 
 Result<Args> ParseArgs(int argc, char** argv) {
@@ -81,11 +82,12 @@ Result<Args> ParseArgs(int argc, char** argv) {
       else if (k == "kda-chunk") a.kda_chunk = std::stoi(v);
       else if (k == "fused") a.fused = std::stoi(v);
       else if (k == "profile") a.profile = std::stoi(v);
-      else if (k == "memory-trace") a.memory_trace = std::stoi(v) != 0;
+      else if (k == "memory-trace") a.memory_trace = std::stoi(v);
       else if (k == "device") a.device = v;
       else if (k == "dtype") a.dtype = v;
       else if (k == "peak-tflops") a.peak_tflops = std::stod(v);
       else if (k == "dump-dir") a.dump_dir = v;
+      else if (k == "profile-out") a.profile_out = v;
       else return Status::InvalidArgument("unknown option --" + k);
     }
   } catch (const std::exception&) {
@@ -95,6 +97,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
   if (a.batch <= 0 || a.seq_len <= 0 || a.steps <= 0 || a.warmup < 0 || a.profile < 0)
     return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup and --profile >= 0");
   if (a.fused != 0 && a.fused != 1) return Status::InvalidArgument("--fused: must be 0 or 1");
+  if (a.memory_trace < 0 || a.memory_trace > 2) return Status::InvalidArgument("--memory-trace: must be 0, 1 or 2");
   return a;
 }
 
@@ -195,6 +198,7 @@ int PrintMemoryTrace(const kp::ModelSpec& spec, const kp::runtime::ModelOptions&
     return 2;
   }
   const kp::ActivationProfile& p = t->profile;
+  if (!args.profile_out.empty()) std::ofstream(args.profile_out) << kp::ActivationProfileToJson(p);
   const double tokens = p.tokens;
   std::printf("memory trace (GB allocated; fp32 weights and gradients, no optimizer state): weights %.2f, gradients %.2f\n",
               t->weights_bytes / 1e9, t->gradients_bytes / 1e9);
@@ -202,9 +206,11 @@ int PrintMemoryTrace(const kp::ModelSpec& spec, const kp::runtime::ModelOptions&
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const std::string what =
         std::string(kp::AttentionKindName(spec.attention[l])) + (spec.is_moe_layer(static_cast<int>(l)) ? " + moe" : " + ffn");
-    std::printf("  layer %-2zu %-13s +%.3f\n", l, what.c_str(), p.layers[l] * tokens / 1e9);
+    std::printf("  layer %-2zu %-13s +%.3f (fixed %.3f)\n", l, what.c_str(),
+                (p.layers_fixed[l] + p.layers[l] * tokens) / 1e9, p.layers_fixed[l] / 1e9);
   }
-  std::printf("  %-22s +%.3f\n", "head and loss", p.head * tokens / 1e9);
+  std::printf("  %-22s +%.3f (fixed %.3f)\n", "head and loss", (p.head_fixed + p.head * tokens) / 1e9,
+              p.head_fixed / 1e9);
   std::printf("  forward end %.2f, peak %.2f (backward +%.2f over the forward's end), activations %.2f\n",
               t->forward_end_bytes / 1e9, t->peak_bytes / 1e9, p.backward * tokens / 1e9,
               (t->forward_end_bytes - t->weights_bytes - t->gradients_bytes) / 1e9);
@@ -274,6 +280,7 @@ int Run(const Args& args) {
   config.deterministic = false;  // the Python reference runs with PyTorch's defaults too
   config.device = args.device;
   const torch::Device device(args.device);
+  if (args.memory_trace == 2) return PrintMemoryTrace(spec, config.options, args, device);
 
   double peak = args.peak_tflops;
   if (peak <= 0 && device.is_cuda()) peak = MeasureMatmulPeak(device);

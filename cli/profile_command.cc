@@ -23,9 +23,10 @@ namespace {
 
 po::options_description ProfileOptions() {
   po::options_description desc("kimi-plan profile [options]\n\n"
-                               "Runs one forward and backward of one micro-batch through the runtime's model\n"
-                               "and writes the bytes per token each layer keeps for the backward (an activation\n"
-                               "profile, docs/planner.md) to --out for `kimi-plan plan --activation-profile`.\n"
+                               "Runs a forward and backward of --batch and of 2 x --batch sequences through the\n"
+                               "runtime's model and writes what each layer keeps for the backward, per token and\n"
+                               "per micro-batch (an activation profile, docs/planner.md) to --out for\n"
+                               "`kimi-plan plan --activation-profile`.\n"
                                "Options");
   desc.add_options()("help,h", "this text")
       ("out", po::value<std::string>(), "write the profile (JSON) to this file (required)")
@@ -48,14 +49,15 @@ void PrintProfile(const runtime::ActivationTrace& t, const std::string& out, con
   const ActivationProfile& p = t.profile;
   env.out << "activation profile of " << p.model << " on " << p.device << " (" << p.dtype << ", " << p.tokens
           << " tokens) -> " << out << "\n\n";
-  Table table({"piece", "bytes per token", "MB for the micro-batch"});
-  auto row = [&](const std::string& what, double per_token) {
-    table.AddRow({what, PerToken(per_token), FormatFixed(per_token * p.tokens / 1e6, 2)});
+  Table table({"piece", "bytes per token", "fixed MB", "MB for the micro-batch"});
+  auto row = [&](const std::string& what, double per_token, double fixed) {
+    table.AddRow({what, PerToken(per_token), FormatFixed(fixed / 1e6, 2),
+                  FormatFixed((fixed + per_token * p.tokens) / 1e6, 2)});
   };
-  row("embedding", p.embedding);
-  for (size_t l = 0; l < p.layers.size(); ++l) row("layer " + std::to_string(l), p.layers[l]);
-  row("head and loss", p.head);
-  row("backward, above the forward", p.backward);
+  row("embedding", p.embedding, 0);
+  for (size_t l = 0; l < p.layers.size(); ++l) row("layer " + std::to_string(l), p.layers[l], p.layers_fixed[l]);
+  row("head and loss", p.head, p.head_fixed);
+  row("backward, above the forward", p.backward, 0);
   env.out << table.Render() << "\nweights " << FormatFixed(t.weights_bytes / 1e6, 1) << " MB, gradients "
           << FormatFixed(t.gradients_bytes / 1e6, 1) << " MB, forward end "
           << FormatFixed(t.forward_end_bytes / 1e6, 1) << " MB, peak " << FormatFixed(t.peak_bytes / 1e6, 1) << " MB\n";

@@ -58,6 +58,10 @@ Status ValidateRequest(const PlanRequest& r) {
     return Status::InvalidArgument("--activation-profile: measured " + S(r.activation_profile->layers.size()) +
                                    " layers of " + r.activation_profile->model + ", the model has " +
                                    S(r.model.layers) + " (profile the same model: kimi-plan profile)");
+  if (r.activation_profile && r.activation_profile->seq_len != r.seq_length())
+    return Status::InvalidArgument("--activation-profile: measured on " + S(r.activation_profile->seq_len) +
+                                   "-token sequences, the plan's are " + S(r.seq_length()) +
+                                   " (profile at the plan's --seq-len)");
   if (!(r.gpu_memory_utilization > 0 && r.gpu_memory_utilization < 1))
     return Status::InvalidArgument("--gpu-memory-utilization: must be in (0, 1)");
   if (r.placement == Placement::kSplit && (r.rollout_gpus <= 0 || r.rollout_gpus >= r.world()))

@@ -192,6 +192,14 @@ double LoraParams(const ModelSpec& m, const LoraOptions& lora) {
   return total;
 }
 
+RankParamSums LayerParamSums(const LayerParams& lp) {
+  RankParamSums sums;
+  sums.tp_sharded = lp.attention - lp.attention_replicated + lp.dense_ffn + lp.shared_experts;
+  sums.replicated = lp.attention_replicated + lp.latent_proj + lp.router + lp.norms;
+  sums.expert = lp.routed_experts;
+  return sums;
+}
+
 RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, const ParamCount& pc,
                               const std::vector<int>& stages) {
   RankParamSums sums;
@@ -199,10 +207,10 @@ RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, c
   for (int s : stages) {
     const StageLayers& st = split.stages[s];
     for (int l = st.first_layer; l < st.end_layer; ++l) {
-      const LayerParams& lp = pc.layers[l];
-      sums.tp_sharded += lp.attention - lp.attention_replicated + lp.dense_ffn + lp.shared_experts;
-      sums.replicated += lp.attention_replicated + lp.latent_proj + lp.router + lp.norms;
-      sums.expert += lp.routed_experts;
+      const RankParamSums layer = LayerParamSums(pc.layers[l]);
+      sums.tp_sharded += layer.tp_sharded;
+      sums.replicated += layer.replicated;
+      sums.expert += layer.expert;
       if (req.mode == TrainMode::kLora) {
         LayerLora ll = LoraOfLayer(m, l, req.lora);
         sums.lora_tp_sharded += ll.tp_sharded;
@@ -287,11 +295,22 @@ class LayerBytes {
     if (!req_.activation_profile) return *slot;
     std::optional<Bytes>& one = memo_one_rank_[shape];
     if (!one) one = Terms(layer, ParallelPlan{}, /*sequence_parallel=*/false, Recompute::kNone);
-    const double measured = req_.activation_profile->layers[layer] * req_.seq_length() * req_.micro_batch;
-    return Bytes(measured * (*slot / *one));
+    const ActivationProfile& a = *req_.activation_profile;
+    const double per_token = a.layers[layer] * req_.seq_length() * req_.micro_batch * (*slot / *one);
+    // What a layer keeps whatever its tokens (a bf16 run's weight copies) is
+    // as large as its parameters on the rank, and gone when it is recomputed.
+    const double fixed = r == Recompute::kFull ? 0.0 : a.layers_fixed[layer] * ParamShare(layer);
+    return Bytes(per_token + fixed);
   }
 
  private:
+  // The share of layer `layer`'s parameters a rank of p_ holds.
+  double ParamShare(int layer) {
+    if (!counts_) counts_ = CountParams(req_.model);
+    const LayerParams& lp = counts_->layers[layer];
+    const RankParams on_rank = ShardParams(LayerParamSums(lp), p_);
+    return (on_rank.dense + on_rank.expert) / lp.total();
+  }
   Bytes Terms(int layer, const ParallelPlan& p, bool sp, Recompute r) const {
     return LayerActivationBytes(req_.model, layer, req_.seq_length(), req_.micro_batch, p, sp, r,
                                 req_.flash_attention, req_.efficiency.moe_imbalance);
@@ -300,6 +319,7 @@ class LayerBytes {
   const ParallelPlan& p_;
   std::optional<Bytes> memo_[3 * 2 * 3];  // attention kinds x MoE or not x recompute settings
   std::optional<Bytes> memo_one_rank_[3 * 2];
+  std::optional<ParamCount> counts_;
 };
 
 // The bytes of one activation: the profile's dtype, else bf16.
@@ -371,7 +391,8 @@ namespace {
 Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   // Measured: the head and the loss split by vocabulary over TP.
-  if (req.activation_profile) return Bytes(req.activation_profile->head * tokens / p.tp);
+  if (req.activation_profile)
+    return Bytes((req.activation_profile->head * tokens + req.activation_profile->head_fixed) / p.tp);
   // fp32 logits for the vocabulary-parallel cross entropy and their bf16 gradient.
   return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
 }

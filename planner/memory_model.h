@@ -69,7 +69,9 @@ Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_bat
 /// rank of `p` under req.recompute: LayerActivationBytes, or, with
 /// req.activation_profile, that layer's measured bytes per token times the
 /// micro-batch's tokens, shrunk as LayerActivationBytes shrinks from one
-/// rank without recomputation to `p` and req's setting.
+/// rank without recomputation to `p` and req's setting, plus its measured
+/// fixed bytes times the share of the layer's parameters a rank of `p`
+/// holds (none under full recomputation).
 Bytes LayerActivationBytesOf(const PlanRequest& req, const ParallelPlan& p, int layer);
 
 /// What one micro-batch leaves stored in one stage (a pipeline chunk)
@@ -118,6 +120,8 @@ struct RankParamSums {
 };
 RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, const ParamCount& pc,
                               const std::vector<int>& stages);
+/// One decoder layer's parameters by how they shard (no LoRA).
+RankParamSums LayerParamSums(const LayerParams& layer);
 /// ParamsOfRank from the sums: tp_sharded / tp + replicated, expert / (ep etp).
 RankParams ShardParams(const RankParamSums& sums, const ParallelPlan& p);
 

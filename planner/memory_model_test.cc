@@ -312,19 +312,31 @@ TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
   auto profile = std::make_shared<ActivationProfile>();
   profile->dtype = "fp32";
   profile->layers.assign(r.model.layers, 0.0);
-  profile->layers[3] = 1000;  // an MLA + MoE layer, bytes per token
+  profile->layers_fixed.assign(r.model.layers, 0.0);
+  profile->layers[3] = 1000;        // an MLA + MoE layer, bytes per token
+  profile->layers_fixed[3] = 5000;  // and per micro-batch
   r.activation_profile = profile;
   const int tokens = 16;
   // One rank: the measured bytes themselves.
   ParallelPlan one;
-  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens);
-  // TP 2 with SP: shrunk as the layer's Megatron-LM terms shrink.
-  ParallelPlan tp2;
-  tp2.tp = 2;
-  const double shrink = LayerActivationBytes(r.model, 3, tokens, 1, tp2, true, Recompute::kNone, true, 1.2) /
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens + 5000);
+  // TP 2 with SP and EP 2: the per-token part shrunk as the layer's
+  // Megatron-LM terms shrink, the fixed part as its parameters on a rank.
+  ParallelPlan split;
+  split.tp = 2;
+  split.ep = 2;
+  const double shrink = LayerActivationBytes(r.model, 3, tokens, 1, split, true, Recompute::kNone, true, 1.2) /
                         LayerActivationBytes(r.model, 3, tokens, 1, one, false, Recompute::kNone, true, 1.2);
-  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, tp2, 3).value(), 1000.0 * tokens * shrink);
+  const LayerParams lp = CountParams(r.model).layers[3];
+  const double on_rank = (lp.attention - lp.attention_replicated + lp.shared_experts) / 2 + lp.attention_replicated +
+                         lp.latent_proj + lp.router + lp.norms + lp.routed_experts / 2;
+  EXPECT_NEAR(LayerActivationBytesOf(r, split, 3).value(), 1000.0 * tokens * shrink + 5000 * on_rank / lp.total(),
+              1e-9);
   EXPECT_LT(shrink, 0.6);
+  EXPECT_LT(on_rank / lp.total(), 0.6);
+  // Recomputed whole, a layer keeps neither.
+  r.recompute = Recompute::kFull;
+  EXPECT_LT(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens * 0.2);
 }
 
 }  // namespace

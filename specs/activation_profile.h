@@ -1,17 +1,25 @@
-// What one engine's layers keep for the backward, measured: the bytes per
-// token each layer of a model leaves allocated after its forward on one
-// device, one process (no TP, CP or EP), no recomputation. `kimi-plan
-// profile` measures it with the runtime; `kimi-plan plan
-// --activation-profile` prices the native engine's activations from it
-// instead of the Megatron-LM terms (planner/memory_model.h), scaling each
-// layer by how those terms shrink under the plan's TP, SP, CP and ETP.
+// What one engine's layers keep for the backward, measured: the bytes each
+// layer of a model leaves allocated after its forward on one device, one
+// process (no TP, CP or EP), no recomputation, split into a part per token
+// and a part per micro-batch that does not grow with the tokens (a bf16
+// run's copies of the layer's weights, kept for the backward; the head's
+// weight gradient that the chunked loss makes in the forward). `kimi-plan
+// profile` measures it with the runtime at b and 2b sequences of one length;
+// `kimi-plan plan --activation-profile` prices the native engine's
+// activations from it instead of the Megatron-LM terms
+// (planner/memory_model.h): the per-token part shrunk as those terms shrink
+// under the plan's TP, SP, CP and ETP, the fixed part as the layer's
+// parameters on the rank do.
 //
 // File format (JSON, versioned by "schema"; docs/planner.md):
 //   {"schema": "kimi-plan.activation-profile/1", "model": "kimi-k3-debug",
-//    "device": "cpu", "dtype": "fp32", "tokens": 64,
+//    "device": "cpu", "dtype": "fp32", "seq_len": 16, "tokens": 16,
 //    "embedding": 1024.0, "layers": [..., one per layer], "head": 9000.0,
+//    "layers_fixed": [..., one per layer], "head_fixed": 0.0,
 //    "backward": 5000.0, "source": "..."}
-// every byte figure per token of the measured micro-batch.
+// embedding, layers, head and backward in bytes per token of the measured
+// micro-batch (`tokens`, sequences of `seq_len`), the *_fixed figures in
+// bytes per micro-batch.
 #ifndef KIMI_PLAN_SPECS_ACTIVATION_PROFILE_H_
 #define KIMI_PLAN_SPECS_ACTIVATION_PROFILE_H_
 
@@ -26,10 +34,13 @@ struct ActivationProfile {
   std::string model;           ///< the model's name, as measured
   std::string device;          ///< "cpu", "cuda" (what the counts came from)
   std::string dtype;           ///< the activations' dtype: "fp32" or "bf16"
+  int seq_len = 0;             ///< the sequences' length (the per-token parts hold for it)
   int tokens = 0;              ///< tokens of the measured micro-batch
   double embedding = 0;        ///< bytes per token the embedding keeps
   std::vector<double> layers;  ///< bytes per token each decoder layer keeps, layer 0 first
+  std::vector<double> layers_fixed;  ///< bytes per micro-batch each layer keeps whatever its tokens
   double head = 0;             ///< bytes per token the head and the loss keep
+  double head_fixed = 0;       ///< bytes per micro-batch the head and the loss keep whatever the tokens
   double backward = 0;         ///< bytes per token the backward holds above the forward's end, at its peak
   std::string source;          ///< how it was measured
 };

@@ -10,10 +10,13 @@ ActivationProfile Example() {
   p.model = "kimi-k3-debug";
   p.device = "cpu";
   p.dtype = "fp32";
+  p.seq_len = 16;
   p.tokens = 16;
   p.embedding = 1024;
   p.layers = {110890.25, 121822, 0.1 + 0.2};
+  p.layers_fixed = {0, 667e6, 12.5};
   p.head = 30836;
+  p.head_fixed = 536e6;
   p.backward = 335228;
   p.source = "a test";
   return p;
@@ -26,7 +29,10 @@ TEST(ActivationProfileTest, JsonReadsBackExactly) {
   EXPECT_EQ(back->model, p.model);
   EXPECT_EQ(back->device, p.device);
   EXPECT_EQ(back->dtype, p.dtype);
+  EXPECT_EQ(back->seq_len, p.seq_len);
   EXPECT_EQ(back->tokens, p.tokens);
+  EXPECT_EQ(back->layers_fixed, p.layers_fixed);
+  EXPECT_EQ(back->head_fixed, p.head_fixed);
   EXPECT_EQ(back->embedding, p.embedding);
   EXPECT_EQ(back->layers, p.layers);  // 0.1 + 0.2 survives to the last bit
   EXPECT_EQ(back->head, p.head);
@@ -50,6 +56,8 @@ TEST(ActivationProfileTest, BadFieldsAreNamed) {
       {with("\"head\": 30836.0", "\"head\": -1"), "head: "},
       {with("121822.0", "\"many\""), "layers[1]: "},
       {with("\"tokens\": 16", "\"tokens\": 16, \"extra\": 1"), "extra: unknown field"},
+      {with("\"tokens\": 16", "\"tokens\": 24"), "tokens: 24 is not a whole number of 16-token sequences"},
+      {with("12.5", "12.5, 1.0"), "layers_fixed: 4 figures, but layers has 3"},
       {"[1, 2]", "the top level must be a JSON object"},
   };
   for (const auto& [text, field] : cases) {

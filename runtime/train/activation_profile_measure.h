@@ -26,10 +26,12 @@ struct ActivationTrace {
   double peak_bytes = 0;         ///< the most live during the backward
 };
 
-/// One micro-batch of `batch` sequences of `seq_len` random tokens through a
-/// model built from `spec` and `options` on `device` ("cpu", "cuda", "cuda:N").
-/// The figures are per token of the micro-batch; the parameters' gradients
-/// exist (zero) from before the forward, as in a trainer past its first step. Errors: the model's
+/// Micro-batches of `batch` and of 2 x `batch` sequences of `seq_len` random
+/// tokens through a model built from `spec` and `options` on `device`
+/// ("cpu", "cuda", "cuda:N"), each piece's growth split into a fixed part and
+/// a part per token that add up to the `batch` pass (the profile's format);
+/// the other fields are the `batch` pass's. The parameters' gradients exist
+/// (zero) from before the forward, as in a trainer past its first step. Errors: the model's
 /// (BuildModel) and the device's (InvalidArgument naming --device).
 Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const ModelOptions& options, int batch,
                                                  int seq_len, const std::string& device);
