@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "common/status.h"
+#include "runtime/comm/device.h"
 #include "runtime/comm/environment.h"
 
 namespace kp::bench {
@@ -27,10 +28,8 @@ inline double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Waits for the work queued on `d` (a CUDA device); nothing on the CPU.
-inline void Synchronize(const torch::Device& d) {
-  if (d.is_cuda()) torch::cuda::synchronize();
-}
+/// Waits for the work queued on a CUDA device; nothing on the CPU.
+using runtime::Synchronize;
 
 /// The command line as "--name value" pairs by name; `flag` (without its
 /// dashes) is the one option without a value, and `*flagged` says whether it

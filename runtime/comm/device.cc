@@ -61,8 +61,11 @@ double AllocatedMemoryBytes(torch::Device device) {
 #ifdef KIMI_PLAN_TORCH_CUDA
   if (device.is_cuda()) return static_cast<double>(AllocatedBytesStat(device).current);
 #endif
-  (void)device;
-  return 0;
+  return device.is_cpu() ? static_cast<double>(CpuAllocatedBytes()) : 0.0;
+}
+
+void Synchronize(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? 0 : device.index());
 }
 
 double PeakMemoryBytes(torch::Device device, const FileSystem& fs) {

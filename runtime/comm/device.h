@@ -34,9 +34,13 @@ double PeakMemoryBytes(torch::Device device, const FileSystem& fs);
 /// Blackwell); 0 on the CPU or in a build without CUDA.
 int ComputeCapabilityMajor(torch::Device device);
 
-/// The bytes the CUDA caching allocator has handed out on `device` now
-/// (live tensors); 0 on the CPU or in a build without CUDA.
+/// The bytes of live tensors on `device` now: the CUDA caching allocator's
+/// allocated bytes on a GPU, the counted bytes on the CPU (cpu_memory.h; 0
+/// until the counter is installed).
 double AllocatedMemoryBytes(torch::Device device);
+
+/// Waits for the work queued on `device` (a CUDA device); nothing on the CPU.
+void Synchronize(torch::Device device);
 
 /// Starts PeakMemoryBytes's peak afresh: the GPU's, or the CPU counter's
 /// (the resident set's high-water mark cannot be reset).

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "common/clock.h"
+#include "runtime/comm/device.h"
 
 namespace kp::runtime {
 
@@ -131,7 +132,7 @@ Status CheckGroup(const Communicator& group, const WeightSyncOptions& options) {
 
 SyncStats Finish(const torch::Device& device, std::int64_t version, std::int64_t bytes, std::size_t buckets,
                  const Stopwatch& watch) {
-  if (device.is_cuda()) torch::cuda::synchronize();
+  Synchronize(device);
   SyncStats s;
   s.version = version;
   s.bytes = bytes;

@@ -14,19 +14,15 @@ namespace kp::runtime {
 
 namespace {
 
-void Synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? 0 : device.index());
-}
-
-// Bytes of tensor storage live on `device` now.
+// Bytes of tensor storage live on `device` once its queued work is done.
 double LiveBytes(const torch::Device& device) {
   Synchronize(device);
-  return device.is_cuda() ? AllocatedMemoryBytes(device) : static_cast<double>(CpuAllocatedBytes());
+  return AllocatedMemoryBytes(device);
 }
 
 double PeakBytes(const torch::Device& device) {
   Synchronize(device);
-  return device.is_cuda() ? PeakMemoryBytes(device, RealFileSystem()) : static_cast<double>(CpuPeakBytes());
+  return PeakMemoryBytes(device, RealFileSystem());
 }
 
 // What one forward and backward of `batch` sequences left allocated, piece
