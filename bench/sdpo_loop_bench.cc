@@ -27,6 +27,7 @@
 
 #include "bench/bench_util.h"
 #include "common/file_system.h"
+#include "common/limits.h"
 #include "common/stats.h"
 #include "runtime/comm/rendezvous.h"
 #include "runtime/sdpo/sdpo_loop.h"
@@ -69,7 +70,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
 // The recorded configuration, run on this rank's device.
 Result<SdpoConfig> Configure(const Args& a, int local_rank) {
   kp::RealFileSystem fs;
-  KP_ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(a.config));
+  KP_ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(a.config, kp::limits::kMaxSpecFileBytes));
   KP_ASSIGN_OR_RETURN(SdpoConfig c, kp::runtime::SdpoConfigFromJson(
                                         text, kp::PresetCatalog(fs, kp::DefaultPresetDir())));
   c.train.device = a.device == "cuda" ? "cuda:" + std::to_string(local_rank) : a.device;

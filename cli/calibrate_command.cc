@@ -28,6 +28,7 @@ Status CalibrateCommandWith(const std::vector<std::string>& args, CliEnv& env, C
   if (!vm.count("out")) return Status::InvalidArgument("--out: name the table file to write");
   const std::string out = vm["out"].as<std::string>();
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "out", /*create_parent=*/true));
+  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "out"}));
   if (measure) return measure(vm, out, env);
   return Status::InvalidArgument(
       "this build has no LibTorch; calibrate needs LibTorch with CUDA and a GPU (scripts/gpu_build.sh "

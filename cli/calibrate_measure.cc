@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "cli/calibrate_command.h"
+#include "cli/dispatch.h"
 #include "cli/log.h"
 #include "common/range.h"
 #include "runtime/train/calibrate.h"
@@ -48,11 +49,14 @@ Status MeasureCalibrationCommand(const po::variables_map& vm, const std::string&
   if (!t.ok()) return t.status();
   const std::string text = CalibrationToJson(*t) + "\n";
   KP_RETURN_IF_ERROR(env.fs.WriteFile(out, text).WithContext("--out"));
-  KP_ASSIGN_OR_RETURN(const std::int64_t id, store->InsertCalibration({0, "", t->gpu, out, text}));
-  env.out << "calibration table for " << t->gpu << ": " << t->Gemm(GemmDtype::kBf16)->points().size()
-          << " bf16 shapes" << (t->Gemm(GemmDtype::kFp8) ? " and fp8" : "") << ", copy "
-          << t->memory_copy.value() / 1e9 << " GB/s -> " << out << " (calibration #" << id << ")\n";
-  return Status::Ok();
+  // Recorded only if it is reported (the table is in its file either way).
+  return store->InTransaction([&]() -> Status {
+    KP_ASSIGN_OR_RETURN(const std::int64_t id, store->InsertCalibration({0, "", t->gpu, out, text}));
+    env.out << "calibration table for " << t->gpu << ": " << t->Gemm(GemmDtype::kBf16)->points().size()
+            << " bf16 shapes" << (t->Gemm(GemmDtype::kFp8) ? " and fp8" : "") << ", copy "
+            << t->memory_copy.value() / 1e9 << " GB/s -> " << out << " (calibration #" << id << ")\n";
+    return CheckOutput(env.out);
+  });
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 #include "cli/dispatch.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include "cli/log.h"
+#include "common/text.h"
 
 #ifndef KIMI_PLAN_VERSION
 #define KIMI_PLAN_VERSION "0.0.0"
@@ -25,14 +29,12 @@ void PrintUsage(std::ostream& out, const char* program, const std::vector<Subcom
 
 }  // namespace
 
-std::string OneLine(const std::string& message) {
-  std::string out;
-  for (char c : message) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else out += c;
-  }
-  return out;
+Status CheckOutput(std::ostream& out) {
+  errno = 0;
+  out.flush();
+  if (out) return Status::Ok();
+  return Status::IoError(std::string("cannot write the output to standard output (") +
+                         (errno ? std::strerror(errno) : "write failed") + ")");
 }
 
 int DispatchCommands(const char* program, const std::vector<Subcommand>& commands,
@@ -40,7 +42,7 @@ int DispatchCommands(const char* program, const std::vector<Subcommand>& command
   std::vector<std::string> args = command_line;
   Result<std::string> level = TakeLogLevel(args);
   if (!level.ok()) {
-    env.err << program << ": " << level.status().message() << "\n";
+    env.err << program << ": " << OneLine(level.status().message()) << "\n";
     return 2;
   }
   env.log_level = *level;
@@ -56,10 +58,14 @@ int DispatchCommands(const char* program, const std::vector<Subcommand>& command
   for (const Subcommand& s : commands) {
     if (args[0] != s.name) continue;
     Status st = s.run(std::vector<std::string>(args.begin() + 1, args.end()), env);
+    // Output that never arrived (a full disk, a closed pipe) is a failure,
+    // whatever the command thought; the commands that record check it
+    // before they commit (CheckOutput), this catches the rest.
+    if (st.ok()) st = CheckOutput(env.out);
     if (!st.ok()) env.err << "kimi-plan " << s.name << ": " << OneLine(st.message()) << "\n";
     return st.ExitCode();
   }
-  env.err << program << ": '" << args[0] << "' is not a command (see '" << program << " --help')\n";
+  env.err << program << ": '" << QuoteBounded(args[0]) << "' is not a command (see '" << program << " --help')\n";
   return 2;
 }
 

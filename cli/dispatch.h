@@ -27,8 +27,11 @@ struct Subcommand {
 int DispatchCommands(const char* program, const std::vector<Subcommand>& commands,
                      const std::vector<std::string>& args, CliEnv& env);
 
-/// The message with its line breaks escaped: the error contract is one line.
-std::string OneLine(const std::string& message);
+/// Flushes `out` and says whether everything written to it arrived: IoError
+/// "cannot write the output to standard output (No space left on device)"
+/// otherwise. A command that records what it prints calls it inside the
+/// store's transaction, so that nothing is recorded that was not reported.
+Status CheckOutput(std::ostream& out);
 
 }  // namespace kp
 

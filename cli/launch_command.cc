@@ -109,7 +109,7 @@ Status CheckStoreExists(const po::variables_map& vm, const CliEnv& env) {
 
 Result<VerlKeys> LoadVerlKeys(const LaunchOptions& o, const CliEnv& env) {
   if (o.engine != LaunchEngine::kVerl) return VerlKeys();
-  KP_ASSIGN_OR_RETURN(std::string text, env.fs.ReadFile(DefaultVerlKeysPath()));
+  KP_ASSIGN_OR_RETURN(std::string text, env.fs.ReadFile(DefaultVerlKeysPath(), limits::kMaxSpecFileBytes));
   return VerlKeys::Parse(text, DefaultVerlKeysPath());
 }
 

@@ -1,9 +1,13 @@
 #include "cli/log.h"
 
 #include <algorithm>
+#include <mutex>
+#include <string_view>
 
-#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+
+#include "common/text.h"
 
 namespace kp {
 
@@ -21,6 +25,28 @@ std::string AllowedLevels() {
   for (std::size_t i = 0; i < all.size(); ++i) out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i];
   return out;
 }
+
+// Every log line reaches the terminal as one bounded line with its control
+// bytes escaped, so a name read from a file cannot move the cursor, recolour
+// the terminal or fake a line of its own.
+class OneLineSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit OneLineSink(std::ostream& out) : out_(out) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    std::string_view line(formatted.data(), formatted.size());
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    out_ << OneLine(line) << '\n';
+    out_.flush();
+  }
+  void flush_() override { out_.flush(); }
+
+ private:
+  std::ostream& out_;
+};
 
 }  // namespace
 
@@ -46,14 +72,14 @@ Result<std::string> TakeLogLevel(std::vector<std::string>& args) {
     }
     const std::vector<std::string>& all = LogLevels();
     if (std::find(all.begin(), all.end(), level) == all.end())
-      return Status::InvalidArgument("--log-level: must be " + AllowedLevels() + ", got \"" + level + "\"");
+      return Status::InvalidArgument("--log-level: must be " + AllowedLevels() + ", got \"" + QuoteBounded(level) + "\"");
   }
   args = std::move(rest);
   return level;
 }
 
 std::shared_ptr<spdlog::logger> MakeLogger(std::ostream& err, const std::string& level, const std::string& tag) {
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(err, /*force_flush=*/true);
+  auto sink = std::make_shared<OneLineSink>(err);
   auto logger = std::make_shared<spdlog::logger>("kimi-plan", std::move(sink));
   // The tag is text, not a pattern: escape spdlog's flag character.
   std::string escaped;

@@ -1,9 +1,11 @@
 #include "cli/options.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/limits.h"
 #include "common/range.h"
+#include "common/text.h"
 #include "specs/presets.h"
 
 namespace kp {
@@ -49,27 +51,89 @@ class RangedNumber : public po::typed_value<double> {
   bool min_open_;
 };
 
+// The first word beyond the positional ones `positional` takes: Boost's
+// error does not say which.
+std::string FirstExtraPositional(const std::vector<std::string>& args, const po::options_description& desc,
+                                 const po::positional_options_description& positional) {
+  po::options_description with_extra;
+  with_extra.add(desc).add_options()("kp-extra-words", po::value<std::vector<std::string>>());
+  po::positional_options_description taken = positional;
+  taken.add("kp-extra-words", -1);
+  try {
+    for (const po::option& o : po::command_line_parser(args).options(with_extra).positional(taken).run().options)
+      if (o.string_key == "kp-extra-words" && !o.value.empty()) return o.value.front();
+  } catch (const po::error&) {
+  }
+  return "";
+}
+
 }  // namespace
 
 po::typed_value<int>* IntFlag(std::int64_t min, std::int64_t max) { return new RangedInt<int>(min, max); }
 po::typed_value<std::int64_t>* Int64Flag(std::int64_t min, std::int64_t max) {
   return new RangedInt<std::int64_t>(min, max);
 }
+po::typed_value<std::uint64_t>* SeedFlag() { return new RangedInt<std::uint64_t>(0, INT64_MAX); }
 po::typed_value<double>* NumberFlag(double min, double max, bool min_open) {
   return new RangedNumber(min, max, min_open);
 }
 
 Result<bool> ParseCommand(const std::vector<std::string>& args, const po::options_description& desc,
-                          po::variables_map* vm, std::ostream& out) {
+                          po::variables_map* vm, std::ostream& out,
+                          const po::positional_options_description* positional) {
   try {
-    po::store(po::command_line_parser(args).options(desc).run(), *vm);
+    po::command_line_parser parser(args);
+    parser.options(desc);
+    if (positional) parser.positional(*positional);
+    const po::parsed_options parsed = parser.run();
+    // Boost drops a word that belongs to no flag (`--nodes 4 8`: the 8);
+    // no command takes one here, so it is an error, not silence.
+    for (const po::option& o : parsed.options) {
+      if (o.string_key.empty())
+        return Status::InvalidArgument("unexpected argument \"" +
+                                       QuoteBounded(o.original_tokens.empty() ? "" : o.original_tokens.front()) +
+                                       "\": every value follows its --flag (see --help)");
+      // No value a flag takes (a name, a path, a list) holds a control
+      // byte; one that did could end a line of a generated job script.
+      for (const std::string& v : o.value) {
+        // An empty value would mean "not given" to most flags and something
+        // else to some: it is refused for all.
+        if (v.empty()) return Status::InvalidArgument("--" + o.string_key + ": the value is empty");
+        if (std::any_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+          return Status::InvalidArgument("--" + o.string_key + ": must not contain control characters, got \"" +
+                                         QuoteBounded(v) + "\"");
+        if (v.size() > kMaxTextFieldBytes)
+          return Status::InvalidArgument("--" + o.string_key + ": must be at most " +
+                                         std::to_string(kMaxTextFieldBytes) + " bytes, got " +
+                                         std::to_string(v.size()));
+      }
+    }
+    po::store(parsed, *vm);
     po::notify(*vm);
+  } catch (const po::too_many_positional_options_error&) {
+    return Status::InvalidArgument("unexpected argument \"" + QuoteBounded(FirstExtraPositional(args, desc, *positional)) +
+                                   "\": every value follows its --flag (see --help)");
   } catch (const po::error& e) {
     return Status::InvalidArgument(e.what());
   }
   if (!vm->count("help")) return true;
   out << desc << "\n";
   return false;
+}
+
+Status FlagNeeds(const po::variables_map& vm, const char* flag, bool holds, const std::string& what) {
+  if (holds || !vm.count(flag) || vm[flag].defaulted()) return Status::Ok();
+  return Status::InvalidArgument(std::string("--") + flag + ": needs " + what + "; without it the flag does nothing");
+}
+
+std::string FirstGivenFlag(const po::variables_map& vm, const po::options_description& desc,
+                           const std::vector<std::string>& except) {
+  for (const auto& option : desc.options()) {
+    const std::string& name = option->long_name();
+    if (std::find(except.begin(), except.end(), name) != except.end()) continue;
+    if (vm.count(name) && !vm[name].defaulted()) return "--" + name;
+  }
+  return "";
 }
 
 void AddModelOptions(po::options_description& desc) {

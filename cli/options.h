@@ -20,9 +20,11 @@ namespace kp {
 namespace po = boost::program_options;
 
 /// Parses `args` against `desc`. On --help prints `desc` to `out` and
-/// returns false: the command has nothing more to do.
+/// returns false: the command has nothing more to do. A word that is no
+/// flag's value is an error, unless `positional` names a flag for it.
 Result<bool> ParseCommand(const std::vector<std::string>& args, const po::options_description& desc,
-                          po::variables_map* vm, std::ostream& out);
+                          po::variables_map* vm, std::ostream& out,
+                          const po::positional_options_description* positional = nullptr);
 
 /// An integer flag that accepts only min..max (common/limits.h states the
 /// bounds). The value is parsed as a 64-bit integer and checked while the
@@ -33,6 +35,9 @@ Result<bool> ParseCommand(const std::vector<std::string>& args, const po::option
 /// integer flag of every command is declared with one of these.
 po::typed_value<int>* IntFlag(std::int64_t min, std::int64_t max);
 po::typed_value<std::int64_t>* Int64Flag(std::int64_t min, std::int64_t max);
+/// A seed: an integer from 0 to 2^63 - 1 read as Int64Flag reads, stored as
+/// the std::uint64_t the runtime takes ("-1" is refused, not wrapped).
+po::typed_value<std::uint64_t>* SeedFlag();
 
 /// A floating-point flag that accepts only finite values within [min, max]
 /// ((min, max] when `min_open`): "inf", "nan" and values beyond a double are
@@ -56,6 +61,17 @@ Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const
 
 /// --json and --db.
 void AddOutputOptions(po::options_description& desc);
+
+/// Ok unless `flag` was given on the command line (not defaulted) while
+/// `holds` is false: then InvalidArgument "--FLAG: needs WHAT (...)": a flag
+/// that would do nothing is refused rather than silently ignored.
+Status FlagNeeds(const po::variables_map& vm, const char* flag, bool holds, const std::string& what);
+
+/// The first of `desc`'s flags but `except` given on the command line (not
+/// defaulted), as "--name"; empty when none was: for refusing a group of
+/// flags that a mode of a command does not read.
+std::string FirstGivenFlag(const po::variables_map& vm, const po::options_description& desc,
+                           const std::vector<std::string>& except = {});
 
 /// Reads an "on"/"off" flag value.
 Result<bool> OnOff(const po::variables_map& vm, const char* name, bool fallback);

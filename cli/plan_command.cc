@@ -4,9 +4,11 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/dispatch.h"
 #include "cli/options.h"
 #include "cli/plan_options.h"
 #include "cli/plan_search.h"
+#include "common/strict_json.h"
 #include "common/table.h"
 #include "launcher/launch_spec.h"
 #include "planner/constraints.h"
@@ -109,6 +111,27 @@ Status CheckEngineSplit(const po::variables_map& vm, const PlanRequest& req, con
   return MegatronLayersOfPlan(req, e).status();
 }
 
+// The table of a recorded plan (or a search's result).
+void PrintPlanOutput(std::ostream& out, std::int64_t id, const std::string& preset, const PlanRequest& req,
+                     const PlanRequest& shown_req, const ParamCount& pc, const PlanEvaluation& shown,
+                     const std::optional<PlanSearchOutput>& search, const std::optional<NearestFit>& nearest,
+                     bool has_plan) {
+  out << "kimi-plan plan #" << id << (preset.empty() ? "" : " (preset " + preset + ")") << "\n\n";
+  if (search) out << search->head;
+  if (!has_plan) {
+    out << "verdict   DOES NOT FIT: no feasible plan on " << req.world() << " GPUs\n";
+    if (nearest)
+      out << "nearest   " << nearest->nodes << " nodes (" << nearest->nodes * req.gpus_per_node << " GPUs): "
+          << (nearest->changes.empty() ? "" : "with " + nearest->changes + ": ") << PlanLine(nearest->evaluation.plan)
+          << "\n";
+    out << search->versus_preset;
+    return;
+  }
+  PrintEvaluation(out, shown_req, pc, shown);
+  PrintVerdict(out, shown_req, shown, nearest);
+  if (search) out << search->versus_preset;
+}
+
 }  // namespace
 
 Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
@@ -119,6 +142,7 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   std::string preset;
   KP_ASSIGN_OR_RETURN(PlanRequest req, BuildPlanRequest(vm, env, &preset));
   req.search = vm.count("search") > 0;
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "top", req.search, "--search"));
   if (vm.count("top")) req.top = vm["top"].as<int>();
   KP_RETURN_IF_ERROR(ValidateRequest(req));
   // A search can take a while: a store it could not write is refused first.
@@ -158,6 +182,9 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   }
   result["preset"] = preset.empty() ? json(nullptr) : json(preset);
 
+  // An input out of proportion (a tiny efficiency, a huge cost) can overflow
+  // a figure that every range check passed: nothing such is shown or kept.
+  KP_RETURN_IF_ERROR(CheckFiniteNumbers(result, "the plan"));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
   PlanRecord rec;
   rec.model = req.model.name;
@@ -179,28 +206,15 @@ Status PlanCommand(const std::vector<std::string>& args, CliEnv& env) {
   rec.layer_split = recorded.layer_split.ToString();
   if (has_plan)
     rec.layer_counts = LayerSplit{LayerSplitKind::kExplicit, LayerCounts(shown.split)}.ToString();
-  KP_ASSIGN_OR_RETURN(std::int64_t id, store->InsertPlan(rec));
-  result["id"] = id;
-
-  if (vm.count("json")) {
-    env.out << result.dump(2) << "\n";
-    return Status::Ok();
-  }
-  env.out << "kimi-plan plan #" << id << (preset.empty() ? "" : " (preset " + preset + ")") << "\n\n";
-  if (search) env.out << search->head;
-  if (has_plan) PrintEvaluation(env.out, shown_req, pc, shown);
-  if (!has_plan) {
-    env.out << "verdict   DOES NOT FIT: no feasible plan on " << req.world() << " GPUs\n";
-    if (nearest)
-      env.out << "nearest   " << nearest->nodes << " nodes (" << nearest->nodes * req.gpus_per_node << " GPUs): "
-              << (nearest->changes.empty() ? "" : "with " + nearest->changes + ": ")
-              << PlanLine(nearest->evaluation.plan) << "\n";
-    env.out << search->versus_preset;
-    return Status::Ok();
-  }
-  PrintVerdict(env.out, shown_req, shown, nearest);
-  if (search) env.out << search->versus_preset;
-  return Status::Ok();
+  // Recorded only if it is reported: the insert and the output share one
+  // transaction, rolled back when standard output cannot be written.
+  return store->InTransaction([&]() -> Status {
+    KP_ASSIGN_OR_RETURN(const std::int64_t id, store->InsertPlan(rec));
+    result["id"] = id;
+    if (vm.count("json")) env.out << result.dump(2) << "\n";
+    else PrintPlanOutput(env.out, id, preset, req, shown_req, pc, shown, search, nearest, has_plan);
+    return CheckOutput(env.out);
+  });
 }
 
 }  // namespace kp

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/limits.h"
+#include "common/text.h"
 #include "planner/constraints.h"
 #include "specs/presets.h"
 
@@ -104,14 +105,19 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   }
   if (vm.count("lora-targets")) {
     r.lora.attention = r.lora.routed_experts = r.lora.dense_ffn = false;
-    std::stringstream ss(vm["lora-targets"].as<std::string>());
+    const std::string targets = vm["lora-targets"].as<std::string>();
+    std::stringstream ss(targets);
     std::string t;
     while (std::getline(ss, t, ',')) {
       if (t == "attention") r.lora.attention = true;
       else if (t == "experts") r.lora.routed_experts = true;
       else if (t == "dense") r.lora.dense_ffn = true;
-      else return Status::InvalidArgument("--lora-targets: \"" + t + "\" is not one of attention, experts, dense");
+      else return Status::InvalidArgument("--lora-targets: \"" + QuoteBounded(t) + "\" is not one of attention, experts, dense");
     }
+    // An empty list (or a trailing comma) would train LoRA with no adapter.
+    if (targets.empty() || targets.back() == ',')
+      return Status::InvalidArgument("--lora-targets: \"" + QuoteBounded(targets) +
+                                     "\" names an empty target; give one or more of attention, experts, dense");
   }
   if (vm.count("lora-native-base")) r.lora.native_base = true;
   if (vm.count("schedule")) {
@@ -165,6 +171,22 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
     else if (p == "split") r.placement = Placement::kSplit;
     else return Status::InvalidArgument("--placement: must be colocated or split, got \"" + p + "\"");
   }
+  return Status::Ok();
+}
+
+// A flag whose value only matters under another setting is refused without
+// it, rather than accepted and silently ignored.
+Status CheckPreconditions(const po::variables_map& vm, const PlanRequest& r) {
+  const bool lora = r.mode == TrainMode::kLora;
+  for (const char* flag : {"lora-rank", "lora-alpha", "lora-experts", "lora-targets", "lora-native-base"})
+    KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, lora, "--mode lora (the plan trains full weights)"));
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "rollout-gpus", r.placement == Placement::kSplit, "--placement split"));
+  KP_RETURN_IF_ERROR(
+      FlagNeeds(vm, "gpu-memory-utilization", r.placement == Placement::kColocated, "--placement colocated"));
+  for (const char* flag : {"prompt-length", "response-length"})
+    if (vm.count(flag) && vm.count("seq-len"))
+      return Status::InvalidArgument(std::string("--") + flag + ": give --seq-len (prompt only) or --prompt-length and "
+                                     "--response-length, not both");
   return Status::Ok();
 }
 
@@ -222,6 +244,15 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
     r.rollout_n = topo.rollout_n;
     r.prompt_length = topo.prompt_length;
     r.response_length = topo.response_length;
+    // What the topology gave and no flag replaced: errors name the file's field.
+    const std::pair<const char*, const char*> fields[] = {
+        {"nodes", "nodes"},         {"gpus-per-node", "gpus_per_node"}, {"mode", "mode"},
+        {"lora-rank", "lora_rank"}, {"tp", "actor.tp"},                 {"pp", "actor.pp"},
+        {"ep", "actor.ep"},         {"etp", "actor.etp"},               {"cp", "actor.cp"},
+        {"dp", "actor.dp"},         {"rollout-tp", "rollout.tp"},       {"rollout-ep", "rollout.ep"},
+        {"rollout-n", "rollout.n"}, {"prompt-length", "lengths.prompt"}, {"response-length", "lengths.response"}};
+    for (const auto& [flag, field] : fields)
+      if (!vm.count(flag)) r.value_sources[std::string("--") + flag] = topo_source + field;
   }
   Override(vm, "nodes", &r.nodes);
   Override(vm, "gpus-per-node", &r.gpus_per_node);
@@ -247,7 +278,7 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   if (vm.count("grad-bucket-mib")) r.gradient_bucket = Bytes(vm["grad-bucket-mib"].as<double>() * (1 << 20));
   if (vm.count("activation-profile")) {
     const std::string path = vm["activation-profile"].as<std::string>();
-    Result<std::string> text = env.fs.ReadFile(path);
+    Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
     if (!text.ok()) return text.status().WithContext("--activation-profile");
     Result<ActivationProfile> profile = ParseActivationProfile(*text);
     if (!profile.ok()) return Status::InvalidArgument("--activation-profile: " + path + ": " + profile.status().message());
@@ -256,20 +287,22 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   Override(vm, "dp-overlap", &r.efficiency.dp_overlap);
   Override(vm, "moe-imbalance", &r.efficiency.moe_imbalance);
   KP_RETURN_IF_ERROR(ApplyChoices(vm, r));
+  KP_RETURN_IF_ERROR(CheckPreconditions(vm, r));
   KP_ASSIGN_OR_RETURN(r.layer_split, LayerSplitFromOptions(vm));
   ParallelPlan& p = r.plan;
   Override(vm, "tp", &p.tp); Override(vm, "pp", &p.pp); Override(vm, "vp", &p.vp);
   Override(vm, "ep", &p.ep); Override(vm, "etp", &p.etp); Override(vm, "cp", &p.cp);
   Override(vm, "rollout-tp", &p.rollout_tp); Override(vm, "rollout-ep", &p.rollout_ep);
-  KP_RETURN_IF_ERROR(ValidateRequest(r));
+  if (Status s = ValidateRequest(r); !s.ok()) return Status::InvalidArgument(WithValueSource(r, s.message()));
   // dp and rollout dp follow from the others unless given.
   // Each factor is at most 2^20 (IntFlag), so the product fits in 64 bits.
   const std::int64_t denom = std::int64_t{p.tp} * p.pp * p.cp;
   p.dp = r.actor_gpus() % denom == 0 ? static_cast<int>(r.actor_gpus() / denom) : 0;
   Override(vm, "dp", &p.dp);
   if (!vm.count("search") && p.dp <= 0)
-    return Status::InvalidArgument("--dp: tp x pp x cp = " + std::to_string(denom) + " does not divide the " +
-                                   std::to_string(r.actor_gpus()) + " actor GPUs");
+    return Status::InvalidArgument(WithValueSource(r, "--dp: tp x pp x cp = " + std::to_string(denom) +
+                                                          " does not divide the " + std::to_string(r.actor_gpus()) +
+                                                          " actor GPUs"));
   p.rollout_dp = p.rollout_tp > 0 && p.rollout_ep % p.rollout_tp == 0 && p.rollout_ep > p.rollout_tp
                      ? p.rollout_ep / p.rollout_tp : 1;
   Override(vm, "rollout-dp", &p.rollout_dp);

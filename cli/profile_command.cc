@@ -72,6 +72,7 @@ Status ProfileCommand(const std::vector<std::string>& args, CliEnv& env) {
   if (!proceed) return Status::Ok();
   if (!vm.count("out")) return Status::InvalidArgument("--out: required (the file the profile is written to)");
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "out", /*create_parent=*/false));
+  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "out"}));
   runtime::TrainConfig config;
   KP_ASSIGN_OR_RETURN(config.model, ResolveScaledModel(vm, env));
   KP_RETURN_IF_ERROR(ReadTrainOptions(vm, &config));

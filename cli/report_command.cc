@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/output_paths.h"
 #include "cli/options.h"
+#include "common/text.h"
 #include "report/compare.h"
 #include "report/html_report.h"
 #include "report/run_data.h"
@@ -44,25 +45,10 @@ po::options_description ReportOptions() {
   return desc;
 }
 
-Result<bool> Parse(const std::vector<std::string>& args, const po::options_description& desc, po::variables_map* vm,
-                   std::ostream& out) {
-  po::positional_options_description positional;
-  positional.add("run", 1);
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(positional).run(), *vm);
-    po::notify(*vm);
-  } catch (const po::error& e) {
-    return Status::InvalidArgument(e.what());
-  }
-  if (!vm->count("help")) return true;
-  out << desc << "\n";
-  return false;
-}
-
 Result<std::int64_t> RunId(const std::string& text, const std::string& flag) {
   const bool digits = !text.empty() && text.size() <= 18 &&
                       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits || std::stoll(text) == 0) return Status::InvalidArgument(flag + ": \"" + text + "\" is not a run id");
+  if (!digits || std::stoll(text) == 0) return Status::InvalidArgument(flag + ": \"" + QuoteBounded(text) + "\" is not a run id");
   return std::stoll(text);
 }
 
@@ -294,11 +280,14 @@ Result<ReportOutput> BuildReport(const ReportRequest& q, const CliEnv& env) {
 Status ReportCommand(const std::vector<std::string>& args, CliEnv& env) {
   const po::options_description desc = ReportOptions();
   po::variables_map vm;
-  KP_ASSIGN_OR_RETURN(const bool proceed, Parse(args, desc, &vm, env.out));
+  po::positional_options_description positional;
+  positional.add("run", 1);
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out, &positional));
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(ReportRequest q, Validate(vm));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "csv", /*create_parent=*/true));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "html", /*create_parent=*/true));
+  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "csv", "html"}));
   KP_ASSIGN_OR_RETURN(ReportOutput out, BuildReport(q, env));
   std::string html;
   if (vm.count("html")) {

@@ -264,12 +264,13 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
       return Status::InvalidArgument("--nproc: required unless RANK is set (the torchrun-style environment)");
     const int nproc = vm["nproc"].as<int>();
     if (nproc < 1) return Status::InvalidArgument("--nproc: must be a positive integer, got " + std::to_string(nproc));
+    KP_RETURN_IF_ERROR(CheckLocalRankCapacity(nproc, "--nproc", env));
     // Everything a rank would refuse is refused here, before any starts.
     KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildLayout(vm, env, nproc));
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
     KP_RETURN_IF_ERROR(CheckTrainMemory(config, nproc, env));
     KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.device, env)));
-    return LaunchLocalRanks("run", args, nproc, env);
+    return LaunchLocalRanks("run", args, nproc, vm["db"].as<std::string>(), env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
   if (vm.count("nproc") && vm["nproc"].as<int>() != rv.world_size)

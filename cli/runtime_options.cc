@@ -75,7 +75,7 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
        "KDA scan chunk length (0: token-by-token recurrence)")
       ("device", po::value<std::string>()->default_value(d.device),
        "cpu | cuda | cuda:N (ranks of run and sdpo take cuda:LOCAL_RANK)")
-      ("seed", po::value<std::uint64_t>()->default_value(d.seed), "initialisation, data and sampling seed")
+      ("seed", SeedFlag()->default_value(d.seed), "initialisation, data and sampling seed (0 to 2^63 - 1)")
       ("log-every", IntFlag(1, limits::kMaxTrainSteps)->default_value(log_every),
        "a progress line every this many steps");
 }

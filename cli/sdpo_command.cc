@@ -63,6 +63,8 @@ po::options_description SdpoOptions() {
       ("temperature", NumberFlag(0, 100, /*min_open=*/true)->default_value(1.0), "sampling temperature (> 0)")
       ("top-p", NumberFlag(0, 1, /*min_open=*/true)->default_value(1.0), "nucleus sampling mass, in (0, 1]")
       ("max-new-tokens", IntFlag(1, limits::kMaxSequence)->default_value(8), "longest response")
+      ("max-context", IntFlag(16, limits::kMaxSequence)->default_value(4096),
+       "the loop's context in tokens: a task file whose longest teacher context plus response is longer is refused")
       ("loss", po::value<std::string>()->default_value("sdpo"), "sdpo | grpo | k1-opd")
       ("distill-top-k", IntFlag(0, limits::kMaxVocab)->default_value(100), "SDPO: the student's top-k support (0: all)")
       ("alpha", NumberFlag(0, 1)->default_value(0.5), "SDPO: 0 forward KL, 1 reverse KL, between: skewed JS")
@@ -111,6 +113,7 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
   if (c.task != "sorting" && c.task_options.max_digits < c.task_options.min_digits)
     return Status::InvalidArgument("--max-digits: must be at least --min-digits");
   c.prompts = vm["prompts"].as<int>();
+  c.max_context = vm["max-context"].as<int>();
   c.sampling.samples = vm["samples"].as<int>();
   c.sampling.temperature = vm["temperature"].as<double>();
   c.sampling.top_p = vm["top-p"].as<double>();
@@ -355,12 +358,14 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
     return Status::Ok();
   }
   KP_RETURN_IF_ERROR(CheckTrainMemory(config.train, 1, env));
+  KP_RETURN_IF_ERROR(runtime::CheckTaskContexts(config, env.fs));
   PrepareDevice(config.train, env);
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);
   const char* rank = env.getenv("RANK");
   if (rank == nullptr || *rank == '\0') {
+    KP_RETURN_IF_ERROR(CheckLocalRankCapacity(runtime::SplitRanksOf(config).world, "--rollout-ranks", env));
     KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.train.device, env)));
-    return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, env);
+    return LaunchLocalRanks("sdpo", args, runtime::SplitRanksOf(config).world, vm["db"].as<std::string>(), env);
   }
   KP_ASSIGN_OR_RETURN(const runtime::Rendezvous rv, runtime::RendezvousFromEnvironment(env.getenv));
   if (rv.rank == 0) return RunLoggedLoop(vm, config, &rv, env);

@@ -72,18 +72,13 @@ Status SimulateAttnResCommand(const std::vector<std::string>& args, CliEnv& env)
   result["split"] = split.ToString();
   const nlohmann::json request = {{"layers", layers}, {"block_size", block}, {"pp", pp}, {"vp", vp},
                                   {"split", split.ToString()}};
-  KP_ASSIGN_OR_RETURN(std::int64_t id, RecordSimulation(vm, env, "attnres", 0, request, result));
-  result["id"] = id;
-  if (vm.count("json")) {
-    env.out << result.dump(2) << "\n";
-    return Status::Ok();
-  }
-  env.out << "kimi-plan simulate attnres #" << id << ": " << layers << " layers in blocks of " << block << ", pp " << pp
-          << " x vp " << vp << "\nsplit  " << split.ToString() << "\n\n"
-          << RenderTables(t) << "\nper micro-batch: option 1 " << t.option1_entries << ", option 2 (whole stack) "
-          << t.naive_entries << ", cached " << t.cached_entries << "; peak per hop: cached " << t.cached_peak_per_hop
-          << ", option 2 " << t.option2_peak_per_hop << "\n";
-  return Status::Ok();
+  return RecordAndReport(vm, env, "attnres", 0, request, result, [&](std::int64_t id) {
+    env.out << "kimi-plan simulate attnres #" << id << ": " << layers << " layers in blocks of " << block << ", pp "
+            << pp << " x vp " << vp << "\nsplit  " << split.ToString() << "\n\n"
+            << RenderTables(t) << "\nper micro-batch: option 1 " << t.option1_entries << ", option 2 (whole stack) "
+            << t.naive_entries << ", cached " << t.cached_entries << "; peak per hop: cached " << t.cached_peak_per_hop
+            << ", option 2 " << t.option2_peak_per_hop << "\n";
+  });
 }
 
 }  // namespace kp

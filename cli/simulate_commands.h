@@ -5,6 +5,7 @@
 #define KIMI_PLAN_CLI_SIMULATE_COMMANDS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,13 @@ struct PricedPlan {
 void AddPlanSourceOptions(po::options_description& desc);
 Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env);
 
-/// Records a simulation in one transaction and returns its id.
-Result<std::int64_t> RecordSimulation(const po::variables_map& vm, const CliEnv& env, const std::string& kind,
-                                      std::int64_t plan_id, const nlohmann::json& request,
-                                      const nlohmann::json& result);
+/// Refuses a `result` with a number that is not finite, then records the
+/// simulation and prints it (`result` with its "id" under --json, else
+/// `print_table(id)`) in one transaction: nothing is recorded whose output
+/// could not be written.
+Status RecordAndReport(const po::variables_map& vm, const CliEnv& env, const std::string& kind,
+                       std::int64_t plan_id, const nlohmann::json& request, nlohmann::json& result,
+                       const std::function<void(std::int64_t id)>& print_table);
 
 
 }  // namespace kp

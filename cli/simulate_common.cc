@@ -1,5 +1,7 @@
+#include "cli/dispatch.h"
 #include "cli/plan_options.h"
 #include "cli/simulate_commands.h"
+#include "common/strict_json.h"
 #include "planner/plan_json.h"
 #include "store/store.h"
 
@@ -34,16 +36,27 @@ Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env) {
   return p;
 }
 
-Result<std::int64_t> RecordSimulation(const po::variables_map& vm, const CliEnv& env, const std::string& kind,
-                                      std::int64_t plan_id, const nlohmann::json& request,
-                                      const nlohmann::json& result) {
+Status RecordAndReport(const po::variables_map& vm, const CliEnv& env, const std::string& kind,
+                       std::int64_t plan_id, const nlohmann::json& request, nlohmann::json& result,
+                       const std::function<void(std::int64_t id)>& print_table) {
+  // An input out of proportion can overflow a figure that every range check
+  // passed: nothing such is shown or kept.
+  KP_RETURN_IF_ERROR(CheckFiniteNumbers(result, "simulate " + kind));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
   SimulationRecord r;
   r.kind = kind;
   r.plan_id = plan_id;
   r.request_json = request.dump();
   r.result_json = result.dump();
-  return store->InsertSimulation(r);
+  // Recorded only if it is reported: one transaction, rolled back when
+  // standard output cannot be written.
+  return store->InTransaction([&]() -> Status {
+    KP_ASSIGN_OR_RETURN(const std::int64_t id, store->InsertSimulation(r));
+    result["id"] = id;
+    if (vm.count("json")) env.out << result.dump(2) << "\n";
+    else print_table(id);
+    return CheckOutput(env.out);
+  });
 }
 
 }  // namespace kp

@@ -1,7 +1,11 @@
 // `kimi-plan simulate loop`: the SDPO loop of a plan, or of explicit costs.
-#include "cli/simulate_commands.h"
+#include <cmath>
+
 #include "cli/output_paths.h"
+#include "cli/simulate_commands.h"
 #include "common/limits.h"
+#include "common/range.h"
+#include "common/strict_json.h"
 #include "common/table.h"
 #include "planner/plan_json.h"
 #include "simulator/loop_costs.h"
@@ -12,6 +16,18 @@ namespace {
 
 using nlohmann::json;
 
+// How a plan's loop is priced beyond the plan itself.
+po::options_description PlanCostOptions() {
+  po::options_description desc;
+  desc.add_options()
+      ("verifier-s", NumberFlag(0, limits::kMaxSeconds, /*min_open=*/true), "seconds to verify one sample on one CPU worker (default 0.05)")
+      ("verifier-workers", IntFlag(1, 1 << 20), "CPU verifier workers (default 64)")
+      ("feedback-tokens", IntFlag(0, limits::kMaxSequence), "tokens of feedback the teacher's reprompt adds (default 256)")
+      ("hbm-efficiency", NumberFlag(0, 1, /*min_open=*/true), "achieved / peak HBM bandwidth while decoding (default 0.7)")
+      ("sync-network", po::value<std::string>()->default_value("rdma"), "rdma | tcp");
+  return desc;
+}
+
 po::options_description LoopOptionsDesc() {
   po::options_description desc("kimi-plan simulate loop [options]\n\n"
                                "Simulates the SDPO loop's five systems (rollout, feedback, self-teacher,\n"
@@ -19,14 +35,10 @@ po::options_description LoopOptionsDesc() {
                                "or the plan options) or are given explicitly (--rollout-s ... --sync-s). Options");
   desc.add_options()("help,h", "this text");
   AddPlanSourceOptions(desc);
+  desc.add(PlanCostOptions());
   desc.add_options()
       ("steps", IntFlag(2, limits::kMaxLoopSteps)->default_value(6), "steps to simulate")
       ("off-policy", "split placement: rollout k uses the weights of step k-2 and overlaps training")
-      ("verifier-s", NumberFlag(0, limits::kMaxSeconds, /*min_open=*/true), "seconds to verify one sample on one CPU worker (default 0.05)")
-      ("verifier-workers", IntFlag(1, 1 << 20), "CPU verifier workers (default 64)")
-      ("feedback-tokens", IntFlag(0, limits::kMaxSequence), "tokens of feedback the teacher's reprompt adds (default 256)")
-      ("hbm-efficiency", NumberFlag(0, 1, /*min_open=*/true), "achieved / peak HBM bandwidth while decoding (default 0.7)")
-      ("sync-network", po::value<std::string>()->default_value("rdma"), "rdma | tcp")
       ("rollout-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: rollout seconds per step")
       ("feedback-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: feedback seconds per step")
       ("teacher-s", NumberFlag(0, limits::kMaxSeconds), "explicit cost: teacher seconds per step")
@@ -36,6 +48,19 @@ po::options_description LoopOptionsDesc() {
       ("out", po::value<std::string>(), "write loop.svg and loop.html to this directory");
   AddOutputOptions(desc);
   return desc;
+}
+
+// A plan's derived costs fit the loop's clock as explicit ones must: an
+// efficiency or bandwidth far too small gives a step of centuries.
+Status CheckPlanCosts(const LoopCosts& c) {
+  for (int s = 0; s < kLoopSystems; ++s) {
+    const double secs = c.of(LoopSystem(s)).value();
+    if (std::isfinite(secs) && secs <= limits::kMaxSeconds) continue;
+    return Status::InvalidArgument(std::string("the plan prices the ") + LoopSystemName(LoopSystem(s)) + " at " +
+                                   ShowNumber(secs) + " s per step, beyond one year: an efficiency given is far too "
+                                   "small (--hbm-efficiency, --matmul-efficiency, --comm-efficiency)");
+  }
+  return Status::Ok();
 }
 
 bool ExplicitCosts(const po::variables_map& vm) {
@@ -95,7 +120,16 @@ Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
       o.placement = LoopPlacement::kSplit;
       Set(vm, "rollout-gpus", &o.rollout_gpus);
     }
+    // Explicit costs take no plan: a plan flag would be ignored.
+    po::options_description plan_flags;
+    AddPlanSourceOptions(plan_flags);
+    plan_flags.add(PlanCostOptions());
+    const std::string unused = FirstGivenFlag(vm, plan_flags, {"placement", "rollout-gpus"});
+    if (!unused.empty())
+      return Status::InvalidArgument(unused + ": prices a plan, and explicit costs (--rollout-s ...) take none");
+    KP_RETURN_IF_ERROR(FlagNeeds(vm, "rollout-gpus", o.placement == LoopPlacement::kSplit, "--placement split"));
   } else {
+    KP_RETURN_IF_ERROR(FlagNeeds(vm, "actor-gpus", false, "explicit costs (--rollout-s ...); a plan sizes the GPUs"));
     KP_ASSIGN_OR_RETURN(PricedPlan plan, LoadPlan(vm, env));
     plan_id = plan.plan_id;
     const PlanRequest& req = plan.request;
@@ -119,6 +153,7 @@ Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
                {"teacher_tokens", b.teacher_tokens}, {"sync_network", net}};
   }
   request["placement"] = o.placement == LoopPlacement::kSplit ? "split" : "colocated";
+  if (!ExplicitCosts(vm)) KP_RETURN_IF_ERROR(CheckPlanCosts(costs));
   KP_ASSIGN_OR_RETURN(LoopResult r, SimulateLoop(costs, o));
   json systems = json::object(), shares = json::object();
   for (int s = 0; s < kLoopSystems; ++s) {
@@ -129,6 +164,7 @@ Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
                  {"costs_s", systems}, {"shares", shares}, {"step_time_s", r.step_time.value()},
                  {"makespan_s", r.makespan.value()}, {"gpu_idle_fraction", r.gpu_idle_fraction},
                  {"events", r.events}, {"details", details}};
+  KP_RETURN_IF_ERROR(CheckFiniteNumbers(result, "simulate loop"));
   if (vm.count("out")) {
     const std::string dir = vm["out"].as<std::string>();
     const std::string svg = LoopTimelineSvg(r);
@@ -136,11 +172,8 @@ Status SimulateLoopCommand(const std::vector<std::string>& args, CliEnv& env) {
     KP_RETURN_IF_ERROR(env.fs.WriteFile(dir + "/loop.html", "<!doctype html><meta charset='utf-8'><title>SDPO loop</title>"
                                                             "<body style='font-family:sans-serif'>" + svg + "</body>\n"));
   }
-  KP_ASSIGN_OR_RETURN(std::int64_t id, RecordSimulation(vm, env, "loop", plan_id, request, result));
-  result["id"] = id;
-  if (vm.count("json")) env.out << result.dump(2) << "\n";
-  else PrintLoop(env.out, id, costs, r, o);
-  return Status::Ok();
+  return RecordAndReport(vm, env, "loop", plan_id, request, result,
+                         [&](std::int64_t id) { PrintLoop(env.out, id, costs, r, o); });
 }
 
 }  // namespace kp

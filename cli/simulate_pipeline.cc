@@ -72,9 +72,10 @@ Result<SendMode> SendModeFromFlags(const po::variables_map& vm, SendMode fallbac
 Result<PipelineSchedule> ScheduleFromFlags(const po::variables_map& vm, ScheduleKind kind, int pp, int vp, int m,
                                            const CliEnv& env) {
   if (!vm.count("schedule-csv")) return GenerateSchedule(kind, pp, vp, m);
-  KP_ASSIGN_OR_RETURN(std::string text, env.fs.ReadFile(vm["schedule-csv"].as<std::string>()));
+  Result<std::string> text = env.fs.ReadFile(vm["schedule-csv"].as<std::string>(), limits::kMaxSpecFileBytes);
+  if (!text.ok()) return text.status().WithContext("--schedule-csv");
   const int stages = vm.count("stages") ? vm["stages"].as<int>() : pp * vp;
-  return ParseCsv(text, stages, m, vm["stage-to-rank"].as<std::string>());
+  return ParseCsv(*text, stages, m, vm["stage-to-rank"].as<std::string>());
 }
 
 Result<PipelineInput> FromExplicitCosts(const po::variables_map& vm, const CliEnv& env) {
@@ -214,14 +215,10 @@ Status SimulatePipelineCommand(const std::vector<std::string>& args, CliEnv& env
     KP_RETURN_IF_ERROR(env.fs.WriteFile(dir + "/pipeline.html", GanttHtml(r, in.schedule)));
     KP_RETURN_IF_ERROR(env.fs.WriteFile(dir + "/schedule.csv", ToCsv(in.schedule)));
   }
-  KP_ASSIGN_OR_RETURN(std::int64_t id, RecordSimulation(vm, env, "pipeline", in.plan_id, in.request, result));
-  result["id"] = id;
-  if (vm.count("json")) env.out << result.dump(2) << "\n";
-  else {
+  return RecordAndReport(vm, env, "pipeline", in.plan_id, in.request, result, [&](std::int64_t id) {
     PrintPipeline(env.out, id, in, r);
     PrintCriticalPath(env.out, result);
-  }
-  return Status::Ok();
+  });
 }
 
 }  // namespace kp

@@ -38,6 +38,7 @@ Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(ModelSpec model, ResolveModel(vm, env, ""));
   KP_ASSIGN_OR_RETURN(GpuSpec gpu, ResolveGpu(vm, env, ""));
   KP_ASSIGN_OR_RETURN(SyncMode mode, ParseSyncMode(vm["mode"].as<std::string>()));
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "lora-rank", mode != SyncMode::kFull, "--mode lora-shared-outer or lora-per-expert"));
   const Bytes bucket = vm.count("bucket-gib") ? GiB(vm["bucket-gib"].as<double>())
                                                : (mode == SyncMode::kFull ? kDefaultSyncBucket : GiB(1));
   // The largest broadcasts take seconds: a progress line at most once a second.
@@ -56,11 +57,9 @@ Status SimulateSyncCommand(const std::vector<std::string>& args, CliEnv& env) {
   const nlohmann::json request = {{"model", model.name}, {"gpu", gpu.name}, {"mode", SyncModeName(mode)},
                                   {"lora_rank", vm["lora-rank"].as<int>()}, {"receivers", vm["receivers"].as<int>()},
                                   {"bucket_bytes", bucket.value()}};
-  KP_ASSIGN_OR_RETURN(std::int64_t id, RecordSimulation(vm, env, "sync", 0, request, result));
-  result["id"] = id;
-  if (vm.count("json")) env.out << result.dump(2) << "\n";
-  else env.out << "kimi-plan simulate sync #" << id << "\n\n" << FormatSyncReport(report);
-  return Status::Ok();
+  return RecordAndReport(vm, env, "sync", 0, request, result, [&](std::int64_t id) {
+    env.out << "kimi-plan simulate sync #" << id << "\n\n" << FormatSyncReport(report);
+  });
 }
 
 }  // namespace kp

@@ -202,6 +202,7 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
   // now, not after training (torch::save creates no directory).
   KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "save-adapters", /*create_parent=*/false));
+  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "data", "resume", "save-adapters"}));
   KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
   PrepareDevice(config, env);
   KP_RETURN_IF_ERROR(CheckTrainMemory(config, 1, env));

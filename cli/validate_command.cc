@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "common/limits.h"
 #include "common/table.h"
 #include "planner/validation.h"
 
@@ -59,8 +60,8 @@ Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   const std::string path = vm["cases"].as<std::string>();
-  Result<std::string> text = env.fs.ReadFile(path);
-  if (!text.ok()) return Status::InvalidArgument("--cases: cannot read " + path);
+  Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
+  if (!text.ok()) return text.status().WithContext("--cases");
   PresetCatalog catalog(env.fs, env.preset_dir);
   Result<std::vector<ValidationCase>> cases = ParseValidationCases(*text, catalog);
   if (!cases.ok()) return Status::InvalidArgument("--cases: " + path + ": " + cases.status().message());

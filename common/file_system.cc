@@ -1,6 +1,11 @@
 #include "common/file_system.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
@@ -15,12 +20,66 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-Result<std::string> RealFileSystem::ReadFile(const std::string& path) const {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+std::string RealFileSystem::Canonical(const std::string& path) const {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? std::filesystem::path(path).lexically_normal().string() : p.string();
+}
+
+namespace {
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+Status TooBig(const std::string& path, std::uint64_t max_bytes) {
+  return Status::InvalidArgument(path + ": is more than " + std::to_string(max_bytes) +
+                                 " bytes, the most this kind of file may hold (docs/limits.md)");
+}
+
+// Closes the descriptor on every path out.
+struct Descriptor {
+  int fd;
+  ~Descriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<std::string> RealFileSystem::ReadFile(const std::string& path, std::uint64_t max_bytes) const {
+  // Non-blocking, so that opening a FIFO with no writer returns at once and
+  // fstat can refuse it; the kind is read from the open descriptor, so the
+  // file checked is the file read.
+  Descriptor d{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
+  if (d.fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound(path + ": no such file");
+    return Status::InvalidArgument(path + ": cannot open (" + std::strerror(err) + ")");
+  }
+  struct stat st {};
+  if (::fstat(d.fd, &st) != 0) return Status::IoError(path + ": cannot stat (" + std::strerror(errno) + ")");
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": is " + FileKind(st.st_mode) + ", not a regular file");
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return TooBig(path, max_bytes);
+  // The size is only a hint (files under /proc say 0, a file may grow while
+  // it is read): read up to one byte past the bound and refuse if it is there.
+  std::string out;
+  out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(d.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::InvalidArgument(path + ": cannot read (" + std::strerror(errno) + ")");
+    if (n == 0) break;
+    if (out.size() + static_cast<std::size_t>(n) > max_bytes) return TooBig(path, max_bytes);
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
 }
 
 std::vector<std::string> RealFileSystem::List(const std::string& dir, const std::string& suffix) const {
@@ -195,9 +254,14 @@ Status FakeFileSystem::Remove(const std::string& path) const {
 
 std::string FakeFileSystem::TempPath(const std::string& name) const { return "/tmp/" + name; }
 
-Result<std::string> FakeFileSystem::ReadFile(const std::string& path) const {
+std::string FakeFileSystem::Canonical(const std::string& path) const {
+  return std::filesystem::path(path).lexically_normal().string();
+}
+
+Result<std::string> FakeFileSystem::ReadFile(const std::string& path, std::uint64_t max_bytes) const {
   auto it = files_.find(path);
-  if (it == files_.end()) return Status::NotFound(path + ": cannot open file");
+  if (it == files_.end()) return Status::NotFound(path + ": no such file");
+  if (it->second.size() > max_bytes) return TooBig(path, max_bytes);
   return it->second;
 }
 

@@ -5,6 +5,7 @@
 #ifndef KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 #define KIMI_PLAN_COMMON_FILE_SYSTEM_H_
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -17,8 +18,15 @@ namespace kp {
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
-  /// The whole file, or NotFound naming the path.
-  virtual Result<std::string> ReadFile(const std::string& path) const = 0;
+  /// The whole file, which must be a regular file (a symbolic link is
+  /// followed) of at most `max_bytes` bytes: the one way the project reads
+  /// an input file, so that a FIFO, a device or an endless file is refused
+  /// before anything is read or anything blocks. Errors start with the path
+  /// and say why: NotFound "PATH: no such file"; InvalidArgument "PATH: is a
+  /// FIFO, not a regular file", "PATH: is more than MAX bytes (...)",
+  /// "PATH: cannot read (Permission denied)"; the caller prefixes its flag.
+  /// common/limits.h holds the bounds (kMax*FileBytes), docs/limits.md states them.
+  virtual Result<std::string> ReadFile(const std::string& path, std::uint64_t max_bytes) const = 0;
   /// File names (not paths) in `dir` ending in `suffix`, sorted.
   virtual std::vector<std::string> List(const std::string& dir, const std::string& suffix) const = 0;
   /// Writes `contents` to `path`, creating its directory; IoError naming the path.
@@ -44,11 +52,15 @@ class FileSystem {
   /// A path in the system's scratch directory for a file called `name`
   /// (nothing is created).
   virtual std::string TempPath(const std::string& name) const = 0;
+  /// `path` made absolute and normal, links in its existing part followed,
+  /// so that two names of one file compare equal ("a.csv", "./a.csv", a
+  /// link to it).
+  virtual std::string Canonical(const std::string& path) const = 0;
 };
 
 class RealFileSystem : public FileSystem {
  public:
-  Result<std::string> ReadFile(const std::string& path) const override;
+  Result<std::string> ReadFile(const std::string& path, std::uint64_t max_bytes) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   bool Exists(const std::string& path) const override;
@@ -57,13 +69,15 @@ class RealFileSystem : public FileSystem {
   Status CreateDirectories(const std::string& dir) const override;
   Status Remove(const std::string& path) const override;
   std::string TempPath(const std::string& name) const override;
+  std::string Canonical(const std::string& path) const override;
 };
 
 /// An in-memory filesystem keyed by full path.
 class FakeFileSystem : public FileSystem {
  public:
   void Add(const std::string& path, std::string contents) { files_[path] = std::move(contents); }
-  Result<std::string> ReadFile(const std::string& path) const override;
+  /// As the real one: NotFound for a path never added, the size bound applied.
+  Result<std::string> ReadFile(const std::string& path, std::uint64_t max_bytes) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   /// A file added or written, a directory added or created, or one holding a file.
@@ -79,6 +93,8 @@ class FakeFileSystem : public FileSystem {
   Status Remove(const std::string& path) const override;
   /// "/tmp/<name>".
   std::string TempPath(const std::string& name) const override;
+  /// The path lexically normal ("./a/../b" is "b"); the fake has no links.
+  std::string Canonical(const std::string& path) const override;
 
  private:
   bool IsDirectory(const std::string& path) const;

@@ -1,5 +1,6 @@
 #include "common/file_system.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -94,6 +95,43 @@ TEST(FakeFileSystemTest, ChecksOutputsLikeTheRealOne) {
   EXPECT_TRUE(fake.CheckWritableDirectory("new/dir").ok());
   EXPECT_FALSE(fake.CheckWritableDirectory("runs/a.csv").ok());
   EXPECT_FALSE(fake.CheckWritableDirectory("locked/sub").ok());
+}
+
+// The one reader of input files (issue 28): a FIFO, a device or a directory
+// is refused before anything is read or anything blocks, and a file is read
+// at most one byte past its bound.
+TEST_F(OutputCheckTest, ReadFileTakesRegularFilesWithinTheirBoundOnly) {
+  std::ofstream(dir_ + "/ten") << "0123456789";
+  EXPECT_EQ(*real_.ReadFile(dir_ + "/ten", 10), "0123456789");
+  const Result<std::string> big = real_.ReadFile(dir_ + "/ten", 9);
+  EXPECT_EQ(big.status().message(), dir_ + "/ten: is more than 9 bytes, the most this kind of file may hold (docs/limits.md)");
+  EXPECT_EQ(big.status().ExitCode(), 2);
+  ASSERT_EQ(::mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(real_.ReadFile(dir_ + "/fifo", 10).status().message(), dir_ + "/fifo: is a FIFO, not a regular file");
+  fs::create_symlink("/dev/zero", dir_ + "/zero");
+  EXPECT_EQ(real_.ReadFile(dir_ + "/zero", 1 << 20).status().message(),
+            dir_ + "/zero: is a character device, not a regular file");
+  EXPECT_EQ(real_.ReadFile(dir_ + "/sub", 10).status().message(), dir_ + "/sub: is a directory, not a regular file");
+  EXPECT_EQ(real_.ReadFile(dir_ + "/none", 10).status().code(), Status::Code::kNotFound);
+  // A kernel file says its size is 0 and is read by its content.
+  const Result<std::string> status = real_.ReadFile("/proc/self/status", 1 << 20);
+  ASSERT_TRUE(status.ok()) << status.status().message();
+  EXPECT_NE(status->find("VmRSS"), std::string::npos);
+}
+
+TEST(FakeFileSystemTest, ReadFileAppliesTheBoundAsTheRealOneDoes) {
+  FakeFileSystem fake;
+  fake.Add("a.json", "{}");
+  EXPECT_EQ(*fake.ReadFile("a.json", 2), "{}");
+  EXPECT_EQ(fake.ReadFile("a.json", 1).status().ExitCode(), 2);
+  EXPECT_EQ(fake.ReadFile("b.json", 1).status().message(), "b.json: no such file");
+}
+
+TEST_F(OutputCheckTest, CanonicalPathsNameOneFileOnce) {
+  fs::create_symlink(dir_ + "/file", dir_ + "/link");
+  EXPECT_EQ(real_.Canonical(dir_ + "/file"), real_.Canonical(dir_ + "/sub/../file"));
+  EXPECT_EQ(real_.Canonical(dir_ + "/file"), real_.Canonical(dir_ + "/link"));
+  EXPECT_NE(real_.Canonical(dir_ + "/file"), real_.Canonical(dir_ + "/other"));
 }
 
 }  // namespace

@@ -77,6 +77,27 @@ inline constexpr std::int64_t kMaxLoopSteps = 10'000;
 // ranks).
 inline constexpr std::int64_t kMaxTrainSteps = 100'000'000;
 inline constexpr std::int64_t kMaxLocalRanks = 4'096;
+// --- Input files: read whole through FileSystem::ReadFile, which refuses
+// anything but a regular file and stops one byte past its bound, so a link
+// to /dev/zero or a file still growing cannot take the machine's memory.
+/// A preset-format file (model, GPU, topology, calibration, activation
+/// profile), a validation case file, a schedule CSV, a bench configuration:
+/// 16 MiB. The largest shipped (presets/calibration/h200.json) is ~40 kB.
+inline constexpr std::uint64_t kMaxSpecFileBytes = 16ull << 20;
+/// An SDPO task file (JSON Lines): 256 MiB.
+inline constexpr std::uint64_t kMaxTaskFileBytes = 256ull << 20;
+/// A training token file (`train --data`): 2 GiB, which the runtime holds
+/// as 64-bit tokens (8 GiB for 2-byte tokens).
+inline constexpr std::uint64_t kMaxTokenFileBytes = 2ull << 30;
+/// A checkpoint `--resume` reads: 64 GiB.
+inline constexpr std::uint64_t kMaxCheckpointFileBytes = 64ull << 30;
+/// A kernel file under /proc (meminfo, status): 1 MiB.
+inline constexpr std::uint64_t kMaxProcFileBytes = 1ull << 20;
+
+/// The longest time a simulation's clock (integer nanoseconds, 292 years at
+/// most) is asked to hold: 100 years. A simulation is refused before it
+/// starts when the sum of all its work (a bound on its makespan) exceeds it.
+inline constexpr double kMaxSimulatedSeconds = 100.0 * 365 * 24 * 3600;
 /// Seconds or microseconds given as an explicit cost: one year.
 inline constexpr double kMaxSeconds = 365.0 * 24 * 3600;
 inline constexpr double kMaxMicroseconds = kMaxSeconds * 1e6;

@@ -10,13 +10,14 @@
 #include <string>
 
 #include "common/file_system.h"
+#include "common/limits.h"
 
 namespace kp {
 
 /// The value of the line "`field`: N kB" of the file at `path`, in bytes;
 /// nullopt when the file or the line is not there.
 inline std::optional<double> ProcKilobytes(const FileSystem& fs, const std::string& path, const std::string& field) {
-  Result<std::string> text = fs.ReadFile(path);
+  Result<std::string> text = fs.ReadFile(path, limits::kMaxProcFileBytes);
   if (!text.ok()) return std::nullopt;
   std::istringstream in(*text);
   const std::string key = field + ":";

@@ -1,5 +1,10 @@
 #include "common/process_launcher.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+
 #include <gtest/gtest.h>
 
 namespace kp {
@@ -76,6 +81,35 @@ TEST(LaunchProcess, FakeStartsAndWaitsInOrder) {
   ASSERT_TRUE(p.Kill(1, 15).ok());
   EXPECT_EQ(p.envs()[1], (std::vector<std::string>{"RANK=1"}));
   EXPECT_EQ(p.kills(), (std::vector<std::pair<int, int>>{{1, 15}}));
+}
+
+// The local launcher's ranks share a process group that one signal stops;
+// a stop flag (a signal handler's) ends the wait at once.
+TEST(LaunchProcess, RealChildrenShareAGroupThatOneSignalStops) {
+  RealProcessLauncher p;
+  auto a = p.Start({"sleep", "30"}, {}, /*process_group=*/0);
+  ASSERT_TRUE(a.ok());
+  auto b = p.Start({"sleep", "30"}, {}, /*process_group=*/*a);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(::getpgid(*a), *a);
+  EXPECT_EQ(::getpgid(*b), *a);
+  volatile std::sig_atomic_t stop = SIGTERM;
+  EXPECT_EQ(*p.WaitAny(&stop), std::make_pair(0, SIGTERM));  // both still run: the wait ends on the flag
+  ASSERT_TRUE(p.KillGroup(*a, SIGTERM).ok());
+  std::vector<std::pair<int, int>> ended = {*p.WaitAny(), *p.WaitAny()};
+  std::sort(ended.begin(), ended.end());
+  EXPECT_EQ(ended, (std::vector<std::pair<int, int>>{{std::min(*a, *b), 128 + SIGTERM}, {std::max(*a, *b), 128 + SIGTERM}}));
+}
+
+TEST(LaunchProcess, FakeRecordsGroupsAndGroupKills) {
+  FakeProcessLauncher p(0);
+  ASSERT_EQ(*p.Start({"kimi-plan"}, {}, 0), 1);
+  ASSERT_EQ(*p.Start({"kimi-plan"}, {}, 1), 2);
+  EXPECT_EQ(p.groups(), (std::vector<int>{0, 1}));
+  ASSERT_TRUE(p.KillGroup(1, SIGTERM).ok());
+  EXPECT_EQ(p.kills(), (std::vector<std::pair<int, int>>{{-1, SIGTERM}}));
+  volatile std::sig_atomic_t stop = SIGINT;
+  EXPECT_EQ(*p.WaitAny(&stop), std::make_pair(0, SIGINT));
 }
 
 }  // namespace

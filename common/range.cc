@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "common/text.h"
+
 namespace kp {
 
 namespace {
@@ -54,14 +56,22 @@ Result<std::int64_t> ParseIntInRange(const std::string& name, const std::string&
   const long long v = std::strtoll(begin, &end, 10);
   if (text.empty() || end == begin || *end != '\0' || std::isspace(static_cast<unsigned char>(text[0])))
     return Status::InvalidArgument(name + ": must be an integer from " + std::to_string(min) + " to " +
-                                   std::to_string(max) + ", got \"" + text + "\"");
-  if (errno == ERANGE) return IntRangeError(name, text, v < 0, min, max);
+                                   std::to_string(max) + ", got \"" + QuoteBounded(text) + "\"");
+  if (errno == ERANGE) return IntRangeError(name, QuoteBounded(text), v < 0, min, max);
   KP_RETURN_IF_ERROR(CheckIntRange(name, v, min, max));
   return static_cast<std::int64_t>(v);
 }
 
+namespace {
+Status DenormalError(const std::string& name, const std::string& shown) {
+  return Status::InvalidArgument(name + ": must be 0 or a normal number (magnitude at least 2.2e-308), got " + shown);
+}
+}  // namespace
+
 Status CheckNumberRange(const std::string& name, double v, double min, double max, bool min_open) {
   if (!std::isfinite(v)) return Status::InvalidArgument(name + ": must be a finite number, got " + ShowNumber(v));
+  // A denormal passes "> 0" but divides into infinity: no real input is one.
+  if (std::fpclassify(v) == FP_SUBNORMAL) return DenormalError(name, ShowNumber(v));
   if ((min_open ? v > min : v >= min) && v <= max) return Status::Ok();
   return NumberRangeError(name, ShowNumber(v), min, max, min_open);
 }
@@ -73,8 +83,9 @@ Result<double> ParseNumberInRange(const std::string& name, const std::string& te
   const double v = std::strtod(begin, &end);
   if (text.empty() || end == begin || *end != '\0' || std::isspace(static_cast<unsigned char>(text[0])))
     return Status::InvalidArgument(name + ": must be a number " + (min_open ? "> " : ">= ") + ShowNumber(min) +
-                                   " and <= " + ShowNumber(max) + ", got \"" + text + "\"");
-  if (!std::isfinite(v)) return Status::InvalidArgument(name + ": must be a finite number, got " + text);
+                                   " and <= " + ShowNumber(max) + ", got \"" + QuoteBounded(text) + "\"");
+  if (!std::isfinite(v)) return Status::InvalidArgument(name + ": must be a finite number, got " + QuoteBounded(text));
+  if (std::fpclassify(v) == FP_SUBNORMAL) return DenormalError(name, QuoteBounded(text));  // as the user wrote it
   KP_RETURN_IF_ERROR(CheckNumberRange(name, v, min, max, min_open));
   return v;
 }

@@ -44,5 +44,14 @@ TEST(RangeTest, NumbersMustBeFiniteAndInRange) {
   EXPECT_FALSE(CheckNumberRange("x", -std::numeric_limits<double>::infinity(), -1e308, 0).ok());
 }
 
+// A denormal passes "> 0" and divides into infinity (issue 28).
+TEST(RangeTest, DenormalsAreRefused) {
+  EXPECT_EQ(ParseNumberInRange("--comm-efficiency", "1e-320", 0, 1, /*min_open=*/true).status().message(),
+            "--comm-efficiency: must be 0 or a normal number (magnitude at least 2.2e-308), got 1e-320");
+  EXPECT_TRUE(ParseNumberInRange("--comm-efficiency", "1e-300", 0, 1, true).ok());
+  EXPECT_TRUE(ParseNumberInRange("--dp-overlap", "0", 0, 1).ok());
+  EXPECT_FALSE(CheckNumberRange("bf16_tflops", 4.9e-324, 0, 1e6).ok());
+}
+
 }  // namespace
 }  // namespace kp

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/text.h"
+
 namespace kp {
 
 namespace {
@@ -27,6 +29,11 @@ bool LooksNumeric(const std::string& s) {
   return i == s.size();
 }
 }  // namespace
+
+void Table::AddRow(std::vector<std::string> row) {
+  for (std::string& cell : row) cell = EscapeControl(cell);
+  rows_.push_back(std::move(row));
+}
 
 std::string Table::Render() const {
   std::vector<size_t> width(header_.size(), 0);

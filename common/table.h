@@ -11,7 +11,9 @@ namespace kp {
 class Table {
  public:
   explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  /// A row; each cell's control bytes are shown escaped (common/text.h), so
+  /// a name from a file cannot reach the terminal as an escape sequence.
+  void AddRow(std::vector<std::string> row);
   std::string Render() const;
 
  private:

@@ -71,8 +71,15 @@ constexpr Seconds TransferTime(Bytes b, BytesPerSecond r) {
 constexpr Seconds ComputeTime(Flops f, FlopsPerSecond r) {
   return Seconds(f.value() / r.value());
 }
+/// Rounded to the nearest nanosecond, saturating: a time beyond the
+/// clock's +-9.2e18 ns (or NaN, as the largest) becomes the bound rather
+/// than an undefined conversion, and the simulations' work checks refuse it.
 constexpr Nanoseconds ToNanoseconds(Seconds s) {
-  return Nanoseconds(static_cast<std::int64_t>(s.value() * 1e9 + 0.5));
+  const double ns = s.value() * 1e9 + 0.5;
+  constexpr double kBound = 9.2e18;  // below INT64_MAX (9.22e18), exactly representable
+  if (!(ns < kBound)) return Nanoseconds(static_cast<std::int64_t>(kBound));
+  if (ns < -kBound) return Nanoseconds(-static_cast<std::int64_t>(kBound));
+  return Nanoseconds(static_cast<std::int64_t>(ns));
 }
 constexpr Seconds ToSeconds(Nanoseconds ns) {
   return Seconds(static_cast<double>(ns.value()) * 1e-9);

@@ -7,7 +7,8 @@
 
 namespace kp {
 
-/// &, <, >, " escaped for XML text and attributes.
+/// &, <, >, " escaped for XML text and attributes; control bytes other
+/// than a line break and a tab, which XML cannot hold, written as "\xNN".
 std::string EscapeXml(const std::string& s);
 
 }  // namespace kp

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/text.h"
 #include "launcher/quoting.h"
 #include "planner/schedule_model.h"
 
@@ -330,6 +331,9 @@ std::vector<std::string> DescribeLaunch(const Launch& l) {
                       ? std::string("Verdict: every role fits on every rank.")
                       : "Verdict: the planner marks this plan infeasible (" + l.evaluation.violations.front() +
                             "); launched with --force.");
+  // Comment lines of a script: a control byte in a name (a line break
+  // ends the comment and starts a command) is shown escaped, never written.
+  for (std::string& line : lines) line = EscapeControl(line);
   return lines;
 }
 

@@ -128,7 +128,8 @@ inline constexpr const char* kModalAppName = "kimi_plan_modal.py";
 std::vector<std::vector<std::string>> FlagLines(const std::vector<std::string>& args);
 
 /// Lines describing the launch for the job file's header: the plan, the
-/// layout, the teacher pool and the planner's verdict.
+/// layout, the teacher pool and the planner's verdict; control bytes shown
+/// escaped, so each is one line of a comment whatever a name holds.
 std::vector<std::string> DescribeLaunch(const Launch& l);
 
 /// A one-line summary of the layout: "tp 8 pp 2 vp 1 ep 8 etp 1 cp 1 dp 8, rollout tp 8 ep 8 dp 1".

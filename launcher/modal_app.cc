@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "common/text.h"
 #include "launcher/quoting.h"
 
 namespace kp {
@@ -19,16 +20,18 @@ void PyList(std::ostream& s, const char* name, const std::vector<std::string>& i
   s << "]\n";
 }
 
-// Text inside the module's docstring: no quote or backslash can end it early.
+// Text inside the module's docstring: no quote or backslash can end it
+// early, and no control byte (a NUL is not even valid Python source) is
+// written raw.
 std::string DocText(const std::string& line) {
   std::string out;
-  for (char c : line) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  for (char c : EscapeControl(line)) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
   return out;
 }
 
 void Docstring(const Launch& l, std::ostream& s) {
   const LaunchOptions& o = l.options;
-  s << "\"\"\"kimi-plan launch: " << o.label << " on Modal, engine " << LaunchEngineName(o.engine) << ".\n\n";
+  s << "\"\"\"kimi-plan launch: " << DocText(o.label) << " on Modal, engine " << LaunchEngineName(o.engine) << ".\n\n";
   for (const std::string& line : DescribeLaunch(l)) s << DocText(line) << "\n";
   s << "Cluster: " << l.job_nodes() << " containers of " << l.request.gpus_per_node << " GPUs, RDMA on.\n"
     << "Start: modal run --detach " << kModalAppName << " [--extra \"more arguments for every node's command\"]\n"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/file_system.h"
+#include "common/limits.h"
 #include "launcher/launch_spec.h"
 #include "launcher/verl_overrides.h"
 #include "planner/test_util.h"
@@ -54,7 +55,7 @@ inline Launch SeedLaunch(const std::string& preset, LaunchTarget target, LaunchE
 
 inline VerlKeys RepoVerlKeys() {
   RealFileSystem fs;
-  auto text = fs.ReadFile(DefaultVerlKeysPath());
+  auto text = fs.ReadFile(DefaultVerlKeysPath(), limits::kMaxSpecFileBytes);
   EXPECT_TRUE(text.ok()) << text.status().message();
   auto keys = VerlKeys::Parse(text.ok() ? *text : "", DefaultVerlKeysPath());
   EXPECT_TRUE(keys.ok()) << keys.status().message();

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/limits.h"
 #include "launcher/test_util.h"
 
 namespace kp {
@@ -191,7 +192,7 @@ TEST(VerlOverrides, EveryEmittedKeyIsInTheList) {
 
 TEST(VerlOverrides, FailNamingAKeyTheListLacks) {
   RealFileSystem fs;
-  std::string text = *fs.ReadFile(DefaultVerlKeysPath());
+  std::string text = *fs.ReadFile(DefaultVerlKeysPath(), limits::kMaxSpecFileBytes);
   const std::string line = "\ntrainer.nnodes\n";
   const size_t at = text.find(line);
   ASSERT_NE(at, std::string::npos);

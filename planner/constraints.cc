@@ -75,6 +75,13 @@ Status ValidateRequest(const PlanRequest& r) {
   return r.model.Validate();
 }
 
+std::string WithValueSource(const PlanRequest& r, const std::string& message) {
+  const std::size_t colon = message.find(':');
+  if (message.rfind("--", 0) != 0 || colon == std::string::npos) return message;
+  const auto source = r.value_sources.find(message.substr(0, colon));
+  return source == r.value_sources.end() ? message : source->second + message.substr(colon);
+}
+
 std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) {
   std::vector<std::string> v;
   const ModelSpec& m = r.model;

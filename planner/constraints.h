@@ -22,6 +22,11 @@ Status ValidateRequest(const PlanRequest& req);
 /// micro-batches; rollout EP = rollout TP x rollout DP (Verl/vLLM).
 std::vector<std::string> CheckPlan(const PlanRequest& req, const ParallelPlan& p);
 
+/// `message` ("--dp: ...") with its leading flag replaced by where the
+/// request took that value from (PlanRequest::value_sources), when a file
+/// gave it: "--topology-file t.json: actor.dp: ...".
+std::string WithValueSource(const PlanRequest& req, const std::string& message);
+
 }  // namespace kp
 
 #endif  // KIMI_PLAN_PLANNER_CONSTRAINTS_H_

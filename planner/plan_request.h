@@ -5,6 +5,7 @@
 #define KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -123,6 +124,10 @@ struct PlanRequest {
   LayerSplit layer_split;      ///< how the layers go to stages (--layer-split; even: torchtitan's)
   bool search = false;
   int top = 5;                 ///< with search: how many plans to report
+  /// Where a value that no flag gave came from, keyed by the flag that would
+  /// set it: {"--tp": "--topology-file t.json: actor.tp"}. Errors about the
+  /// value name its source (WithValueSource), not a flag the user never gave.
+  std::map<std::string, std::string> value_sources;
 
   /// GPUs in the cluster, in 64 bits so that no flag can wrap it;
   /// ValidateRequest refuses more than limits::kMaxClusterGpus.

@@ -48,9 +48,9 @@ Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& 
 }
 
 Result<PlanEvaluation> PlanFixed(const PlanRequest& req, const ParamCount& params) {
-  KP_RETURN_IF_ERROR(ValidateRequest(req));
+  if (Status s = ValidateRequest(req); !s.ok()) return Status::InvalidArgument(WithValueSource(req, s.message()));
   const std::vector<std::string> v = CheckPlan(req, req.plan);
-  if (!v.empty()) return Status::InvalidArgument(v.front());
+  if (!v.empty()) return Status::InvalidArgument(WithValueSource(req, v.front()));
   return EvaluatePlan(req, req.plan, params);
 }
 

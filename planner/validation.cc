@@ -1,10 +1,15 @@
 #include "planner/validation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
+#include "common/range.h"
 #include "planner/planner.h"
+#include "specs/json_fields.h"
 #include "specs/param_count.h"
 
 namespace kp {
@@ -15,20 +20,33 @@ namespace {
 
 // A GPT of the Megatron-LM papers: learned positions, GeLU MLP, dropout,
 // eager attention through the fused softmax.
-ModelSpec GptModel(const json& m, const std::string& id) {
+Result<ModelSpec> GptModel(const json& m, const std::string& id, std::int64_t* seq_len) {
   ModelSpec s;
   s.name = id;
-  s.layers = m.at("layers");
-  s.hidden = m.at("hidden");
-  s.heads = m.at("heads");
+  Fields f(m, "model");
+  KP_RETURN_IF_ERROR(f.Int("layers", &s.layers, 1, limits::kMaxLayers));
+  KP_RETURN_IF_ERROR(f.Int("hidden", &s.hidden, 1, limits::kMaxHidden));
+  KP_RETURN_IF_ERROR(f.Int("heads", &s.heads, 1, limits::kMaxHeads));
+  s.kv_heads = s.heads;
+  KP_RETURN_IF_ERROR(f.Int("kv_heads", &s.kv_heads, 1, limits::kMaxHeads, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Int("vocab", &s.vocab, 1, limits::kMaxVocab));
+  KP_RETURN_IF_ERROR(f.Int("ffn", &s.dense_ffn, 1, limits::kMaxFfn));
+  KP_RETURN_IF_ERROR(f.Int("seq_len", seq_len, 1, limits::kMaxSequence));
+  std::string activation = "gelu";
+  KP_RETURN_IF_ERROR(f.Name("activation", &activation, /*required=*/false));
+  if (activation != "gelu" && activation != "swiglu")
+    return Status::InvalidArgument("model.activation: must be gelu or swiglu, got \"" + activation + "\"");
+  s.dropout = true;
+  s.tied_embeddings = true;
+  KP_RETURN_IF_ERROR(f.Bool("dropout", &s.dropout));
+  KP_RETURN_IF_ERROR(f.Bool("tied_embeddings", &s.tied_embeddings));
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
+  if (s.hidden % s.heads != 0)
+    return Status::InvalidArgument("model.heads: " + std::to_string(s.heads) + " does not divide hidden " +
+                                   std::to_string(s.hidden));
   s.head_dim = s.hidden / s.heads;
-  s.kv_heads = m.value("kv_heads", s.heads);
-  s.vocab = m.at("vocab");
   s.dense_layers = s.layers;
-  s.dense_ffn = m.at("ffn");
-  s.gated_ffn = m.value("activation", std::string("gelu")) == "swiglu";
-  s.dropout = m.value("dropout", true);
-  s.tied_embeddings = m.value("tied_embeddings", true);
+  s.gated_ffn = activation == "swiglu";
   s.attention = std::vector<AttentionKind>(s.layers, AttentionKind::kMha);
   return s;
 }
@@ -40,42 +58,87 @@ Result<Recompute> ParseRecompute(const std::string& r) {
   return Status::InvalidArgument("recompute: must be none, selective or full");
 }
 
+// A measured figure: {"value": > 0, "kind": ..., and a note on how}.
+Status ParseMeasured(const json& j, const std::string& name, std::optional<double>* value, std::string* kind) {
+  if (!j.is_object()) return Status::InvalidArgument(name + ": must be an object {\"value\": ..., \"kind\": ...}");
+  Fields f(j, name);
+  double v = 0;
+  KP_RETURN_IF_ERROR(f.Number("value", &v, 0, limits::kMaxSeconds));
+  if (!(v > 0)) return Status::InvalidArgument(name + ".value: must be > 0, got " + ShowNumber(v));
+  std::string k, note;
+  KP_RETURN_IF_ERROR(f.Name("kind", &k));
+  if (k != "measured" && k != "derived")
+    return Status::InvalidArgument(name + ".kind: must be measured or derived, got \"" + k + "\"");
+  KP_RETURN_IF_ERROR(f.Text("how", &note, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Text("note", &note, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
+  *value = v;
+  if (kind) *kind = k;
+  return Status::Ok();
+}
+
 Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
+  if (!c.is_object()) return Status::InvalidArgument("must be an object");
   ValidationCase v;
-  v.id = c.at("id");
-  v.source = c.at("source");
+  Fields f(c, "");
+  KP_RETURN_IF_ERROR(f.Name("id", &v.id));
+  KP_RETURN_IF_ERROR(f.Text("source", &v.source));
+  std::string ignored;
+  KP_RETURN_IF_ERROR(f.Text("url", &ignored, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Text("assumptions", &ignored, /*required=*/false));
   PlanRequest& r = v.request;
-  r.model = GptModel(c.at("model"), v.id);
-  KP_ASSIGN_OR_RETURN(r.gpu, catalog.Gpu(c.at("gpu")));
+  KP_ASSIGN_OR_RETURN(const json* model, f.Object("model", /*required=*/true));
+  std::int64_t seq_len = 0;
+  KP_ASSIGN_OR_RETURN(r.model, GptModel(*model, v.id, &seq_len));
+  std::string gpu;
+  KP_RETURN_IF_ERROR(f.Name("gpu", &gpu));
+  KP_ASSIGN_OR_RETURN(r.gpu, catalog.Gpu(gpu, "gpu"));
   KP_ASSIGN_OR_RETURN(r.calibration, catalog.Calibration(r.gpu.name));
+  std::int64_t gpus = 0, global_batch = 0, micro_batch = 0;
+  KP_RETURN_IF_ERROR(f.Int("gpus", &gpus, 1, limits::kMaxClusterGpus));
+  KP_RETURN_IF_ERROR(f.Int("global_batch", &global_batch, 1, limits::kMaxBatch));
+  KP_RETURN_IF_ERROR(f.Int("micro_batch", &micro_batch, 1, limits::kMaxBatch));
+  KP_RETURN_IF_ERROR(f.Int("tp", &r.plan.tp, 1, limits::kMaxClusterGpus));
+  KP_RETURN_IF_ERROR(f.Int("pp", &r.plan.pp, 1, limits::kMaxClusterGpus));
+  KP_RETURN_IF_ERROR(f.Int("vp", &r.plan.vp, 1, limits::kMaxLayers));
+  KP_RETURN_IF_ERROR(f.Int("dp", &r.plan.dp, 1, limits::kMaxClusterGpus));
+  if (static_cast<std::int64_t>(r.plan.tp) * r.plan.pp * r.plan.dp != gpus)
+    return Status::InvalidArgument("gpus: " + std::to_string(gpus) + " is not tp x pp x dp = " +
+                                   std::to_string(static_cast<std::int64_t>(r.plan.tp) * r.plan.pp * r.plan.dp));
   r.gpus_per_node = r.gpu.gpus_per_node;
-  const int gpus = c.at("gpus");
-  r.nodes = std::max(1, gpus / r.gpus_per_node);
-  if (gpus < r.gpus_per_node) r.gpus_per_node = gpus;
-  r.prompt_length = c.at("model").at("seq_len");
+  r.nodes = static_cast<int>(std::max<std::int64_t>(1, gpus / r.gpus_per_node));
+  if (gpus < r.gpus_per_node) r.gpus_per_node = static_cast<int>(gpus);
+  if (static_cast<std::int64_t>(r.nodes) * r.gpus_per_node != gpus)
+    return Status::InvalidArgument("gpus: " + std::to_string(gpus) + " is not whole nodes of " +
+                                   std::to_string(r.gpu.gpus_per_node) + " " + r.gpu.name + " GPUs");
+  r.prompt_length = seq_len;
   r.response_length = 0;
-  r.global_batch = c.at("global_batch");
-  r.micro_batch = c.at("micro_batch");
-  r.plan.tp = c.at("tp");
-  r.plan.pp = c.at("pp");
-  r.plan.vp = c.at("vp");
-  r.plan.dp = c.at("dp");
-  KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(c.at("schedule")));
+  r.global_batch = global_batch;
+  r.micro_batch = micro_batch;
+  std::string schedule, recompute, dtype, split;
+  KP_RETURN_IF_ERROR(f.Name("schedule", &schedule));
+  KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(schedule, "schedule"));
   // Every case ran on Megatron-LM (the zero-bubble ones on the ZB authors'
   // fork, whose own schedules send asynchronously).
   r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
-  KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(c.at("recompute")));
-  r.sequence_parallel = c.at("sequence_parallel");
-  r.flash_attention = c.at("flash_attention");
-  r.bf16 = c.at("dtype") == "bf16";
-  r.distributed_optimizer = c.at("distributed_optimizer");
-  r.efficiency.dp_overlap = c.at("dp_overlap");
-  KP_ASSIGN_OR_RETURN(r.layer_split, ParseLayerSplit(c.at("layer_split")));
-  if (c.contains("step_time_s")) {
-    v.step_time_s = c.at("step_time_s").at("value").get<double>();
-    v.step_time_kind = c.at("step_time_s").at("kind");
-  }
-  if (c.contains("memory_gb")) v.memory_gb = c.at("memory_gb").at("value").get<double>();
+  KP_RETURN_IF_ERROR(f.Name("recompute", &recompute));
+  KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(recompute));
+  KP_RETURN_IF_ERROR(f.Bool("sequence_parallel", &r.sequence_parallel));
+  KP_RETURN_IF_ERROR(f.Bool("flash_attention", &r.flash_attention));
+  KP_RETURN_IF_ERROR(f.Name("dtype", &dtype));
+  if (dtype != "bf16" && dtype != "fp16")
+    return Status::InvalidArgument("dtype: must be bf16 or fp16, got \"" + dtype + "\"");
+  r.bf16 = dtype == "bf16";
+  KP_RETURN_IF_ERROR(f.Bool("distributed_optimizer", &r.distributed_optimizer));
+  KP_RETURN_IF_ERROR(f.Number("dp_overlap", &r.efficiency.dp_overlap, 0, 1));
+  KP_RETURN_IF_ERROR(f.Name("layer_split", &split));
+  KP_ASSIGN_OR_RETURN(r.layer_split, ParseLayerSplit(split));
+  KP_ASSIGN_OR_RETURN(const json* step, f.Object("step_time_s"));
+  KP_ASSIGN_OR_RETURN(const json* memory, f.Object("memory_gb"));
+  if (step) KP_RETURN_IF_ERROR(ParseMeasured(*step, "step_time_s", &v.step_time_s, &v.step_time_kind));
+  if (memory) KP_RETURN_IF_ERROR(ParseMeasured(*memory, "memory_gb", &v.memory_gb, nullptr));
+  if (!step && !memory) return Status::InvalidArgument("step_time_s: a case needs a measured step time or memory_gb");
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
   return v;
 }
 
@@ -100,19 +163,24 @@ ErrorSummary Summarise(const std::vector<ValidationOutcome>& outcomes,
 }  // namespace
 
 Result<std::vector<ValidationCase>> ParseValidationCases(const std::string& text, const PresetCatalog& catalog) {
-  const json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("cases") || !j.at("cases").is_array())
-    return Status::InvalidArgument("validation cases: must be an object with a list \"cases\"");
+  KP_ASSIGN_OR_RETURN(const json j, ParseObject(text));
+  Fields top(j, "");
+  std::string schema, about;
+  KP_RETURN_IF_ERROR(top.Name("schema", &schema));
+  if (schema != "kimi-plan.validation/1")
+    return Status::InvalidArgument("schema: must be \"kimi-plan.validation/1\", got \"" + schema + "\"");
+  KP_RETURN_IF_ERROR(top.Text("about", &about, /*required=*/false));
+  KP_ASSIGN_OR_RETURN(const json* cases, top.Array("cases", /*required=*/true));
+  KP_RETURN_IF_ERROR(top.NoUnknownKeys());
   std::vector<ValidationCase> out;
-  for (const json& c : j.at("cases")) {
-    const std::string id = c.value("id", std::string("?"));
-    try {
-      Result<ValidationCase> v = ParseCase(c, catalog);
-      if (!v.ok()) return v.status().WithContext("case " + id);
-      out.push_back(std::move(*v));
-    } catch (const json::exception& e) {
-      return Status::InvalidArgument("case " + id + ": " + e.what());
-    }
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < cases->size(); ++i) {
+    const json& c = cases->at(i);
+    const std::string where = "cases[" + std::to_string(i) + "]";
+    Result<ValidationCase> v = ParseCase(c, catalog);
+    if (!v.ok()) return v.status().WithContext(where);
+    if (!ids.insert(v->id).second) return Status::InvalidArgument(where + ": id \"" + v->id + "\" is used twice");
+    out.push_back(std::move(*v));
   }
   return out;
 }

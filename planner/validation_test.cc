@@ -7,8 +7,10 @@
 #include <cstdio>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/file_system.h"
+#include "common/limits.h"
 
 #ifndef KIMI_PLAN_VALIDATION_CASES
 #define KIMI_PLAN_VALIDATION_CASES "tests/validation/megatron_runs.json"
@@ -20,7 +22,7 @@ namespace {
 std::vector<ValidationOutcome> Outcomes() {
   RealFileSystem fs;
   PresetCatalog catalog(fs, DefaultPresetDir());
-  Result<std::string> text = fs.ReadFile(KIMI_PLAN_VALIDATION_CASES);
+  Result<std::string> text = fs.ReadFile(KIMI_PLAN_VALIDATION_CASES, limits::kMaxSpecFileBytes);
   EXPECT_TRUE(text.ok()) << KIMI_PLAN_VALIDATION_CASES;
   if (!text.ok()) return {};
   Result<std::vector<ValidationCase>> cases = ParseValidationCases(*text, catalog);
@@ -70,11 +72,46 @@ TEST(ValidationTest, ErrorsAreRelativeToTheMeasurement) {
 TEST(ValidationTest, ACaseFileWithoutCasesIsRefused) {
   RealFileSystem fs;
   PresetCatalog catalog(fs, DefaultPresetDir());
-  EXPECT_EQ(ParseValidationCases("{}", catalog).status().message(),
-            "validation cases: must be an object with a list \"cases\"");
-  auto r = ParseValidationCases(R"({"cases": [{"id": "x", "source": "s"}]})", catalog);
+  EXPECT_EQ(ParseValidationCases("{}", catalog).status().message(), "schema: required field is missing");
+  EXPECT_EQ(ParseValidationCases(R"({"schema": "kimi-plan.validation/1"})", catalog).status().message(),
+            "cases: required field is missing");
+  auto r = ParseValidationCases(R"({"schema": "kimi-plan.validation/1", "cases": [{"id": "x", "source": "s"}]})",
+                                catalog);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("case x: ", 0), 0u) << r.status().message();
+  EXPECT_EQ(r.status().message(), "cases[0]: model: required field is missing");
+}
+
+// The case reader is as strict as the preset reader (issue 28): one case of
+// the shipped file with one field spoiled at a time.
+TEST(ValidationTest, CaseFieldsAreReadStrictly) {
+  RealFileSystem fs;
+  PresetCatalog catalog(fs, DefaultPresetDir());
+  Result<std::string> text = fs.ReadFile(KIMI_PLAN_VALIDATION_CASES, limits::kMaxSpecFileBytes);
+  ASSERT_TRUE(text.ok());
+  nlohmann::json doc = nlohmann::json::parse(*text);
+  const nlohmann::json first = doc["cases"][0];
+  auto with = [&](const std::string& pointer, const nlohmann::json& value) {
+    nlohmann::json one = doc;
+    one["cases"] = nlohmann::json::array({first});
+    one["cases"][0][nlohmann::json::json_pointer(pointer)] = value;
+    return ParseValidationCases(one.dump(), catalog).status().message();
+  };
+  EXPECT_EQ(with("/model/layers", 4294967344ULL), "cases[0]: model.layers: must be at most 100000, got 4294967344");
+  EXPECT_EQ(with("/model/hidden", 6144.7), "cases[0]: model.hidden: must be an integer from 1 to 1048576");
+  EXPECT_EQ(with("/gpus", 0), "cases[0]: gpus: must be a positive integer, got 0 (at most 1048576)");
+  EXPECT_EQ(with("/gpus", 16), "cases[0]: gpus: 16 is not tp x pp x dp = 8");
+  EXPECT_EQ(with("/step_time_s/value", 0), "cases[0]: step_time_s.value: must be > 0, got 0");
+  EXPECT_EQ(with("/model/dropuot", true), "cases[0]: model.dropuot: unknown field");
+  EXPECT_EQ(with("/id", "a\nb").rfind("cases[0]: id: must be 1 to 128 printable ASCII", 0), 0u);
+  // A key named twice, and an id used twice.
+  std::string dup = doc.dump();
+  dup.insert(dup.find("\"gpus\":"), "\"gpus\": 8, ");
+  EXPECT_EQ(ParseValidationCases(dup, catalog).status().message(),
+            "cases.gpus: the key is named twice (each field may appear once)");
+  nlohmann::json twice = doc;
+  twice["cases"] = nlohmann::json::array({first, first});
+  EXPECT_EQ(ParseValidationCases(twice.dump(), catalog).status().message(),
+            "cases[1]: id \"" + first["id"].get<std::string>() + "\" is used twice");
 }
 
 }  // namespace

@@ -76,8 +76,10 @@ Result<LoopCostBreakdown> EstimateLoopCosts(const PlanRequest& req, const PlanEv
   if (o.feedback_tokens < 0) return Status::InvalidArgument("--feedback-tokens: must be >= 0");
   if (!(o.hbm_efficiency > 0 && o.hbm_efficiency <= 1)) return Status::InvalidArgument("--hbm-efficiency: must be in (0, 1]");
   if (plan.memory.rollout_concurrency < 1)
-    return Status::InvalidArgument("--plan: the rollout engine cannot hold one " + std::to_string(req.seq_length()) +
-                                   "-token sequence; pick a plan whose rollout fits");
+    return Status::InvalidArgument("--gpu-memory-utilization: the plan's rollout engine cannot hold one " +
+                                   std::to_string(req.seq_length()) + "-token sequence in its KV cache; give the "
+                                   "rollout more memory (--gpu-memory-utilization, --placement split) or more GPUs "
+                                   "per engine (--rollout-tp, --rollout-ep)");
   LoopCostBreakdown b;
   b.rollout = EstimateRollout(req, plan, pc, o.hbm_efficiency);
   const double samples = double(req.sequences());

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdint>
 
+#include "common/text.h"
+
 namespace kp {
 
 namespace {
@@ -41,7 +43,7 @@ int ReadNumber(const std::string& s, size_t& pos) {
   return static_cast<int>(v);
 }
 
-std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+std::string Quoted(const std::string& s) { return "\"" + QuoteBounded(s) + "\""; }
 
 // Counts of each (type, stage, micro-batch), for the completeness checks.
 class ActionCounts {

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "common/limits.h"
+#include "common/range.h"
 #include "simulator/event_queue.h"
 
 namespace kp {
@@ -201,6 +203,16 @@ Result<PipelineSimResult> SimulatePipeline(const PipelineSchedule& schedule, con
     }
   }
 
+  // The step ends no later than if every action and transfer ran one after
+  // another (some always runs, or the schedule deadlocks), so the clock
+  // (integer nanoseconds) holds it when that sum does.
+  double serial_ns = 0;
+  for (size_t n = 0; n < index.nodes.size(); ++n) serial_ns += double(duration[n].value()) + double(lag[n].value());
+  if (serial_ns > limits::kMaxSimulatedSeconds * 1e9)
+    return Status::InvalidArgument("--microbatches: the step's work (every action and transfer of every rank) sums "
+                                   "to " + ShowNumber(serial_ns / 1e9) + " s, beyond the simulator's clock of " +
+                                   ShowNumber(limits::kMaxSimulatedSeconds) + " s (100 years); give fewer "
+                                   "micro-batches or smaller costs (--f-us --b-us --w-us --p2p-us)");
   PipelineRun sim(index, std::move(duration), std::move(lag), options.record_timeline);
   sim.Run();
   if (sim.StuckRank() >= 0) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "planner/schedule_model.h"
 #include "simulator/schedule_generators.h"
@@ -577,6 +578,28 @@ TEST(PipelineSimTest, TimelineHoldsEveryComputeActionOnce) {
   EXPECT_EQ(q.makespan, r.makespan);
 }
 
+// Every cost at its largest: the step's work passes the integer clock, and
+// is refused before the simulation rather than wrapping (issue 28).
+TEST(PipelineSimTest, WorkBeyondTheClockIsRefusedNotWrapped) {
+  const ns year = ToNanoseconds(Seconds(365.0 * 24 * 3600));
+  auto s = GenerateSchedule(ScheduleKind::k1F1B, 64, 1, 64);
+  ASSERT_TRUE(s.ok());
+  const Status refused = SimulatePipeline(*s, {year, year, year, year}).status();
+  EXPECT_EQ(refused.ExitCode(), 2);
+  EXPECT_EQ(refused.message().rfind("--microbatches: the step's work", 0), 0u) << refused.message();
+  // Costs a clock can hold, the same schedule: makespan at least one rank's work.
+  const StageCosts day{ns(86'400'000'000'000), ns(86'400'000'000'000), ns(0), ns(0)};
+  auto r = SimulatePipeline(*s, day);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GE(r->makespan.value(), 64 * (day.f + day.b).value());
+}
+
+TEST(PipelineSimTest, ToNanosecondsSaturatesInsteadOfOverflowing) {
+  EXPECT_EQ(ToNanoseconds(Seconds(1.5)).value(), 1'500'000'000);
+  EXPECT_EQ(ToNanoseconds(Seconds(1e300)).value(), 9'200'000'000'000'000'000);
+  EXPECT_EQ(ToNanoseconds(Seconds(-1e300)).value(), -9'200'000'000'000'000'000);
+  EXPECT_EQ(ToNanoseconds(Seconds(std::nan(""))).value(), 9'200'000'000'000'000'000);
+}
+
 }  // namespace
 }  // namespace kp
-

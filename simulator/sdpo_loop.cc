@@ -5,6 +5,8 @@
 #include <memory>
 #include <sstream>
 
+#include "common/limits.h"
+#include "common/range.h"
 #include "simulator/event_queue.h"
 
 namespace kp {
@@ -91,6 +93,14 @@ Status Validate(const LoopCosts& c, const LoopOptions& o) {
     if (c.of(LoopSystem(s)).value() < 0)
       return Status::InvalidArgument(std::string("--") + LoopSystemName(LoopSystem(s)) + "-s: must be >= 0");
   if (o.steps < 2) return Status::InvalidArgument("--steps: must be at least 2 to reach a steady state, got " + std::to_string(o.steps));
+  // The loop ends no later than if every task ran one after another, so the
+  // clock (integer nanoseconds) holds it when that sum does.
+  double serial = 0;
+  for (int s = 0; s < kLoopSystems; ++s) serial += c.of(LoopSystem(s)).value();
+  if (!(serial * o.steps <= limits::kMaxSimulatedSeconds))
+    return Status::InvalidArgument("--steps: " + std::to_string(o.steps) + " steps of up to " + ShowNumber(serial) +
+                                   " s each may last beyond the simulator's clock of " +
+                                   ShowNumber(limits::kMaxSimulatedSeconds) + " s (100 years); give fewer steps or smaller costs");
   if (o.actor_gpus <= 0) return Status::InvalidArgument("--actor-gpus: must be a positive integer");
   if (o.placement == LoopPlacement::kSplit && o.rollout_gpus <= 0)
     return Status::InvalidArgument("--rollout-gpus: a split placement needs a positive rollout pool");
@@ -138,8 +148,12 @@ Result<LoopResult> SimulateLoop(const LoopCosts& c, const LoopOptions& o) {
   }
   out.makespan = ToSeconds(*std::max_element(step_end.begin(), step_end.end()));
   out.step_time = ToSeconds(step_end.back() - step_end.front()) / double(o.steps - 1);
-  for (int s = 0; s < kLoopSystems; ++s) out.share[s] = c.of(LoopSystem(s)) / out.step_time;
-  out.gpu_idle_fraction = 1 - gpu_busy / (out.makespan.value() * (actor_gpus + rollout_gpus));
+  // A loop whose costs are all zero takes no time: nothing has a share of
+  // it and nothing idles (rather than 0 / 0).
+  for (int s = 0; s < kLoopSystems; ++s)
+    out.share[s] = out.step_time.value() > 0 ? c.of(LoopSystem(s)) / out.step_time : 0.0;
+  const double gpu_seconds = out.makespan.value() * (actor_gpus + rollout_gpus);
+  out.gpu_idle_fraction = gpu_seconds > 0 ? 1 - gpu_busy / gpu_seconds : 0.0;
   return out;
 }
 

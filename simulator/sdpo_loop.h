@@ -55,8 +55,8 @@ struct LoopSpan {
 struct LoopResult {
   Seconds step_time;                         ///< steady state: (end of last - end of first) / (steps - 1)
   Seconds makespan;
-  std::array<double, kLoopSystems> share{};  ///< each system's time / step time
-  double gpu_idle_fraction = 0;              ///< GPU-seconds not computing / all GPU-seconds
+  std::array<double, kLoopSystems> share{};  ///< each system's time / step time (0 when the step takes none)
+  double gpu_idle_fraction = 0;              ///< GPU-seconds not computing / all GPU-seconds (0 when none pass)
   std::vector<LoopSpan> timeline;
   std::uint64_t events = 0;
 };

@@ -103,5 +103,31 @@ TEST(SdpoLoopTest, TimelineSvgHasOneBoxPerTask) {
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
 }
 
+// Zero costs: the loop takes no time, so nothing has a share of it and
+// nothing idles, rather than 0 / 0 (issue 28).
+TEST(SdpoLoopTest, ZeroCostsGiveZeroSharesNotNan) {
+  LoopOptions o;
+  o.actor_gpus = 8;
+  auto r = SimulateLoop(LoopCosts{}, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step_time.value(), 0);
+  EXPECT_EQ(r->gpu_idle_fraction, 0);
+  for (double share : r->share) EXPECT_EQ(share, 0);
+}
+
+// The clock holds 100 years: more work than that is refused before any runs.
+TEST(SdpoLoopTest, WorkBeyondTheClockIsRefusedFirst) {
+  LoopCosts year;
+  year.rollout = year.feedback = year.teacher = year.train = year.sync = Seconds(365.0 * 24 * 3600);
+  LoopOptions o;
+  o.actor_gpus = 8;
+  o.steps = 10000;
+  const Status s = SimulateLoop(year, o).status();
+  EXPECT_EQ(s.ExitCode(), 2);
+  EXPECT_EQ(s.message().rfind("--steps: 10000 steps of up to 157680000 s each may last beyond", 0), 0u) << s.message();
+  o.steps = 19;  // 95 years of work at most
+  EXPECT_TRUE(SimulateLoop(year, o).ok());
+}
+
 }  // namespace
 }  // namespace kp

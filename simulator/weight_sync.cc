@@ -7,6 +7,7 @@
 
 #include "common/limits.h"
 #include "common/table.h"
+#include "common/text.h"
 #include "planner/memory_model.h"
 #include "simulator/event_queue.h"
 #include "simulator/flow_network.h"
@@ -46,7 +47,7 @@ Result<SyncMode> ParseSyncMode(const std::string& name) {
   for (SyncMode m : {SyncMode::kFull, SyncMode::kLoraSharedOuter, SyncMode::kLoraPerExpert}) {
     if (name == SyncModeName(m)) return m;
   }
-  return Status::InvalidArgument("--mode: '" + name + "' is not one of full, lora-shared-outer, lora-per-expert");
+  return Status::InvalidArgument("--mode: '" + QuoteBounded(name) + "' is not one of full, lora-shared-outer, lora-per-expert");
 }
 
 Status CheckSyncWork(std::int64_t receivers, Bytes bytes, Bytes bucket, const std::string& flag) {
@@ -262,6 +263,10 @@ Result<SyncReport> WeightSyncReport(const ModelSpec& model, const GpuSpec& gpu, 
     KP_ASSIGN_OR_RETURN(SyncResult r, SimulateOnFreshCluster(gpu, p2p));
     (net == Network::kTcp ? rep.tcp : rep.rdma) = std::move(r);
   }
+  // The scaling series grows to `receivers`; its largest run bounds the
+  // work of every other, so the limit is checked once, before any runs.
+  if (!(bucket.value() > 0)) return Status::InvalidArgument("--bucket-gib: must be > 0 bytes");
+  KP_RETURN_IF_ERROR(CheckSyncWork(receivers, rep.bytes, bucket, "--receivers"));
   SyncRequest bcast{.bytes = rep.bytes, .receivers = receivers, .bucket = bucket, .h2d = kPcieGen5H2d};
   Nanoseconds one{0};
   for (int r : ScalingCounts(receivers)) {

@@ -39,9 +39,9 @@ Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   if (schema != kSchema)
     return Status::InvalidArgument(std::string("schema: must be \"") + kSchema + "\", got \"" + schema + "\"");
   ActivationProfile p;
-  KP_RETURN_IF_ERROR(f.String("model", &p.model));
-  KP_RETURN_IF_ERROR(f.String("device", &p.device));
-  KP_RETURN_IF_ERROR(f.String("dtype", &p.dtype));
+  KP_RETURN_IF_ERROR(f.Name("model", &p.model));
+  KP_RETURN_IF_ERROR(f.Name("device", &p.device));
+  KP_RETURN_IF_ERROR(f.Name("dtype", &p.dtype));
   if (p.dtype != "fp32" && p.dtype != "bf16")
     return Status::InvalidArgument("dtype: must be \"fp32\" or \"bf16\", got \"" + p.dtype + "\"");
   KP_RETURN_IF_ERROR(f.Int("seq_len", &p.seq_len, 1, 1 << 30));
@@ -53,7 +53,7 @@ Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   KP_RETURN_IF_ERROR(f.Number("head", &p.head, 0, kMaxBytesPerToken));
   KP_RETURN_IF_ERROR(f.Number("head_fixed", &p.head_fixed, 0, kMaxBytesPerToken));
   KP_RETURN_IF_ERROR(f.Number("backward", &p.backward, 0, kMaxBytesPerToken));
-  KP_RETURN_IF_ERROR(f.String("source", &p.source, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Text("source", &p.source, /*required=*/false));
   KP_ASSIGN_OR_RETURN(p.layers, Figures(f, "layers"));
   KP_ASSIGN_OR_RETURN(p.layers_fixed, Figures(f, "layers_fixed"));
   if (p.layers_fixed.size() != p.layers.size())

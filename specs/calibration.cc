@@ -214,7 +214,7 @@ Result<CollectiveCurve> ParseCurve(const json& j, const std::string& field) {
   else return Status::InvalidArgument(field + ".span: must be nvlink or fabric, got \"" + span + "\"");
   KP_RETURN_IF_ERROR(f.Int("ranks", &c.ranks, 0, limits::kMaxClusterGpus));
   if (c.ranks < 2) return Status::InvalidArgument(field + ".ranks: must be at least 2");
-  KP_RETURN_IF_ERROR(f.String("source", &c.source, false));
+  KP_RETURN_IF_ERROR(f.Text("source", &c.source, false));
   const json* points = nullptr;
   KP_ASSIGN_OR_RETURN(points, f.Array("points", true));
   if (points->empty()) return Status::InvalidArgument(field + ".points: must be a non-empty list of [bytes, microseconds]");
@@ -245,8 +245,8 @@ Result<CalibrationTable> ParseCalibration(const std::string& text) {
   KP_RETURN_IF_ERROR(f.String("schema", &schema));
   if (schema != kSchema)
     return Status::InvalidArgument(std::string("schema: must be \"") + kSchema + "\", got \"" + schema + "\"");
-  KP_RETURN_IF_ERROR(f.String("gpu", &t.gpu));
-  KP_RETURN_IF_ERROR(f.String("source", &t.source));
+  KP_RETURN_IF_ERROR(f.Name("gpu", &t.gpu));
+  KP_RETURN_IF_ERROR(f.Text("source", &t.source));
   double copy = 0;
   KP_RETURN_IF_ERROR(f.Number("memory_copy_gbytes_per_s", &copy, 0, limits::kMaxBandwidth, false));
   if (!std::isfinite(copy) || copy < 0)
@@ -265,7 +265,7 @@ Result<CalibrationTable> ParseCalibration(const std::string& text) {
     double overhead_us = 0;
     KP_RETURN_IF_ERROR(e.Number("layer_overhead_us", &overhead_us, 0, 1e6, false));
     t.elementwise_layer_overhead = Seconds(overhead_us * 1e-6);
-    KP_RETURN_IF_ERROR(e.String("source", &t.elementwise_source));
+    KP_RETURN_IF_ERROR(e.Text("source", &t.elementwise_source));
     KP_RETURN_IF_ERROR(e.NoUnknownKeys());
   }
   const json* gemm = nullptr;

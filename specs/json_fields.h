@@ -13,6 +13,8 @@
 
 #include "common/range.h"
 #include "common/status.h"
+#include "common/strict_json.h"
+#include "common/text.h"
 
 namespace kp {
 
@@ -67,6 +69,21 @@ class Fields {
     *out = v.get<std::string>();
     return Status::Ok();
   }
+  /// A name (a model, GPU, topology or case id): printable ASCII, 1 to 128
+  /// bytes (common/text.h), since names reach job scripts, the store, the
+  /// terminal and reports.
+  Status Name(const char* key, std::string* out, bool required = true) {
+    const bool present = j_.contains(key);
+    KP_RETURN_IF_ERROR(String(key, out, required));
+    return present ? CheckName(Name(key), *out) : Status::Ok();
+  }
+  /// Free text (a source, a note): at most 4096 bytes, no control character
+  /// but a tab.
+  Status Text(const char* key, std::string* out, bool required = true) {
+    const bool present = j_.contains(key);
+    KP_RETURN_IF_ERROR(String(key, out, required));
+    return present ? CheckText(Name(key), *out) : Status::Ok();
+  }
   Status Bool(const char* key, bool* out) {
     used_.insert(key);
     if (!j_.contains(key)) return Status::Ok();
@@ -118,9 +135,10 @@ class Fields {
   std::set<std::string> used_;
 };
 
+/// A file's top-level object, parsed strictly (a key named twice is an
+/// error: common/strict_json.h).
 inline Result<nlohmann::json> ParseObject(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) return Status::InvalidArgument("not valid JSON");
+  KP_ASSIGN_OR_RETURN(nlohmann::json j, ParseStrictJson(text));
   if (!j.is_object()) return Status::InvalidArgument("the top level must be a JSON object");
   return j;
 }

@@ -53,7 +53,7 @@ Status ParseAttention(const json& j, ModelSpec* m) {
 
 Status ParseModelObject(const json& j, ModelSpec* m) {
   Fields f(j, "");
-  KP_RETURN_IF_ERROR(f.String("name", &m->name));
+  KP_RETURN_IF_ERROR(f.Name("name", &m->name));
   KP_RETURN_IF_ERROR(f.Int("layers", &m->layers, 1, limits::kMaxLayers));
   KP_RETURN_IF_ERROR(f.Int("hidden", &m->hidden, 1, limits::kMaxHidden));
   KP_RETURN_IF_ERROR(f.Int("heads", &m->heads, 1, limits::kMaxHeads));
@@ -68,8 +68,8 @@ Status ParseModelObject(const json& j, ModelSpec* m) {
   KP_RETURN_IF_ERROR(f.Bool("dropout", &m->dropout));
   KP_RETURN_IF_ERROR(f.Int("attn_res_block", &m->attn_res_block, 0, limits::kMaxLayers, false));
   std::string ignored;
-  KP_RETURN_IF_ERROR(f.String("source", &ignored, false));
-  KP_RETURN_IF_ERROR(f.String("notes", &ignored, false));
+  KP_RETURN_IF_ERROR(f.Text("source", &ignored, false));
+  KP_RETURN_IF_ERROR(f.Text("notes", &ignored, false));
   if (m->layers <= 0) return Status::InvalidArgument("layers: must be a positive integer, got " + std::to_string(m->layers));
 
   const json* att = nullptr;
@@ -125,7 +125,7 @@ Status ParseModelObject(const json& j, ModelSpec* m) {
 Status ParseGpuObject(const json& j, GpuSpec* g) {
   Fields f(j, "");
   double memory_gb = 0, bf16 = 0, fp16 = 0, fp8 = 0, hbm = 0, nvlink = 0, nic = 0, front = 0;
-  KP_RETURN_IF_ERROR(f.String("name", &g->name));
+  KP_RETURN_IF_ERROR(f.Name("name", &g->name));
   KP_RETURN_IF_ERROR(f.Number("memory_gb", &memory_gb, 0, limits::kMaxGpuMemoryGb));
   KP_RETURN_IF_ERROR(f.Number("bf16_tflops", &bf16, 0, limits::kMaxTflops));
   KP_RETURN_IF_ERROR(f.Number("fp16_tflops", &fp16, 0, limits::kMaxTflops));
@@ -136,7 +136,7 @@ Status ParseGpuObject(const json& j, GpuSpec* g) {
   KP_RETURN_IF_ERROR(f.Int("nics_per_node", &g->nics_per_node, 0, 1024));
   KP_RETURN_IF_ERROR(f.Number("nic_gbits_per_s", &nic, 0, limits::kMaxBandwidth));
   KP_RETURN_IF_ERROR(f.Number("frontend_gbits_per_s", &front, 0, limits::kMaxBandwidth));
-  KP_RETURN_IF_ERROR(f.String("source", &g->source));
+  KP_RETURN_IF_ERROR(f.Text("source", &g->source));
   KP_RETURN_IF_ERROR(f.NoUnknownKeys());
   g->memory = GB(memory_gb);
   g->bf16 = TFLOPS(bf16);
@@ -151,16 +151,16 @@ Status ParseGpuObject(const json& j, GpuSpec* g) {
 
 Status ParseTopologyObject(const json& j, TopologySpec* t) {
   Fields f(j, "");
-  KP_RETURN_IF_ERROR(f.String("name", &t->name));
-  KP_RETURN_IF_ERROR(f.String("model", &t->model));
-  KP_RETURN_IF_ERROR(f.String("gpu", &t->gpu));
+  KP_RETURN_IF_ERROR(f.Name("name", &t->name));
+  KP_RETURN_IF_ERROR(f.Name("model", &t->model));
+  KP_RETURN_IF_ERROR(f.Name("gpu", &t->gpu));
   KP_RETURN_IF_ERROR(f.Int("nodes", &t->nodes, 1, limits::kMaxNodes));
   KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &t->gpus_per_node, 1, limits::kMaxGpusPerNode));
-  KP_RETURN_IF_ERROR(f.String("mode", &t->mode));
+  KP_RETURN_IF_ERROR(f.Name("mode", &t->mode));
   KP_RETURN_IF_ERROR(f.Int("lora_rank", &t->lora_rank, 0, limits::kMaxHidden, false));
-  KP_RETURN_IF_ERROR(f.String("use", &t->use, false));
+  KP_RETURN_IF_ERROR(f.Text("use", &t->use, false));
   std::string ignored;
-  KP_RETURN_IF_ERROR(f.String("source", &ignored, false));
+  KP_RETURN_IF_ERROR(f.Text("source", &ignored, false));
   const json* actor = nullptr;
   KP_ASSIGN_OR_RETURN(actor, f.Object("actor", true));
   {
@@ -266,7 +266,7 @@ std::string GpuSpecToJson(const GpuSpec& g) {
 Result<std::string> PresetCatalog::Read(const std::string& kind, const std::string& name,
                                         const std::string& flag) const {
   for (const std::string& n : Names(kind))
-    if (n == name) return fs_.ReadFile(dir_ + "/" + kind + "/" + name + ".json");
+    if (n == name) return fs_.ReadFile(dir_ + "/" + kind + "/" + name + ".json", limits::kMaxSpecFileBytes);
   std::string known;
   for (const std::string& n : Names(kind)) known += (known.empty() ? "" : ", ") + n;
   return Status::NotFound(flag + ": unknown preset \"" + name + "\" (known: " + known + ")");
@@ -283,15 +283,15 @@ Result<T> WithFile(Result<T> r, const std::string& where) {
 Result<std::shared_ptr<const CalibrationTable>> PresetCatalog::Calibration(const std::string& gpu) const {
   const std::string path = dir_ + "/calibration/" + gpu + ".json";
   if (!fs_.Exists(path)) return std::shared_ptr<const CalibrationTable>();
-  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path));
+  KP_ASSIGN_OR_RETURN(std::string text, fs_.ReadFile(path, limits::kMaxSpecFileBytes));
   Result<CalibrationTable> t = WithFile(ParseCalibration(text), "presets/calibration/" + gpu + ".json");
   if (!t.ok()) return t.status();
   return std::make_shared<const CalibrationTable>(std::move(*t));
 }
 
 Result<std::shared_ptr<const CalibrationTable>> PresetCatalog::CalibrationFile(const std::string& path) const {
-  Result<std::string> text = fs_.ReadFile(path);
-  if (!text.ok()) return Status::InvalidArgument("--calibration-file: cannot read " + path);
+  Result<std::string> text = fs_.ReadFile(path, limits::kMaxSpecFileBytes);
+  if (!text.ok()) return text.status().WithContext("--calibration-file");
   Result<CalibrationTable> t = ParseCalibration(*text);
   if (!t.ok()) return Status::InvalidArgument("--calibration-file: " + path + ": " + t.status().message());
   return std::make_shared<const CalibrationTable>(std::move(*t));
@@ -311,8 +311,8 @@ Result<TopologySpec> PresetCatalog::Topology(const std::string& name) const {
 }
 namespace {
 Result<std::string> ReadPresetFile(const FileSystem& fs, const std::string& flag, const std::string& path) {
-  Result<std::string> text = fs.ReadFile(path);
-  if (!text.ok()) return Status::InvalidArgument(flag + ": cannot read " + path);
+  Result<std::string> text = fs.ReadFile(path, limits::kMaxSpecFileBytes);
+  if (!text.ok()) return text.status().WithContext(flag);
   return text;
 }
 }  // namespace

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_system.h"
+#include "common/limits.h"
 #include "specs/calibration.h"
 #include "specs/presets.h"
 
@@ -64,7 +65,7 @@ class PresetFuzzTest : public ::testing::Test {
     std::vector<std::pair<std::string, std::string>> out;
     const std::string dir = DefaultPresetDir() + "/" + k.dir;
     for (const std::string& n : fs_.List(dir, ".json")) {
-      Result<std::string> text = fs_.ReadFile(dir + "/" + n);
+      Result<std::string> text = fs_.ReadFile(dir + "/" + n, limits::kMaxSpecFileBytes);
       EXPECT_TRUE(text.ok()) << n;
       if (text.ok()) out.push_back({std::string(k.dir) + "/" + n, *text});
     }
@@ -116,7 +117,7 @@ TEST_F(PresetFuzzTest, WrongTypesHugeNegativeAndNonFiniteValuesAreErrors) {
 
 TEST(PresetFuzzMessages, HugeIntegersAreRefusedNotTruncated) {
   RealFileSystem fs;
-  Result<std::string> text = fs.ReadFile(DefaultPresetDir() + "/models/kimi-k2.6.json");
+  Result<std::string> text = fs.ReadFile(DefaultPresetDir() + "/models/kimi-k2.6.json", limits::kMaxSpecFileBytes);
   ASSERT_TRUE(text.ok());
   json doc = json::parse(*text, nullptr, true, true);
   doc["vocab"] = 4294969344LL;  // 2^32 + 2048: read as a 32-bit int it was 2048
@@ -131,7 +132,7 @@ TEST(PresetFuzzMessages, HugeIntegersAreRefusedNotTruncated) {
 
 TEST(PresetFuzzMessages, NonFiniteAndHugeNumbersAreRefused) {
   RealFileSystem fs;
-  Result<std::string> text = fs.ReadFile(DefaultPresetDir() + "/gpus/h200.json");
+  Result<std::string> text = fs.ReadFile(DefaultPresetDir() + "/gpus/h200.json", limits::kMaxSpecFileBytes);
   ASSERT_TRUE(text.ok());
   json doc = json::parse(*text, nullptr, true, true);
   doc["memory_gb"] = 1e300;

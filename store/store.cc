@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -321,6 +322,54 @@ Status CheckDbFile(const std::string& path, StoreMode mode, bool* existing) {
   return Status::Ok();
 }
 
+// How a reading command opens an existing store. A read-only SQLite
+// connection to a WAL store creates the -wal and -shm files beside it when
+// they are missing and, unable to take the write lock, never removes them;
+// so where the directory and the file may be written, a reader opens the
+// file for writing but with PRAGMA query_only, and SQLite removes both when
+// the last connection closes. Where nothing can be written (a read-only
+// mount, a read-only file or directory) and no WAL is beside it, no other
+// process can change the file either: it is opened immutable, which reads
+// without creating anything.
+enum class ReaderAccess { kWriter, kQueryOnly, kImmutable, kReadOnly };
+
+bool Writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::perms perms = fs::status(path, ec).permissions();
+  if (ec) return false;
+  // Mode bits as well as access(): root may write a 0444 file, but the user
+  // who made it read-only meant it.
+  const bool any_write =
+      (perms & (fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write)) != fs::perms::none;
+  return any_write && ::access(path.c_str(), W_OK) == 0;
+}
+
+ReaderAccess ReaderAccessFor(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (Writable(path) && Writable(parent.string())) return ReaderAccess::kQueryOnly;
+  std::error_code ec;
+  if (!std::filesystem::exists(path + "-wal", ec)) return ReaderAccess::kImmutable;
+  return ReaderAccess::kReadOnly;
+}
+
+// `path` as an SQLite URI that opens it immutable (percent-encoding what a
+// URI would read otherwise).
+std::string ImmutableUri(const std::string& path) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#' || static_cast<unsigned char>(c) < 0x21 || c == 0x7f) {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      uri += buf;
+    } else {
+      uri += c;
+    }
+  }
+  return uri + "?immutable=1";
+}
+
 // A name beside `path` no other process or thread of this one uses.
 std::string ScratchNameFor(const std::string& path) {
   static std::atomic<int> counter{0};
@@ -332,7 +381,85 @@ void RemoveWithJournals(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
 }
 
+// What a store's schema is made of, for comparing a file with what this
+// build's migrations make: every table, index and trigger by name, and each
+// table's columns by name (not their declared types or constraints, which a
+// table rebuilt by hand may spell differently and the store never relies on).
+using SchemaShape = std::vector<std::string>;
+
+Result<SchemaShape> ShapeOf(sqlite3* db) {
+  SchemaShape shape;
+  std::vector<std::string> tables;
+  {
+    Statement st(db, "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name");
+    KP_RETURN_IF_ERROR(st.status());
+    int rc;
+    while ((rc = st.Step()) == SQLITE_ROW) {
+      shape.push_back(st.Text(0) + " " + st.Text(1));
+      if (st.Text(0) == "table") tables.push_back(st.Text(1));
+    }
+    if (rc != SQLITE_DONE) return st.Error("read the schema");
+  }
+  for (const std::string& table : tables) {
+    Statement st(db, "SELECT name FROM pragma_table_info(?)");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, table);
+    int rc;
+    while ((rc = st.Step()) == SQLITE_ROW) shape.push_back("column " + table + "." + st.Text(0));
+    if (rc != SQLITE_DONE) return st.Error("read the schema");
+  }
+  return shape;
+}
+
+// The shape this build's migrations give a store at `version`, made in
+// memory (a few milliseconds).
+Result<SchemaShape> ReferenceShape(int version) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return Status::Internal("sqlite: cannot open an in-memory database");
+  }
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> owner(db, sqlite3_close);
+  for (int v = 0; v < version; ++v)
+    if (sqlite3_exec(db, kMigrations[v], nullptr, nullptr, nullptr) != SQLITE_OK)
+      return Status::Internal(std::string("sqlite: migration ") + std::to_string(v) + ": " + sqlite3_errmsg(db));
+  return ShapeOf(db);
+}
+
+// The first difference between a file's shape and the reference, in words.
+std::string ShapeDifference(const SchemaShape& file, const SchemaShape& reference) {
+  for (const std::string& item : reference)
+    if (std::find(file.begin(), file.end(), item) == file.end()) return item + " is missing";
+  for (const std::string& item : file)
+    if (std::find(reference.begin(), reference.end(), item) == reference.end()) return item + " is not ours";
+  return "";
+}
+
 }  // namespace
+
+Status Store::CheckIdentity(int version) {
+  // Ours: our application id, or (a store made before the id was set) a
+  // schema equal to what our migrations make at its version. An empty
+  // database (no schema at all) is a new store. Anything else belongs to
+  // another program, or was damaged or hand-edited, and is not written to.
+  KP_ASSIGN_OR_RETURN(const int application_id, PragmaInt("application_id"));
+  KP_ASSIGN_OR_RETURN(const SchemaShape shape, ShapeOf(db_));
+  if (application_id != 0 && application_id != kApplicationId)
+    return Status::InvalidArgument(DbError(path_, "not a kimi-plan store (its application id is " +
+                                                      std::to_string(application_id) +
+                                                      ", another program's); name another file"));
+  if (application_id == 0 && version == 0 && shape.empty()) return Status::Ok();
+  if (application_id == 0 && version == 0)
+    return Status::InvalidArgument(
+        DbError(path_, "not a kimi-plan store (a SQLite database of another program: " + shape.front() +
+                           ", no kimi-plan schema version); name another file"));
+  KP_ASSIGN_OR_RETURN(const SchemaShape reference, ReferenceShape(version));
+  const std::string difference = ShapeDifference(shape, reference);
+  if (difference.empty()) return Status::Ok();
+  const std::string what = application_id == kApplicationId ? "a damaged kimi-plan store" : "not a kimi-plan store";
+  return Status::InvalidArgument(DbError(path_, what + " (schema version " + std::to_string(version) + ", but " +
+                                                    difference + "); name another file"));
+}
 
 Status Store::CreateWhole(const std::string& path, const Clock& clock) {
   // SQLite creates a file empty and writes its header and schema later, so
@@ -393,21 +520,24 @@ Result<std::unique_ptr<Store>> Store::OpenInPlace(const std::string& path, const
   bool existing = false;
   if (!memory) KP_RETURN_IF_ERROR(CheckDbFile(path, mode, &existing));
   sqlite3* db = nullptr;
-  const int flags = mode == StoreMode::kRead ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+  const ReaderAccess access = mode == StoreMode::kRead && !memory ? ReaderAccessFor(path) : ReaderAccess::kWriter;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  std::string name = path;
+  if (access == ReaderAccess::kQueryOnly) flags = SQLITE_OPEN_READWRITE;
+  if (access == ReaderAccess::kReadOnly) flags = SQLITE_OPEN_READONLY;
+  if (access == ReaderAccess::kImmutable) {
+    flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+    name = ImmutableUri(path);
+  }
+  if (sqlite3_open_v2(name.c_str(), &db, flags, nullptr) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return Status::InvalidArgument(DbError(path, "cannot open (" + msg + ")"));
   }
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   std::unique_ptr<Store> store(new Store(db, clock, path));
-  int version = 0;
-  {
-    Statement st(db, "PRAGMA user_version");
-    const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db);
-    if (rc != SQLITE_ROW) return store->SqlError(sqlite3_extended_errcode(db), "read the schema version");
-    version = static_cast<int>(st.Int(0));
-  }
+  if (access == ReaderAccess::kQueryOnly) KP_RETURN_IF_ERROR(store->Exec("PRAGMA query_only = ON"));
+  KP_ASSIGN_OR_RETURN(const int version, store->PragmaInt("user_version"));
   if (version > kSchemaVersion)
     return Status::InvalidArgument(DbError(path, "schema version " + std::to_string(version) +
                                                      " is newer than this build's " + std::to_string(kSchemaVersion) +
@@ -422,6 +552,7 @@ Result<std::unique_ptr<Store>> Store::OpenInPlace(const std::string& path, const
       return Status::InvalidArgument(DbError(path, "not a valid SQLite database (quick_check: " + verdict + ")"));
     }
   }
+  KP_RETURN_IF_ERROR(store->CheckIdentity(version));
   KP_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys = ON"));
   if (mode == StoreMode::kRead) return store;
   if (!memory) {
@@ -462,8 +593,14 @@ Status Store::SqlError(int rc, const std::string& what) const {
 }
 
 int Store::SchemaVersion() const {
-  Statement st(db_, "PRAGMA user_version");
-  if (!st.status().ok() || st.Step() != SQLITE_ROW) return -1;
+  Result<int> version = PragmaInt("user_version");
+  return version.ok() ? *version : -1;
+}
+
+Result<int> Store::PragmaInt(const char* name) const {
+  Statement st(db_, (std::string("PRAGMA ") + name).c_str());
+  const int rc = st.status().ok() ? st.Step() : sqlite3_errcode(db_);
+  if (rc != SQLITE_ROW) return SqlError(sqlite3_extended_errcode(db_), std::string("read ") + name);
   return static_cast<int>(st.Int(0));
 }
 
@@ -478,10 +615,25 @@ Status Store::Migrate() {
       return Exec("PRAGMA user_version = " + std::to_string(v + 1));
     }));
   }
-  return Status::Ok();
+  // A store made before the id existed is marked ours once it is written.
+  KP_ASSIGN_OR_RETURN(const int application_id, PragmaInt("application_id"));
+  if (application_id == kApplicationId) return Status::Ok();
+  return Exec("PRAGMA application_id = " + std::to_string(kApplicationId));
 }
 
 Status Store::InTransaction(const std::function<Status()>& body) {
+  // Inside another transaction the body is a savepoint of it: its writes
+  // are undone alone on failure, and committed with the outer one.
+  if (!sqlite3_get_autocommit(db_)) {
+    KP_RETURN_IF_ERROR(Exec("SAVEPOINT nested"));
+    Status s = body();
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK TO nested");
+      (void)Exec("RELEASE nested");
+      return s;
+    }
+    return Exec("RELEASE nested");
+  }
   KP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   Status s = body();
   // A failed rollback leaves the transaction to SQLite's own undo when the
@@ -577,6 +729,24 @@ Status Store::EndRun(std::int64_t id, const Status& outcome) {
     if (st.Step() != SQLITE_DONE) return st.Error("end run");
     return Status::Ok();
   });
+}
+
+Result<int> Store::EndRunsOfProcess(const std::string& host, std::int64_t pid, const Status& outcome) {
+  int ended = 0;
+  KP_RETURN_IF_ERROR(InTransaction([&]() -> Status {
+    Statement st(db_,
+                 "UPDATE runs SET status = 'failed', error = ?, ended_at = ? "
+                 "WHERE status = 'running' AND host = ? AND pid = ?");
+    KP_RETURN_IF_ERROR(st.status());
+    st.Bind(1, outcome.message());
+    st.Bind(2, clock_.NowIso8601());
+    st.Bind(3, host);
+    st.Bind(4, pid);
+    if (st.Step() != SQLITE_DONE) return st.Error("end runs");
+    ended = sqlite3_changes(db_);
+    return Status::Ok();
+  }));
+  return ended;
 }
 
 Status Store::InsertStepRow(const StepRecord& r) {

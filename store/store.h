@@ -150,13 +150,18 @@ struct WeightSyncRecord {
 /// How a command uses the store.
 enum class StoreMode {
   kWrite,  ///< creates a missing file, migrates, writes
-  kRead,   ///< only reads: opened with SQLITE_OPEN_READONLY, so a read-only file works
+  kRead,   ///< only reads (PRAGMA query_only; immutable where nothing can be written), so a
+           ///< read-only file or mount works and no -wal/-shm file is left beside it
 };
 
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
   static constexpr int kSchemaVersion = 8;
+  /// PRAGMA application_id of a kimi-plan store ("KPLN"): a file with
+  /// another id is another program's and is refused before anything is read
+  /// or written (docs/schema.md).
+  static constexpr int kApplicationId = 0x4b504c4e;
   /// How long a write waits for another process's write lock before it
   /// fails with "--db: PATH: locked by another writer for more than 5 s".
   static constexpr int kBusyTimeoutMs = 5000;
@@ -209,6 +214,10 @@ class Store {
   /// "failed" with its message. NotFound for no such run; a run that has
   /// already ended keeps its first ending (Internal: a caller ends a run once).
   Status EndRun(std::int64_t id, const Status& outcome);
+  /// Marks every run still "running" that the process `pid` of `host`
+  /// records as "failed" with `outcome`'s message (a launcher's ranks
+  /// stopped before rank 0 could say so); returns how many.
+  Result<int> EndRunsOfProcess(const std::string& host, std::int64_t pid, const Status& outcome);
   /// Appends one step of a run in its own committed transaction, so a run
   /// killed later keeps every step logged so far. (run_id, step) is unique.
   Status AppendStep(const StepRecord& step);
@@ -236,12 +245,19 @@ class Store {
   Result<std::vector<TrafficRecord>> ListTraffic(std::int64_t run_id) const;
 
   /// Runs `body` in one transaction: committed if it returns Ok, rolled
-  /// back otherwise.
+  /// back otherwise. Nested (a body that calls InsertPlan, say), the inner
+  /// one is a savepoint, committed only with the outer.
   Status InTransaction(const std::function<Status()>& body);
 
  private:
   Store(sqlite3* db, const Clock& clock, std::string path) : db_(db), clock_(clock), path_(std::move(path)) {}
   static Result<std::unique_ptr<Store>> OpenChecked(const std::string& path, const Clock& clock, StoreMode mode);
+  // Refuses a file that is not a kimi-plan store at `version`: another
+  // program's database, or one whose tables differ from what this build's
+  // migrations make (a dropped table, a hand-set version).
+  Status CheckIdentity(int version);
+  // PRAGMA `name`'s integer value; a failure as SqlError reports it.
+  Result<int> PragmaInt(const char* name) const;
   // OpenChecked without making a missing file whole first: SQLite creates it in place.
   static Result<std::unique_ptr<Store>> OpenInPlace(const std::string& path, const Clock& clock, StoreMode mode);
   // Builds a new store beside `path` and links it into place (Open's contract).

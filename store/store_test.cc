@@ -72,7 +72,9 @@ TEST(StoreTest, AFailedTransactionWritesNothing) {
   auto s = Store::Open(":memory:", clock);
   ASSERT_TRUE(s.ok());
   Status st = (*s)->InTransaction([&] {
-    EXPECT_TRUE((*s)->InsertPlan(Sample()).ok() == false);  // nested BEGIN is refused
+    // Nested, the insert is a savepoint of the outer transaction: it
+    // succeeds, and is undone with the outer one.
+    EXPECT_TRUE((*s)->InsertPlan(Sample()).ok());
     return Status::InvalidArgument("stop");
   });
   EXPECT_FALSE(st.ok());
@@ -234,6 +236,98 @@ TEST_F(BadStoreTest, RefusesANewerSchemaWithoutTouchingIt) {
   sqlite3_close(db);
   ExpectRefused(path, StoreMode::kWrite, "schema version 99 is newer than this build's");
   ExpectRefused(path, StoreMode::kRead, "schema version 99");
+}
+
+// Runs `sql` on the database at `path` with SQLite alone (another program).
+void Sql(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+}
+
+int PragmaOf(const std::string& path, const char* pragma) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, (std::string("PRAGMA ") + pragma).c_str(), -1, &st, nullptr);
+  const int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+// Stores are ours or refused (issue 28): another program's database, another
+// application's id, a dropped table or a hand-set version are refused
+// before anything is written, by readers and writers alike.
+TEST_F(BadStoreTest, RefusesADatabaseThatIsNotAKimiPlanStore) {
+  const std::string foreign = dir_ + "/foreign.db";
+  Sql(foreign, "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);");
+  ExpectRefused(foreign, StoreMode::kWrite, "not a kimi-plan store (a SQLite database of another program: table t");
+  ExpectRefused(foreign, StoreMode::kRead, "not a kimi-plan store");
+  const std::string other = dir_ + "/other.db";
+  Sql(other, "PRAGMA application_id = 42; CREATE TABLE plans (x);");
+  ExpectRefused(other, StoreMode::kWrite, "its application id is 42, another program's");
+  const std::string dropped = GoodStore("dropped.db");
+  Sql(dropped, "DROP TABLE steps;");
+  ExpectRefused(dropped, StoreMode::kWrite, "a damaged kimi-plan store (schema version 8, but table steps is missing)");
+  ExpectRefused(dropped, StoreMode::kRead, "table steps is missing");
+  const std::string hand = GoodStore("hand.db");
+  Sql(hand, "PRAGMA user_version = 5;");
+  ExpectRefused(hand, StoreMode::kWrite, "schema version 5, but table calibrations is not ours");
+}
+
+TEST_F(BadStoreTest, NewStoresCarryTheApplicationIdAndOldOnesGetItWhenWritten) {
+  const std::string path = GoodStore("new.db");
+  EXPECT_EQ(PragmaOf(path, "application_id"), Store::kApplicationId);
+  // A store from before the id: our schema, id 0. Read as ours, and marked
+  // when next written.
+  Sql(path, "PRAGMA application_id = 0;");
+  FakeClock clock;
+  {
+    auto read = Store::Open(path, clock, StoreMode::kRead);
+    ASSERT_TRUE(read.ok()) << read.status().message();
+  }
+  EXPECT_EQ(PragmaOf(path, "application_id"), 0);
+  {
+    auto written = Store::Open(path, clock, StoreMode::kWrite);
+    ASSERT_TRUE(written.ok()) << written.status().message();
+  }
+  EXPECT_EQ(PragmaOf(path, "application_id"), Store::kApplicationId);
+  // An empty file is a new store.
+  Write(dir_ + "/empty.db", "");
+  auto empty = Store::Open(dir_ + "/empty.db", clock, StoreMode::kWrite);
+  ASSERT_TRUE(empty.ok()) << empty.status().message();
+}
+
+// A reader leaves the directory as it found it: no -wal or -shm, whether it
+// reads or refuses; where nothing can be written it reads immutable.
+TEST_F(BadStoreTest, AReaderLeavesNothingBesideTheStore) {
+  const std::string path = GoodStore("read.db");
+  const auto entries = Entries();
+  FakeClock clock;
+  {
+    auto s = Store::Open(path, clock, StoreMode::kRead);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_EQ((*s)->ListPlans()->size(), 1u);
+    // query_only: a reader cannot write even by mistake.
+    EXPECT_FALSE((*s)->InsertPlan(Sample()).ok());
+  }
+  EXPECT_EQ(Entries(), entries);
+  Sql(path, "PRAGMA user_version = 99;");
+  const std::string before = Read(path);
+  ExpectRefused(path, StoreMode::kRead, "schema version 99 is newer");
+  EXPECT_EQ(Read(path), before);
+  Sql(path, "PRAGMA user_version = 8;");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read);
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  {
+    auto s = Store::Open(path, clock, StoreMode::kRead);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ((*s)->ListPlans()->size(), 1u);
+  }
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_all);
+  EXPECT_EQ(Entries(), entries);
 }
 
 TEST_F(BadStoreTest, ReadingAMissingFileIsNotFoundAndCreatesNothing) {

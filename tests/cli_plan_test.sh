@@ -161,7 +161,7 @@ refused "calibration: missing shape" plans "--calibration-file: missing_shape.js
   plan --preset h200-lora --calibration-file missing_shape.json
 refused "calibration: negative time" plans "--calibration-file: negative_time.json: gemm.bf16\[5\]: time must be finite and > 0 microseconds" \
   plan --preset h200-lora --calibration-file negative_time.json
-refused "calibration: unreadable" plans "--calibration-file: cannot read nope.json" \
+refused "calibration: unreadable" plans "--calibration-file: nope.json: no such file" \
   plan --preset h200-lora --calibration-file nope.json
 refused "calibration: bad switch" plans '--calibration: must be on or off, got "maybe"' plan --preset h200-lora --calibration maybe
 

@@ -59,12 +59,12 @@ bad "zero heads" "--heads: must be >= 1" "${base[@]}" --steps 1 --heads 0
 bad "top-k above experts" "moe.top_k: must be <= moe.num_experts (4)" "${small[@]}" --steps 1 --top-k 5
 bad "too many layers" "--layers: at most the preset's 17" "${base[@]}" --steps 1 --layers 30
 bad "bad dtype" "--dtype: must be fp32 or bf16" "${small[@]}" --steps 1 --dtype fp8
-bad "missing token file" "--data: no token file at nope.bin" "${small[@]}" --steps 1 --data nope.bin
+bad "missing token file" "--data: nope.bin: no such file" "${small[@]}" --steps 1 --data nope.bin
 head -c 401 tokens.bin > odd.bin
 bad "truncated token file" "--data: odd.bin is truncated" "${small[@]}" --steps 1 --data odd.bin
 bad "checkpoint of another shape" "is a checkpoint of another shape (hidden: 32 vs 48" \
     --model kimi-k3-debug --layers 3 --hidden 48 --heads 2 --experts 4 --vocab 64 --steps 6 --resume ckpt/step-4.pt
-bad "missing checkpoint" "--resume: cannot read a checkpoint at nope.pt" "${small[@]}" --steps 6 --resume nope.pt
+bad "missing checkpoint" "--resume: nope.pt: no such file" "${small[@]}" --steps 6 --resume nope.pt
 
 # Kill a long run once it has logged a few steps: what it logged stays.
 "$bin" train "${small[@]}" --steps 100000 --db killed.db > /dev/null 2>&1 &

@@ -6,10 +6,13 @@
 #include <cstdlib>
 
 #include "cli/cli.h"
+#include "cli/local_ranks.h"
 #include "cli/program.h"
 #include "runtime/comm/environment.h"
 
 int main(int argc, char** argv) {
+  // A rank of the local launcher dies with it; before any thread starts.
+  kp::PrepareLocalRank([](const char* name) { return std::getenv(name); });
   for (const kp::runtime::EnvironmentDefault& d : kp::runtime::kEnvironmentDefaults)
     setenv(d.name, d.value, /*overwrite=*/0);
   kp::RealServices services;

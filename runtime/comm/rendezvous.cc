@@ -1,7 +1,12 @@
 #include "runtime/comm/rendezvous.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstdlib>
+
+#include "common/text.h"
 
 namespace kp::runtime {
 
@@ -39,7 +44,22 @@ Result<Rendezvous> RendezvousFromEnvironment(const std::function<const char*(con
     return Status::InvalidArgument("MASTER_PORT: must be a TCP port, got " + std::to_string(r.master_port));
   if (const char* addr = getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') r.master_addr = addr;
   if (const char* file = getenv(kStoreFileVariable); file != nullptr) r.store_file = file;
+  // A name that does not resolve would only fail after c10d's timeout, one
+  // warning a second; it is refused here, at once.
+  KP_RETURN_IF_ERROR(ResolveMasterAddress(r.master_addr));
   return r;
+}
+
+Status ResolveMasterAddress(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(address.c_str(), nullptr, &hints, &found);
+  if (found) ::freeaddrinfo(found);
+  if (rc == 0) return Status::Ok();
+  return Status::InvalidArgument("MASTER_ADDR: \"" + QuoteBounded(address) + "\" does not resolve to an address (" +
+                                 ::gai_strerror(rc) + ")");
 }
 
 }  // namespace kp::runtime

@@ -47,8 +47,14 @@ inline constexpr const char* kStoreFileVariable = "KIMI_PLAN_STORE_FILE";
 /// LOCAL_WORLD_SIZE (default WORLD_SIZE), MASTER_ADDR (default 127.0.0.1),
 /// MASTER_PORT (default 29500) and KIMI_PLAN_STORE_FILE through `getenv`
 /// (null for unset). InvalidArgument naming the variable for a missing or
-/// malformed value, or a rank outside [0, WORLD_SIZE).
+/// malformed value, a rank outside [0, WORLD_SIZE), or a MASTER_ADDR that
+/// does not resolve (ResolveMasterAddress).
 Result<Rendezvous> RendezvousFromEnvironment(const std::function<const char*(const char*)>& getenv);
+
+/// Ok when `address` resolves (getaddrinfo: a literal address or a name the
+/// resolver knows); else InvalidArgument "MASTER_ADDR: "NAME" does not
+/// resolve to an address (Name or service not known)".
+Status ResolveMasterAddress(const std::string& address);
 
 }  // namespace kp::runtime
 

@@ -121,6 +121,31 @@ Status ValidateSdpoConfig(const SdpoConfig& c) {
   return Status::Ok();
 }
 
+Status CheckTaskContexts(const SdpoConfig& c, const FileSystem& fs) {
+  if (ParseTaskFamily(c.task).ok()) return Status::Ok();
+  KP_ASSIGN_OR_RETURN(const std::unique_ptr<TaskFile> file, TaskFile::Open(fs, c.task));
+  const ByteTokenizer tokenizer;
+  const int longest_response = c.sampling.max_new_tokens;
+  const std::string response(static_cast<std::size_t>(longest_response), 'x');
+  for (std::int64_t i = 0; i < file->size(); ++i) {
+    const Task task = file->At(i);
+    // The teacher's context at its longest: a sibling's response of full
+    // length as the demonstration, and the verifier's correction of one.
+    const Verdict v = Verify(task, response);
+    const std::optional<std::string> correction =
+        v.correction.empty() ? std::nullopt : std::optional<std::string>(v.correction);
+    const std::size_t context =
+        tokenizer.EncodePrompt(RepromptText(task.prompt, response, correction, c.reprompt.text)).size() +
+        static_cast<std::size_t>(longest_response);
+    if (context > static_cast<std::size_t>(c.max_context))
+      return Status::InvalidArgument("--task: " + c.task + ": task " + std::to_string(i + 1) + " (a prompt of " +
+                                     std::to_string(task.prompt.size()) + " bytes) can make a teacher context and "
+                                     "response of " + std::to_string(context) + " tokens, more than --max-context " +
+                                     std::to_string(c.max_context) + "; shorten the prompt or raise --max-context");
+  }
+  return Status::Ok();
+}
+
 SplitRanks SplitRanksOf(const SdpoConfig& c) {
   SplitRanks r;
   r.actor = c.actor.pp;
@@ -136,6 +161,7 @@ std::string SdpoConfigJson(const SdpoConfig& c) {
   j["min_digits"] = c.task_options.min_digits;
   j["max_digits"] = c.task_options.max_digits;
   j["prompts"] = c.prompts;
+  j["max_context"] = c.max_context;
   j["samples"] = c.sampling.samples;
   j["temperature"] = c.sampling.temperature;
   j["top_p"] = c.sampling.top_p;
@@ -175,6 +201,8 @@ Status ReadLoopFields(Fields& f, SdpoConfig* c) {
   KP_RETURN_IF_ERROR(f.Int("max_digits", &c->task_options.max_digits, 1, 9));
   c->task_options.seed = c->train.seed;
   KP_RETURN_IF_ERROR(f.Int("prompts", &c->prompts, 1, kMaxInt));
+  // Absent from configs recorded before it existed: the default.
+  KP_RETURN_IF_ERROR(f.Int("max_context", &c->max_context, 1, kMaxInt, /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("samples", &c->sampling.samples, 1, kMaxInt));
   KP_RETURN_IF_ERROR(f.Number("temperature", &c->sampling.temperature, 0, 1e6));
   KP_RETURN_IF_ERROR(f.Number("top_p", &c->sampling.top_p, 0, 1));

@@ -73,6 +73,11 @@ struct SdpoConfig {
   std::string task = "arithmetic";  ///< a built-in family or a JSON Lines task file
   BuiltinTaskOptions task_options;
   int prompts = 8;                  ///< prompts per step
+  /// The loop's context in tokens: the longest teacher context (a reprompted
+  /// prompt with a demonstration and feedback) plus a response that the loop
+  /// may build (--max-context). A task file whose prompts exceed it is
+  /// refused before any step (CheckTaskContexts).
+  int max_context = 4096;
   SamplingOptions sampling;         ///< samples = the GRPO/SDPO group size
   LossMode loss = LossMode::kSdpo;
   DistillOptions distill;
@@ -114,6 +119,12 @@ SplitRanks SplitRanksOf(const SdpoConfig& c);
 
 /// Checks every field; the message names the flag.
 Status ValidateSdpoConfig(const SdpoConfig& c);
+
+/// For a task file: every task's longest teacher context (its prompt
+/// reprompted with a demonstration and a correction of max_new_tokens bytes
+/// each) plus a response fits `max_context`; InvalidArgument "--task FILE:
+/// task N: ..." naming --max-context otherwise. Built-in tasks always fit.
+Status CheckTaskContexts(const SdpoConfig& c, const FileSystem& fs);
 /// The whole configuration as JSON: what the `runs` table records and
 /// `kimi-plan sdpo --print-config` prints.
 std::string SdpoConfigJson(const SdpoConfig& c);

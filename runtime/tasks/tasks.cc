@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
+#include "common/strict_json.h"
+
 namespace kp::runtime {
 namespace {
 
@@ -109,8 +112,10 @@ Status LineError(const std::string& path, int line, const std::string& what) {
 
 // One parsed line of a task file, or the line's one error.
 Result<Task> ParseTaskLine(std::string_view text, const std::string& path, int line) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return LineError(path, line, "not a JSON object");
+  Result<json> parsed = ParseStrictJson(text, /*allow_comments=*/false);
+  if (!parsed.ok()) return LineError(path, line, parsed.status().message());
+  const json& j = *parsed;
+  if (!j.is_object()) return LineError(path, line, "not a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "prompt" && it.key() != "answer" && it.key() != "verifier")
       return LineError(path, line, it.key() + ": unknown field (allowed: prompt, answer, verifier)");
@@ -212,8 +217,8 @@ Result<std::unique_ptr<TaskFile>> TaskFile::Parse(std::string_view text, const s
 }
 
 Result<std::unique_ptr<TaskFile>> TaskFile::Open(const FileSystem& fs, const std::string& path) {
-  Result<std::string> text = fs.ReadFile(path);
-  if (!text.ok()) return Status::NotFound("--task: no task file at " + path);
+  Result<std::string> text = fs.ReadFile(path, limits::kMaxTaskFileBytes);
+  if (!text.ok()) return text.status().WithContext("--task");
   return Parse(*text, path);
 }
 

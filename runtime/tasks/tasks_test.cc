@@ -177,8 +177,10 @@ TEST(TaskFileTest, ErrorsNameTheLineAndTheField) {
   EXPECT_EQ(FileError(ok + ok + "{\"answer\": \"b\"}"), "t.jsonl:3: prompt: missing");
   EXPECT_EQ(FileError("{\"prompt\": 5, \"answer\": \"b\"}"), "t.jsonl:1: prompt: must be a string");
   EXPECT_EQ(FileError("{\"prompt\": \"\", \"answer\": \"b\"}"), "t.jsonl:1: prompt: must not be empty");
-  EXPECT_EQ(FileError(ok + "{\"prompt\": \"a\", \"answer\": \"b\""), "t.jsonl:2: not a JSON object");
+  EXPECT_EQ(FileError(ok + "{\"prompt\": \"a\", \"answer\": \"b\""), "t.jsonl:2: not valid JSON");
   EXPECT_EQ(FileError("[1, 2]"), "t.jsonl:1: not a JSON object");
+  EXPECT_EQ(FileError("{\"prompt\": \"a\", \"answer\": \"b\", \"prompt\": \"c\"}"),
+            "t.jsonl:1: prompt: the key is named twice (each field may appear once)");
   EXPECT_EQ(FileError("{\"prompt\": \"a\", \"answer\": \"b\", \"verfier\": \"exact\"}"),
             "t.jsonl:1: verfier: unknown field (allowed: prompt, answer, verifier)");
   EXPECT_EQ(FileError("{\"prompt\": \"a\", \"answer\": \"b\", \"verifier\": \"fuzzy\"}"),

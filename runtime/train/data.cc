@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/limits.h"
+
 namespace kp::runtime {
 
 namespace {
@@ -60,8 +62,8 @@ Result<std::unique_ptr<TokenFile>> TokenFile::Open(const FileSystem& fs, const s
                                                    int vocab, int min_tokens, std::uint64_t seed) {
   if (token_bytes != 2 && token_bytes != 4)
     return Status::InvalidArgument("--token-dtype: must be uint16 or uint32");
-  Result<std::string> bytes = fs.ReadFile(path);
-  if (!bytes.ok()) return Status::NotFound("--data: no token file at " + path);
+  Result<std::string> bytes = fs.ReadFile(path, limits::kMaxTokenFileBytes);
+  if (!bytes.ok()) return bytes.status().WithContext("--data");
   const std::string& b = *bytes;
   if (b.size() % token_bytes != 0)
     return Status::InvalidArgument("--data: " + path + " is truncated: " + std::to_string(b.size()) +

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
 #include "runtime/comm/device.h"
 #include "runtime/comm/in_process_communicator.h"
 #include "runtime/model/model.h"
@@ -233,11 +234,15 @@ struct TrainSession::Impl {
 };
 
 Status TrainSession::Impl::Resume(const std::string& path) {
+  // Through the one bounded reader, so a FIFO or a device is refused before
+  // LibTorch would read (or wait on) it.
+  Result<std::string> bytes = fs->ReadFile(path, limits::kMaxCheckpointFileBytes);
+  if (!bytes.ok()) return bytes.status().WithContext("--resume");
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(path);
+    archive.load_from(bytes->data(), bytes->size());
   } catch (const c10::Error&) {
-    return Status::NotFound("--resume: cannot read a checkpoint at " + path);
+    return Status::InvalidArgument("--resume: " + path + " is not a kimi-plan checkpoint (not a LibTorch archive)");
   }
   c10::IValue shape;
   if (!archive.try_read("shape", shape) || !shape.isString())
