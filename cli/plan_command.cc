@@ -57,7 +57,12 @@ void PrintEvaluation(std::ostream& out, const PlanRequest& r, const ParamCount& 
       << ", " << (r.placement == Placement::kColocated ? "colocated" : "split") << "\n";
   out << "plan      " << PlanLine(e.plan) << "   (" << ScheduleName(r.schedule) << ", " << SendModeName(r.p2p())
       << " sends, recompute " << RecomputeLabel(r) << ")\n";
-  out << "split     " << e.layer_split.ToString() << ": " << e.split.ToString() << "\n\n";
+  out << "split     " << e.layer_split.ToString() << ": " << e.split.ToString() << "\n";
+  // What Megatron (launch --engine verl) is given to build the same split.
+  if (e.plan.pp > 1 && (r.schedule == ScheduleKind::k1F1B || r.schedule == ScheduleKind::kInterleaved1F1B))
+    if (Result<MegatronStageLayers> m = MegatronLayersOfPlan(r, e); m.ok())
+      out << "megatron  " << MegatronFieldsText(*m) << "\n";
+  out << "\n";
   Table t({"role", "weights", "grads", "optimizer", "activations", "other", "total", "capacity", "fits"});
   auto row = [&](const char* name, const RoleMemory& m) {
     t.AddRow({name, FormatGB(m.weights.value()), FormatGB(m.grads.value()), FormatGB(m.optimizer.value()),

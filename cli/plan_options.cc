@@ -33,7 +33,7 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("global-batch", IntFlag(1, limits::kMaxBatch), "prompts per step (default 128)")
       ("micro-batch", IntFlag(1, limits::kMaxBatch), "sequences per micro-batch (default 1)")
       ("rollout-n", IntFlag(1, limits::kMaxBatch), "samples per prompt (default: the preset's, else 1)")
-      ("schedule", po::value<std::string>(), "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zbv | dualpipev")
+      ("schedule", po::value<std::string>(), "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zbv | dualpipev (default: the preset's; interleaved-1f1b with --vp > 1)")
       ("optimizer-sync", po::value<std::string>(),
        "sync | post-validation (default: post-validation for zb-h1, zb-h2 and zbv, as the ZB paper runs them; else sync)")
       ("p2p", po::value<std::string>(),
@@ -46,7 +46,20 @@ void AddPlanRequestOptions(po::options_description& desc) {
       ("sequence-parallel", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
       ("flash-attention", po::value<std::string>()->implicit_value("on"), "on | off (default on)")
-      ("dtype", po::value<std::string>(), "bf16 | fp16")
+      ("dtype", po::value<std::string>(),
+       "bf16 | fp16 | fp8-tensorwise | fp8-blockwise | mxfp8 (Blackwell): the linear layers' recipe (default bf16)")
+      ("fp8-param-gather", po::value<std::string>()->implicit_value("on"),
+       "on | off: with an FP8 recipe, weights kept and all-gathered in FP8 (Megatron's --fp8-param-gather; default off)")
+      ("optimizer-moments", po::value<std::string>(), "fp32 | bf16: Adam's two moments (Megatron's exp_avg(_sq)_dtype; default fp32)")
+      ("grad-reduce-in-fp32", po::value<std::string>()->implicit_value("on"),
+       "on | off: under bf16, the gradient buffer and its reduction in fp32 (Megatron-LM's; default on) or bf16")
+      ("recompute-modules", po::value<std::string>(),
+       "with --recompute selective: Megatron's modules, comma separated: core_attn, moe_act, layernorm, mla_up_proj, "
+       "mlp, moe, shared_experts (default core_attn)")
+      ("dispatcher", po::value<std::string>(), "alltoall | deepep | hybridep: the MoE token dispatcher (default alltoall)")
+      ("a2a-overlap", po::value<std::string>()->implicit_value("on"),
+       "on | off: overlap the expert all-to-all with the other micro-batch's compute (Megatron's "
+       "--overlap-moe-expert-parallel-comm; default off)")
       ("state-precision", po::value<std::string>(),
        "mixed | fp32: the actor's weights, gradients and optimizer per parameter: Megatron-LM's 2 + 4 + 12 bytes, or kimi-plan run's fp32 4 + 4 + 8 (default mixed)")
       ("grad-bucket-mib", NumberFlag(0, 1 << 20),
@@ -72,7 +85,9 @@ void AddPlanRequestOptions(po::options_description& desc) {
 
 void AddLayerSplitOption(po::options_description& desc) {
   desc.add_options()("layer-split", po::value<std::string>(),
-                     "even | megatron | auto | layers per stage (2,3,3,2) (default: the engine's, even for native)");
+                     "even | megatron[+embedding][+loss] | auto | a Megatron pipeline_model_parallel_layout "
+                     "(Et|(tt|)*30mL) | layers per stage (2,3,3,2) (default: auto with --engine verl, the best "
+                     "split Megatron builds; even for native)");
 }
 
 Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm) {
@@ -80,7 +95,7 @@ Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm) {
   if (engine != "native" && engine != "verl")
     return Status::InvalidArgument("--engine: must be native or verl, got \"" + engine + "\"");
   if (vm.count("layer-split")) return ParseLayerSplit(vm["layer-split"].as<std::string>());
-  return LayerSplit{engine == "verl" ? LayerSplitKind::kMegatron : LayerSplitKind::kEven, {}};
+  return LayerSplit{engine == "verl" ? LayerSplitKind::kAuto : LayerSplitKind::kEven, {}};
 }
 
 namespace {
@@ -122,6 +137,8 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   if (vm.count("lora-native-base")) r.lora.native_base = true;
   if (vm.count("schedule")) {
     KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(vm["schedule"].as<std::string>()));
+  } else if (vm.count("vp") && vm["vp"].as<int>() > 1) {
+    r.schedule = ScheduleKind::kInterleaved1F1B;  // virtual stages are what the interleaved schedule runs
   }
   if (vm.count("optimizer-sync")) {
     KP_ASSIGN_OR_RETURN(r.optimizer_sync, ParseOptimizerSync(vm["optimizer-sync"].as<std::string>()));
@@ -131,6 +148,8 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   } else if (vm.count("engine") && vm["engine"].as<std::string>() == "verl") {
     r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
   }
+  if (vm.count("engine") && vm["engine"].as<std::string>() == "verl")
+    r.recipe.expert_activations = ExpertActivations::kMegatron;
   if (vm.count("recompute")) {
     const std::string v = vm["recompute"].as<std::string>();
     if (v == "none") r.recompute = Recompute::kNone;
@@ -155,10 +174,22 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   KP_ASSIGN_OR_RETURN(r.distributed_optimizer, OnOff(vm, "distributed-optimizer", r.distributed_optimizer));
   KP_ASSIGN_OR_RETURN(r.flash_attention, OnOff(vm, "flash-attention", r.flash_attention));
   if (vm.count("dtype")) {
-    const std::string d = vm["dtype"].as<std::string>();
-    if (d != "bf16" && d != "fp16") return Status::InvalidArgument("--dtype: must be bf16 or fp16, got \"" + d + "\"");
-    r.bf16 = d == "bf16";
+    KP_ASSIGN_OR_RETURN(const PrecisionChoice precision, ParsePrecision(vm["dtype"].as<std::string>(), r.gpu));
+    r.bf16 = precision.bf16;
+    r.recipe.fp8 = precision.fp8;
   }
+  KP_ASSIGN_OR_RETURN(r.recipe.fp8_param_gather, OnOff(vm, "fp8-param-gather", r.recipe.fp8_param_gather));
+  if (vm.count("optimizer-moments")) {
+    KP_ASSIGN_OR_RETURN(r.recipe.moments, ParseMomentsDtype(vm["optimizer-moments"].as<std::string>()));
+  }
+  if (vm.count("recompute-modules")) {
+    KP_ASSIGN_OR_RETURN(r.recipe.recompute_modules, ParseRecomputeModules(vm["recompute-modules"].as<std::string>()));
+  }
+  if (vm.count("dispatcher")) {
+    KP_ASSIGN_OR_RETURN(r.recipe.dispatcher, ParseDispatcher(vm["dispatcher"].as<std::string>()));
+  }
+  KP_ASSIGN_OR_RETURN(r.recipe.a2a_overlap, OnOff(vm, "a2a-overlap", r.recipe.a2a_overlap));
+  KP_ASSIGN_OR_RETURN(r.recipe.grad_reduce_in_fp32, OnOff(vm, "grad-reduce-in-fp32", r.recipe.grad_reduce_in_fp32));
   if (vm.count("state-precision")) {
     const std::string s = vm["state-precision"].as<std::string>();
     if (s != "mixed" && s != "fp32")
@@ -183,6 +214,11 @@ Status CheckPreconditions(const po::variables_map& vm, const PlanRequest& r) {
   KP_RETURN_IF_ERROR(FlagNeeds(vm, "rollout-gpus", r.placement == Placement::kSplit, "--placement split"));
   KP_RETURN_IF_ERROR(
       FlagNeeds(vm, "gpu-memory-utilization", r.placement == Placement::kColocated, "--placement colocated"));
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "recompute-modules", r.recompute == Recompute::kSelective, "--recompute selective"));
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "fp8-param-gather", r.recipe.fp8 != Fp8Recipe::kNone,
+                               "an FP8 --dtype (fp8-tensorwise, fp8-blockwise, mxfp8)"));
+  for (const char* flag : {"dispatcher", "a2a-overlap"})
+    KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, r.model.is_moe(), "an MoE model (" + r.model.name + " is dense)"));
   for (const char* flag : {"prompt-length", "response-length"})
     if (vm.count(flag) && vm.count("seq-len"))
       return Status::InvalidArgument(std::string("--") + flag + ": give --seq-len (prompt only) or --prompt-length and "

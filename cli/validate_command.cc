@@ -11,10 +11,14 @@
 #include "cli/options.h"
 #include "common/limits.h"
 #include "common/table.h"
+#include "common/text.h"
 #include "planner/validation.h"
 
 #ifndef KIMI_PLAN_VALIDATION_CASES
 #define KIMI_PLAN_VALIDATION_CASES "tests/validation/megatron_runs.json"
+#endif
+#ifndef KIMI_PLAN_MOE_VALIDATION_CASES
+#define KIMI_PLAN_MOE_VALIDATION_CASES "tests/validation/megatron_moe_runs.json"
 #endif
 
 namespace kp {
@@ -42,59 +46,102 @@ json OutcomeJson(const ValidationOutcome& o) {
                                           {"error", opt(o.StepError())}}},
           {"memory_gb", {{"measured", opt(o.memory_measured)}, {"predicted", opt(o.memory_predicted)},
                          {"error", opt(o.MemoryError())}}},
-          {"refused", o.error.empty() ? json(nullptr) : json(o.error)}};
+          {"refused", o.error.empty() ? json(nullptr) : json(o.error)}, {"kind", o.moe ? "moe" : "dense"},
+          {"fits", o.error.empty() ? json(o.fits) : json(nullptr)}};
+}
+
+// The cases of every file, in order; errors name the file.
+Result<std::vector<ValidationCase>> ReadCases(const std::vector<std::string>& paths, const CliEnv& env) {
+  PresetCatalog catalog(env.fs, env.preset_dir);
+  std::vector<ValidationCase> all;
+  for (const std::string& path : paths) {
+    Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
+    if (!text.ok()) return text.status().WithContext("--cases");
+    Result<std::vector<ValidationCase>> cases = ParseValidationCases(*text, catalog);
+    if (!cases.ok()) return Status::InvalidArgument("--cases: " + path + ": " + cases.status().message());
+    all.insert(all.end(), cases->begin(), cases->end());
+  }
+  return all;
+}
+
+void PrintSummary(std::ostream& out, const char* kind, const std::vector<ValidationOutcome>& outcomes) {
+  if (outcomes.empty()) return;
+  const ErrorSummary step = SummariseStep(outcomes), memory = SummariseMemory(outcomes);
+  int refused = 0, not_fitting = 0;
+  for (const ValidationOutcome& o : outcomes) {
+    refused += !o.error.empty();
+    not_fitting += o.error.empty() && !o.fits;
+  }
+  out << kind << " step time: " << step.cases << " cases, mean |error| " << FormatFixed(step.mean * 100, 1)
+      << "%, max " << FormatFixed(step.max * 100, 1) << "% (" << step.worst << ")\n";
+  if (memory.cases > 0)
+    out << kind << " memory:    " << memory.cases << " cases, mean |error| " << FormatFixed(memory.mean * 100, 1)
+        << "%, max " << FormatFixed(memory.max * 100, 1) << "% (" << memory.worst << ")\n";
+  out << kind << " verdicts:  " << refused << " refused, " << not_fitting << " judged not to fit, of "
+      << outcomes.size() << " runs that ran\n";
+}
+
+json KindJson(const std::vector<ValidationOutcome>& outcomes) {
+  int refused = 0, not_fitting = 0;
+  for (const ValidationOutcome& o : outcomes) {
+    refused += !o.error.empty();
+    not_fitting += o.error.empty() && !o.fits;
+  }
+  return {{"step_time", SummaryJson(SummariseStep(outcomes))},
+          {"memory", SummaryJson(SummariseMemory(outcomes))},
+          {"refused", refused},
+          {"judged_not_to_fit", not_fitting}};
 }
 
 }  // namespace
 
 Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::options_description desc(
-      "kimi-plan validate [--cases FILE] [--only PREFIX] [--json]\n\n"
-      "The planner's step time and worst-rank memory against published, measured Megatron-LM runs\n"
-      "(docs/benchmarks.md, \"Validation\"). Options");
+      "kimi-plan validate [--cases FILE]... [--only PREFIX] [--json]\n\n"
+      "The planner's step time and worst-rank memory against published, measured Megatron-LM runs, dense\n"
+      "and MoE reported apart (docs/benchmarks.md, \"Validation\"). Options");
   desc.add_options()("help,h", "this text")
-      ("cases", po::value<std::string>()->default_value(KIMI_PLAN_VALIDATION_CASES), "the case file")
+      ("cases", po::value<std::vector<std::string>>()->composing(),
+       "a case file (repeat for several; default: the dense GPT runs and the MoE runs the build was made from)")
       ("only", po::value<std::string>(), "only the cases whose id starts with this")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
-  const std::string path = vm["cases"].as<std::string>();
-  Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
-  if (!text.ok()) return text.status().WithContext("--cases");
-  PresetCatalog catalog(env.fs, env.preset_dir);
-  Result<std::vector<ValidationCase>> cases = ParseValidationCases(*text, catalog);
-  if (!cases.ok()) return Status::InvalidArgument("--cases: " + path + ": " + cases.status().message());
-  std::vector<ValidationCase> selected = *cases;
+  const std::vector<std::string> paths = vm.count("cases") ? vm["cases"].as<std::vector<std::string>>()
+                                                           : std::vector<std::string>{KIMI_PLAN_VALIDATION_CASES,
+                                                                                      KIMI_PLAN_MOE_VALIDATION_CASES};
+  KP_ASSIGN_OR_RETURN(std::vector<ValidationCase> selected, ReadCases(paths, env));
   if (vm.count("only")) {
     const std::string prefix = vm["only"].as<std::string>();
     std::erase_if(selected, [&](const ValidationCase& c) { return c.id.rfind(prefix, 0) != 0; });
-    if (selected.empty()) return Status::InvalidArgument("--only: no case id starts with \"" + prefix + "\"");
+    if (selected.empty())
+      return Status::InvalidArgument("--only: no case id starts with \"" + QuoteBounded(prefix) + "\"");
   }
   const std::vector<ValidationOutcome> outcomes = RunValidation(selected);
-  const ErrorSummary step = SummariseStep(outcomes), memory = SummariseMemory(outcomes);
+  const std::vector<ValidationOutcome> dense = OutcomesOfKind(outcomes, false), moe = OutcomesOfKind(outcomes, true);
   if (vm.count("json")) {
     json rows = json::array();
     for (const ValidationOutcome& o : outcomes) rows.push_back(OutcomeJson(o));
-    env.out << json{{"schema", "kimi-plan.validate/1"}, {"cases", rows}, {"step_time", SummaryJson(step)},
-                    {"memory", SummaryJson(memory)}}.dump(1)
+    env.out << json{{"schema", "kimi-plan.validate/2"}, {"cases", rows}, {"dense", KindJson(dense)},
+                    {"moe", KindJson(moe)}}.dump(1)
             << "\n";
     return Status::Ok();
   }
-  Table t({"case", "step measured s", "predicted s", "error", "memory measured GB", "predicted GB", "error"});
+  Table t({"case", "kind", "step measured s", "predicted s", "error", "memory measured GB", "predicted GB", "error",
+           "fits"});
   for (const ValidationOutcome& o : outcomes) {
+    const char* kind = o.moe ? "MoE" : "dense";
     if (!o.error.empty()) {
-      t.AddRow({o.id, "refused: " + o.error, "", "", "", "", ""});
+      t.AddRow({o.id, kind, "refused: " + o.error, "", "", "", "", "", ""});
       continue;
     }
-    t.AddRow({o.id, Cell(o.step_measured, 3), Cell(o.step_predicted, 3), Percent(o.StepError()),
-              Cell(o.memory_measured, 1), Cell(o.memory_predicted, 1), Percent(o.MemoryError())});
+    t.AddRow({o.id, kind, Cell(o.step_measured, 3), Cell(o.step_predicted, 3), Percent(o.StepError()),
+              Cell(o.memory_measured, 1), Cell(o.memory_predicted, 1), Percent(o.MemoryError()), o.fits ? "yes" : "NO"});
   }
   env.out << t.Render();
-  env.out << "step time: " << step.cases << " cases, mean |error| " << FormatFixed(step.mean * 100, 1)
-          << "%, max " << FormatFixed(step.max * 100, 1) << "% (" << step.worst << ")\n";
-  env.out << "memory:    " << memory.cases << " cases, mean |error| " << FormatFixed(memory.mean * 100, 1)
-          << "%, max " << FormatFixed(memory.max * 100, 1) << "% (" << memory.worst << ")\n";
+  PrintSummary(env.out, "dense", dense);
+  PrintSummary(env.out, "MoE", moe);
   return Status::Ok();
 }
 

@@ -105,6 +105,45 @@ void AddStageLayers(const MegatronStageLayers& m, OverrideList& o) {
   const std::string rc = "+actor_rollout_ref.actor.megatron.override_transformer_config.";
   if (m.first) o.Add(rc + "num_layers_in_first_pipeline_stage", *m.first);
   if (m.last) o.Add(rc + "num_layers_in_last_pipeline_stage", *m.last);
+  if (m.layout) o.Add(rc + "pipeline_model_parallel_layout", HydraString(*m.layout));
+}
+
+// The recipe (planner/recipe.h) as the Megatron fields that set it; nothing
+// where it is Megatron's default, so a dense bf16 plan's job is unchanged.
+void AddRecipe(const Launch& l, OverrideList& o) {
+  const RecipeOptions& k = l.request.recipe;
+  const std::string rc = "actor_rollout_ref.actor.megatron.override_transformer_config.";
+  if (l.request.recompute == Recompute::kSelective &&
+      k.recompute_modules != std::vector<RecomputeModule>{RecomputeModule::kCoreAttn}) {
+    std::vector<std::string> names;
+    for (RecomputeModule m : k.recompute_modules) names.push_back(RecomputeModuleName(m));
+    o.Add(rc + "recompute_modules", HydraList(names));
+  }
+  if (k.fp8 != Fp8Recipe::kNone) {
+    o.Add("+" + rc + "fp8", "e4m3");
+    // Megatron's names: tensorwise, blockwise, mxfp8.
+    const char* name = k.fp8 == Fp8Recipe::kTensorwise ? "tensorwise" : k.fp8 == Fp8Recipe::kBlockwise ? "blockwise"
+                                                                                                      : "mxfp8";
+    o.Add("+" + rc + "fp8_recipe", name);
+    if (k.fp8_param_gather) o.Add("+" + rc + "fp8_param", "True");
+  }
+  if (k.dispatcher != Dispatcher::kAllToAll) {
+    o.Add("+" + rc + "moe_token_dispatcher_type", "flex");
+    o.Add("+" + rc + "moe_flex_dispatcher_backend", DispatcherName(k.dispatcher));
+  }
+  if (k.a2a_overlap) {
+    o.Add("+" + rc + "overlap_moe_expert_parallel_comm", "True");
+    o.Add("+" + rc + "delay_wgrad_compute", "True");
+  }
+  if (k.moments == MomentsDtype::kBf16) {
+    const std::string opt = "+actor_rollout_ref.actor.optim.override_optimizer_config.";
+    o.Add(opt + "use_precision_aware_optimizer", "True");
+    o.Add(opt + "exp_avg_dtype", "torch.bfloat16");
+    o.Add(opt + "exp_avg_sq_dtype", "torch.bfloat16");
+  }
+  // Megatron-LM's own default is fp32 gradient reduction under bf16.
+  if (!k.grad_reduce_in_fp32)
+    o.Add("+actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32", "False");
 }
 
 void AddModel(const Launch& l, OverrideList& o) {
@@ -222,6 +261,7 @@ Result<std::vector<VerlOverride>> VerlOverrides(const Launch& l, const VerlKeys&
   AddActor(l, o);
   KP_ASSIGN_OR_RETURN(const MegatronStageLayers stage_layers, MegatronLayersOfPlan(l.request, l.evaluation));
   AddStageLayers(stage_layers, o);
+  AddRecipe(l, o);
   AddRollout(l, o);
   AddDistillation(l, o);
   AddTrainer(l, o);

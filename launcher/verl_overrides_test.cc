@@ -164,12 +164,45 @@ TEST(VerlOverrides, EmitTheEndStagesTheSplitNeeds) {
   for (const auto& [k, v] : vp) EXPECT_EQ(k.find("ref.megatron.override_transformer_config"), std::string::npos) << k;
 }
 
-TEST(VerlOverrides, RefuseASplitMegatronCannotBuild) {
-  auto v = VerlOverrides(GptLaunch(128, 64, 1, "even"), RepoVerlKeys());
-  ASSERT_FALSE(v.ok());
-  EXPECT_EQ(v.status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(v.status().message().rfind("--layer-split: Megatron-LM gives every rank but the first and the last", 0), 0u)
-      << v.status().message();
+// A split the two fields cannot give (torchtitan's 2, 3, 2, ..., 2, 1 for 128
+// layers on pp 64) goes as its layout, and then without the fields.
+TEST(VerlOverrides, EmitALayoutWhereTheFieldsCannot) {
+  auto even = Overrides(GptLaunch(128, 64, 1, "even"));
+  EXPECT_EQ(even.at("+actor_rollout_ref.actor.megatron.override_transformer_config.pipeline_model_parallel_layout"),
+            "'Ett|ttt|(tt|)*61tL'");
+  EXPECT_EQ(even.count(kFirst) + even.count(kLast), 0u);
+}
+
+// The recipe's knobs go as the fields Megatron reads, and a default recipe
+// adds none of them.
+TEST(VerlOverrides, CarryTheRecipe) {
+  const std::string rc = "actor_rollout_ref.actor.megatron.override_transformer_config.";
+  Launch plain = GptLaunch(128, 64, 1, "megatron");
+  for (const auto& [k, v] : Overrides(plain)) {
+    EXPECT_EQ(k.find("fp8"), std::string::npos) << k;
+    EXPECT_EQ(k.find("moe_"), std::string::npos) << k;
+    EXPECT_EQ(k.find("override_optimizer_config"), std::string::npos) << k;
+  }
+  Launch l = GptLaunch(128, 64, 1, "megatron");
+  l.request.recompute = Recompute::kSelective;
+  l.request.recipe.recompute_modules = {RecomputeModule::kMlaUpProj, RecomputeModule::kMoeAct};
+  l.request.recipe.fp8 = Fp8Recipe::kBlockwise;
+  l.request.recipe.fp8_param_gather = true;
+  l.request.recipe.dispatcher = Dispatcher::kDeepEp;
+  l.request.recipe.a2a_overlap = true;
+  l.request.recipe.moments = MomentsDtype::kBf16;
+  l.request.recipe.grad_reduce_in_fp32 = false;
+  auto o = Overrides(l);
+  EXPECT_EQ(o.at(rc + "recompute_modules"), "[\"mla_up_proj\",\"moe_act\"]");
+  EXPECT_EQ(o.at("+" + rc + "fp8"), "e4m3");
+  EXPECT_EQ(o.at("+" + rc + "fp8_recipe"), "blockwise");
+  EXPECT_EQ(o.at("+" + rc + "fp8_param"), "True");
+  EXPECT_EQ(o.at("+" + rc + "moe_token_dispatcher_type"), "flex");
+  EXPECT_EQ(o.at("+" + rc + "moe_flex_dispatcher_backend"), "deepep");
+  EXPECT_EQ(o.at("+" + rc + "overlap_moe_expert_parallel_comm"), "True");
+  EXPECT_EQ(o.at("+" + rc + "delay_wgrad_compute"), "True");
+  EXPECT_EQ(o.at("+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_dtype"), "torch.bfloat16");
+  EXPECT_EQ(o.at("+actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32"), "False");
 }
 
 // Every key any seed launch emits is one of Verl's (the list checks itself,

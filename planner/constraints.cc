@@ -14,8 +14,9 @@ std::string S(long long v) { return std::to_string(v); }
 // stages; else the first rule's reason.
 std::string SplitViolation(const PlanRequest& r, const ParallelPlan& p) {
   std::string first;
-  for (const LayerSplit& rule : SplitCandidates(r.layer_split)) {
-    Result<StageSplit> split = SplitLayers(rule, r.model.layers, p.pp, StagesPerRank(r.schedule, p.vp));
+  const int spr = StagesPerRank(r.schedule, p.vp);
+  for (const LayerSplit& rule : SplitCandidates(r.layer_split, r.model.layers, r.model.mtp_layers, p.pp, spr)) {
+    Result<StageSplit> split = SplitLayers(rule, r.model.layers, p.pp, spr, r.model.mtp_layers);
     if (split.ok()) return "";
     if (first.empty()) first = split.status().message();
   }

@@ -33,15 +33,28 @@ constexpr double kLossBackward = 0.5;
 // forward against 860-1020 backward.
 constexpr double kDropoutRngPasses = 2.0;
 
-void DropoutPass(LayerOps& ops, double bytes) {
-  ops.elementwise_bytes += bytes * kDropoutRngPasses;
-  ops.elementwise_backward_bytes += bytes * kPassThrough;
-}
-
 void Pass(LayerOps& ops, double bytes, double backward_factor) {
   ops.elementwise_bytes += bytes;
   ops.elementwise_backward_bytes += bytes * backward_factor;
+  ops.module_bytes[static_cast<int>(ops.module)] += bytes;
 }
+
+void DropoutPass(LayerOps& ops, double bytes) {
+  Pass(ops, bytes * kDropoutRngPasses, kPassThrough / kDropoutRngPasses);
+}
+
+// Ops added while it lives belong to `module`.
+class InModule {
+ public:
+  InModule(LayerOps& ops, OpModule module) : ops_(ops), saved_(ops.module) { ops.module = module; }
+  ~InModule() { ops_.module = saved_; }
+  InModule(const InModule&) = delete;
+  InModule& operator=(const InModule&) = delete;
+
+ private:
+  LayerOps& ops_;
+  OpModule saved_;
+};
 
 struct Dims {
   double T;   // tokens of the micro-batch on this rank (all-gathered over TP)
@@ -52,9 +65,16 @@ struct Dims {
   double whole_rows;  // the rows a map TP leaves whole runs on: T / t with SP (the shard), T without
 };
 
+// A product of the current module; a linear layer's (weight, not the
+// router's) runs in FP8 under an FP8 recipe.
 void Add(LayerOps& ops, double m, double n, double k, double count = 1, bool weight = true) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-  ops.gemms.push_back({m, n, k, count, weight});
+  ops.gemms.push_back({m, n, k, count, weight, /*fp8=*/weight, ops.module});
+}
+
+void AddRouter(LayerOps& ops, double m, double n, double k) {
+  Add(ops, m, n, k);
+  ops.gemms.back().fp8 = false;  // Megatron's router runs in fp32 (moe_router_dtype)
 }
 
 // Scores and context products of softmax attention over `heads` heads with
@@ -62,6 +82,7 @@ void Add(LayerOps& ops, double m, double n, double k, double count = 1, bool wei
 // s x s square (the mask is applied after); flash attention skips the
 // masked half of a causal square.
 void AttentionCore(const PlanRequest& req, const Dims& d, double heads, double dqk, double dv, LayerOps& ops) {
+  InModule core_attn(ops, OpModule::kCoreAttn);
   const double q_per_seq = d.T / d.b;
   const double count = d.b * heads / d.t * (req.flash_attention ? 0.5 : 1.0);
   LayerOps core;
@@ -92,12 +113,16 @@ void Mla(const PlanRequest& req, const Dims& d, LayerOps& ops) {
   // (docs/runtime.md §6), on the rows it holds.
   if (s.q_lora_rank > 0) {
     Add(ops, d.whole_rows, s.q_lora_rank, d.h);
+    InModule up(ops, OpModule::kMlaUpProj);
     Add(ops, d.T, H * qk / d.t, s.q_lora_rank);
   } else {
     Add(ops, d.T, H * qk / d.t, d.h);
   }
   Add(ops, d.whole_rows, s.kv_lora_rank + s.qk_rope_head_dim, d.h);
-  Add(ops, d.T, H * (s.qk_nope_head_dim + s.v_head_dim) / d.t, s.kv_lora_rank);
+  {
+    InModule up(ops, OpModule::kMlaUpProj);
+    Add(ops, d.T, H * (s.qk_nope_head_dim + s.v_head_dim) / d.t, s.kv_lora_rank);
+  }
   if (s.output_gate) Add(ops, d.T, H * s.v_head_dim / d.t, d.h);
   Add(ops, d.T, d.h, H * s.v_head_dim / d.t);
   AttentionCore(req, d, H, qk, s.v_head_dim, ops);
@@ -145,13 +170,17 @@ void Moe(const PlanRequest& req, const ParallelPlan& p, const Dims& d, double im
   const MoeShape& e = req.model.moe;
   const double in = e.latent_dim > 0 ? e.latent_dim : d.h;
   const double router_tokens = req.sequence_parallel ? d.T / d.t : d.T;
-  Add(ops, router_tokens, e.num_experts, d.h);
+  InModule moe(ops, OpModule::kMoe);
+  AddRouter(ops, router_tokens, e.num_experts, d.h);
   Pass(ops, router_tokens * e.num_experts * kFp32 * 3, kReadTwoWriteOne);  // softmax / sigmoid, top-k
   if (e.latent_dim > 0) {  // whole on every TP rank
     Add(ops, d.whole_rows, e.latent_dim, d.h);
     Add(ops, d.whole_rows, d.h, e.latent_dim);
   }
-  DenseFfn(req, d, double(e.shared_experts) * e.shared_ffn, ops);
+  {
+    InModule shared(ops, OpModule::kSharedExperts);
+    DenseFfn(req, d, double(e.shared_experts) * e.shared_ffn, ops);
+  }
   // Routed copies on this rank, and per local expert.
   const double copies = d.T * e.top_k * p.etp / d.t * imbalance;
   const double local_experts = double(e.num_experts) / p.ep;
@@ -159,12 +188,29 @@ void Moe(const PlanRequest& req, const ParallelPlan& p, const Dims& d, double im
   const double f = double(e.expert_ffn) / p.etp;
   Add(ops, per_expert, 2 * f, in, local_experts);
   Add(ops, per_expert, in, f, local_experts);
-  // Permute into expert order and back (dispatch and combine), SwiGLU.
-  Pass(ops, copies * 2 * 2 * in * kBf16, kPassThrough);
-  Pass(ops, copies * 3 * f * kBf16, kReadTwoWriteOne);
+  // Permute into expert order and back (dispatch and combine): their own
+  // kernels with the all-to-all dispatcher; DeepEP and HybridEP fuse them
+  // into the exchange.
+  if (req.recipe.dispatcher == Dispatcher::kAllToAll) Pass(ops, copies * 2 * 2 * in * kBf16, kPassThrough);
+  InModule act(ops, OpModule::kMoeAct);
+  Pass(ops, copies * 3 * f * kBf16, kReadTwoWriteOne);  // SwiGLU
 }
 
 }  // namespace
+
+bool RecomputeCovers(RecomputeModule recomputed, OpModule module) {
+  switch (recomputed) {
+    case RecomputeModule::kCoreAttn: return module == OpModule::kCoreAttn;
+    case RecomputeModule::kMlaUpProj: return module == OpModule::kMlaUpProj;
+    case RecomputeModule::kLayernorm: return module == OpModule::kLayernorm;
+    case RecomputeModule::kMlp: return module == OpModule::kMlp;
+    case RecomputeModule::kMoe:
+      return module == OpModule::kMoe || module == OpModule::kMoeAct || module == OpModule::kSharedExperts;
+    case RecomputeModule::kMoeAct: return module == OpModule::kMoeAct;
+    case RecomputeModule::kSharedExperts: return module == OpModule::kSharedExperts;
+  }
+  return false;
+}
 
 double MicroBatchTokens(const PlanRequest& req, const ParallelPlan& p) {
   return double(req.seq_length()) * req.micro_batch / p.cp;
@@ -181,12 +227,19 @@ LayerOps DecoderLayerOps(const PlanRequest& req, const ParallelPlan& p, int laye
     case AttentionKind::kMla: Mla(req, d, ops); break;
     case AttentionKind::kKda: Kda(req, d, ops); break;
   }
-  if (m.is_moe_layer(layer)) Moe(req, p, d, imbalance, ops);
-  else DenseFfn(req, d, m.dense_ffn, ops);
+  if (m.is_moe_layer(layer)) {
+    Moe(req, p, d, imbalance, ops);
+  } else {
+    InModule mlp(ops, OpModule::kMlp);
+    DenseFfn(req, d, m.dense_ffn, ops);
+  }
   // Two norms and two residual adds on the hidden state: on a sequence shard
   // with sequence parallelism, on the whole sequence on every TP rank without.
   const double hidden_tokens = req.sequence_parallel ? d.T / d.t : d.T;
-  Pass(ops, hidden_tokens * 2 * kNormBytes * d.h, kReadTwoWriteOne);
+  {
+    InModule norms(ops, OpModule::kLayernorm);
+    Pass(ops, hidden_tokens * 2 * kNormBytes * d.h, kReadTwoWriteOne);
+  }
   if (m.dropout) DropoutPass(ops, hidden_tokens * 2 * (kResidualBytes + kDropoutMaskBytes) * d.h);
   else Pass(ops, hidden_tokens * 2 * kResidualBytes * d.h, kPassThrough);
   // Block attention residuals: each of the two depth reads attends over the
@@ -201,10 +254,20 @@ LayerOps HeadOps(const PlanRequest& req, const ParallelPlan& p) {
   const double T = MicroBatchTokens(req, p), t = p.tp, V = m.vocab;
   LayerOps ops;
   Add(ops, T, V / t, m.hidden);
+  ops.gemms.back().fp8 = false;  // Megatron keeps the output layer in BF16
   // The final norm, then the vocabulary-parallel cross entropy in fp32:
   // the logits up-cast, their max and sum of exponentials, the loss.
   Pass(ops, (req.sequence_parallel ? T / t : T) * m.hidden * kNormBytes, kReadTwoWriteOne);
   Pass(ops, T * V / t * (kBf16 + 3 * kFp32), kLossBackward);
+  return ops;
+}
+
+LayerOps MtpProjectionOps(const PlanRequest& req, const ParallelPlan& p) {
+  const ModelSpec& m = req.model;
+  const double T = MicroBatchTokens(req, p), t = p.tp;
+  LayerOps ops;
+  Add(ops, T, m.hidden / t, 2.0 * m.hidden);
+  Pass(ops, 2 * (req.sequence_parallel ? T / t : T) * m.hidden * kNormBytes, kReadTwoWriteOne);
   return ops;
 }
 

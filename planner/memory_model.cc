@@ -30,6 +30,8 @@ void AddAttentionTerms(const ModelSpec& m, AttentionKind kind, bool flash, Layer
       const double q = a * m.head_dim, kv = double(m.kv_heads) * m.head_dim;
       t.replicated += kBf16 * h;                  // QKV input
       t.split += kBf16 * (q + kv + kv + q);       // Q, K, V, output-projection input
+      t.fp8_replicated += kBf16 * h;
+      t.fp8_split += kBf16 * q;
       core();
       break;
     }
@@ -41,6 +43,9 @@ void AddAttentionTerms(const ModelSpec& m, AttentionKind kind, bool flash, Layer
       t.replicated += kBf16 * (s.kv_lora_rank + s.qk_rope_head_dim);     // kv latent and shared rope key
       t.replicated += kBf16 * s.kv_lora_rank;                            // normed kv latent
       t.split += kBf16 * a * (qk + qk + s.v_head_dim + s.v_head_dim);    // Q, K, V, output-projection input
+      t.mla_up += kBf16 * a * (qk + qk + s.v_head_dim);
+      t.fp8_replicated += kBf16 * (h + s.q_lora_rank + s.kv_lora_rank);
+      t.fp8_split += kBf16 * a * s.v_head_dim;
       core();
       break;
     }
@@ -59,36 +64,72 @@ void AddAttentionTerms(const ModelSpec& m, AttentionKind kind, bool flash, Layer
 
 }  // namespace
 
-LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int etp, bool flash) {
+LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int etp, bool flash,
+                                            ExpertActivations experts) {
   LayerActivationTerms t;
   const double h = m.hidden;
   t.replicated += kBf16 * 2 * h;           // the two norms' inputs
+  t.norms += kBf16 * h;                    // of which the second norm's output is the FFN's input
   if (m.dropout) t.replicated += 2 * h;    // two 1-byte dropout masks
   AddAttentionTerms(m, m.attention[layer], flash, t);
   t.replicated += kBf16 * h;               // FFN / router input
+  t.fp8_replicated += kBf16 * h;
   if (!m.is_moe_layer(layer)) {
-    t.split += kBf16 * m.dense_ffn * (m.gated_ffn ? 4 : 2);
+    const double inside = kBf16 * m.dense_ffn * (m.gated_ffn ? 4 : 2);
+    t.split += inside;
+    t.mlp += inside;
+    t.fp8_split += kBf16 * m.dense_ffn;  // the second product's input
     return t;
   }
   const MoeShape& e = m.moe;
   t.replicated += kFp32 * e.num_experts;   // router logits
+  t.moe_replicated += kFp32 * e.num_experts + kBf16 * h;
   t.split += kBf16 * 4.0 * e.shared_ffn * e.shared_experts;
+  t.shared += kBf16 * 4.0 * e.shared_ffn * e.shared_experts;
+  t.fp8_split += kBf16 * e.shared_ffn * e.shared_experts;
   const double in = e.latent_dim > 0 ? e.latent_dim : h;
   if (e.latent_dim > 0) t.replicated += kBf16 * 2 * e.latent_dim;  // latent in and out
-  // Per routed copy: expert input and output, then gate, up, activation and
-  // product of the expert's slice of the intermediate.
-  t.routed = kBf16 * 2 * in + kBf16 * 4.0 * e.expert_ffn / etp;
+  // Per routed copy: the first product's input, its gate and up output
+  // (SwiGLU's input) and the activation (the second product's input); the
+  // runtime's experts also keep the expert's output, which they weigh by
+  // the router's probability, and the weighted product's input beside it.
+  const double f = double(e.expert_ffn) / etp;
+  t.routed = experts == ExpertActivations::kMegatron ? kBf16 * (in + 3 * f) + kFp32
+                                                    : kBf16 * (2 * in + 4 * f);
+  t.routed_act = kBf16 * f;
+  t.fp8_routed = kBf16 * (in + f);
   return t;
 }
 
 Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_batch,
                            const ParallelPlan& p, bool sp, Recompute r, bool flash,
-                           double moe_imbalance) {
+                           double moe_imbalance, const RecipeOptions& recipe) {
   const double tokens = double(seq) * micro_batch / p.cp;
   const double t = p.tp;
   const double rep_div = sp ? t : 1.0;
   if (r == Recompute::kFull) return Bytes(tokens * kBf16 * m.hidden / rep_div);
-  const LayerActivationTerms a = LayerActivationTermsOf(m, layer, p.etp, flash);
+  LayerActivationTerms a = LayerActivationTermsOf(m, layer, p.etp, flash, recipe.expert_activations);
+  // FP8: the linear layers' saved inputs take one byte, not two.
+  if (recipe.fp8 != Fp8Recipe::kNone) {
+    a.replicated -= a.fp8_replicated / 2;
+    a.split -= a.fp8_split / 2;
+    a.routed -= a.fp8_routed / 2;
+  }
+  // Selective recomputation with modules beyond the attention core (which
+  // the terms already price by `flash`): what each module keeps is dropped.
+  if (r == Recompute::kSelective) {
+    if (recipe.recomputes(RecomputeModule::kLayernorm)) a.replicated -= a.norms;
+    if (recipe.recomputes(RecomputeModule::kMlaUpProj)) a.split -= a.mla_up;
+    if (recipe.recomputes(RecomputeModule::kMlp)) a.split -= a.mlp;
+    if (recipe.recomputes(RecomputeModule::kSharedExperts) || recipe.recomputes(RecomputeModule::kMoe))
+      a.split -= a.shared;
+    if (recipe.recomputes(RecomputeModule::kMoe)) {
+      a.replicated -= a.moe_replicated;
+      a.routed = 0;
+    } else if (recipe.recomputes(RecomputeModule::kMoeAct)) {
+      a.routed -= a.routed_act;
+    }
+  }
   double bytes = tokens * (a.replicated / rep_div + a.split / t);
   if (r == Recompute::kNone) bytes += tokens * seq * a.per_seq_token / t;
   if (m.is_moe_layer(layer)) {
@@ -217,6 +258,12 @@ RankParamSums ParamSumsOfRank(const PlanRequest& req, const StageSplit& split, c
         sums.lora_expert += ll.expert_sharded;
       }
     }
+    for (int k = 0; k < st.mtp && k < static_cast<int>(pc.mtp.size()); ++k) {
+      const RankParamSums layer = LayerParamSums(pc.mtp[k]);
+      sums.tp_sharded += layer.tp_sharded;
+      sums.replicated += layer.replicated;
+      sums.expert += layer.expert;
+    }
     if (st.embedding) sums.tp_sharded += pc.embedding;
     // Tied embeddings: Megatron-LM keeps a copy of the word embeddings on the
     // last stage for the head (and all-reduces its gradient with the first).
@@ -253,7 +300,7 @@ namespace {
 // Megatron-LM accumulates and reduces gradients in fp32 under bf16
 // (accumulate_allreduce_grads_in_fp32 is forced on), in the parameters' fp16
 // under fp16; the fp32 copy the fp16 optimizer makes at its step is transient.
-double GradBytesPerParam(const PlanRequest& req) { return req.bf16 ? kFp32 : kBf16; }
+double GradBytesPerParam(const PlanRequest& req) { return req.bf16 && req.recipe.grad_reduce_in_fp32 ? kFp32 : kBf16; }
 
 void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams& rp, RoleMemory& r) {
   const double dense_shards = req.distributed_optimizer ? double(p.dp) * p.cp : 1.0;
@@ -266,10 +313,13 @@ void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams&
     return;
   }
   if (req.mode == TrainMode::kFull) {
-    r.weights = Bytes(kBf16 * (rp.dense + rp.expert));
+    // With --fp8-param-gather the model's weights are kept in FP8.
+    const double weight_bytes = req.recipe.fp8 != Fp8Recipe::kNone && req.recipe.fp8_param_gather ? 1.0 : kBf16;
+    r.weights = Bytes(weight_bytes * (rp.dense + rp.expert));
     r.grads = Bytes(GradBytesPerParam(req) * (rp.dense + rp.expert));
-    // fp32 master weights and the two Adam moments.
-    r.optimizer = Bytes(3 * kFp32 * (rp.dense / dense_shards + rp.expert / expert_shards));
+    // fp32 master weights and the two Adam moments (fp32, or bf16).
+    const double moments = req.recipe.moments == MomentsDtype::kBf16 ? 2 * kBf16 : 2 * kFp32;
+    r.optimizer = Bytes((kFp32 + moments) * (rp.dense / dense_shards + rp.expert / expert_shards));
     return;
   }
   const double expert_base = req.lora.native_base ? ExpertBytesPerParam(req.model) : kBf16;
@@ -313,7 +363,7 @@ class LayerBytes {
   }
   Bytes Terms(int layer, const ParallelPlan& p, bool sp, Recompute r) const {
     return LayerActivationBytes(req_.model, layer, req_.seq_length(), req_.micro_batch, p, sp, r,
-                                req_.flash_attention, req_.efficiency.moe_imbalance);
+                                req_.flash_attention, req_.efficiency.moe_imbalance, req_.recipe);
   }
   const PlanRequest& req_;
   const ParallelPlan& p_;
@@ -321,6 +371,15 @@ class LayerBytes {
   std::optional<Bytes> memo_one_rank_[3 * 2];
   std::optional<ParamCount> counts_;
 };
+
+Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
+  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
+  // Measured: the head and the loss split by vocabulary over TP.
+  if (req.activation_profile)
+    return Bytes((req.activation_profile->head * tokens + req.activation_profile->head_fixed) / p.tp);
+  // fp32 logits for the vocabulary-parallel cross entropy and their bf16 gradient.
+  return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
+}
 
 // The bytes of one activation: the profile's dtype, else bf16.
 double ActivationBytes(const PlanRequest& req) {
@@ -337,6 +396,10 @@ Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const Stage
     if (groups && index % req.recompute_layers != 0) continue;
     bytes += layer(l, LayerRecompute(req, index)).value();
   }
+  // An MTP layer keeps what the last decoder layer does (it is one), and the
+  // head it runs again keeps its logits.
+  for (int k = 0; k < st.mtp; ++k)
+    bytes += layer(m.layers - 1, LayerRecompute(req, st.layer_count() + k)).value() + LogitsBytes(req, p).value();
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   const double column = ActivationBytes(req) * m.hidden * tokens / (req.sequence_parallel ? p.tp : 1);
   if (!req.activation_profile) return Bytes(bytes + AttnResStackColumns(m, st) * column);
@@ -387,15 +450,6 @@ Bytes RecomputeWorkingSet(const PlanRequest& req, const ParallelPlan& p, const S
 }
 
 namespace {
-
-Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
-  const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
-  // Measured: the head and the loss split by vocabulary over TP.
-  if (req.activation_profile)
-    return Bytes((req.activation_profile->head * tokens + req.activation_profile->head_fixed) / p.tp);
-  // fp32 logits for the vocabulary-parallel cross entropy and their bf16 gradient.
-  return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
-}
 
 Bytes LargestLayerActivation(const PlanRequest& req, LayerBytes& layer) {
   Bytes best;

@@ -52,18 +52,31 @@ struct LayerActivationTerms {
   double split = 0;
   double per_seq_token = 0;
   double routed = 0;
+  /// Parts of the terms above a recipe drops or shrinks (planner/recipe.h):
+  /// what selective recomputation of a module does not keep, and the linear
+  /// layers' inputs, kept in FP8 (one byte) under an FP8 recipe.
+  double norms = 0;           ///< of replicated: the two norms' outputs (layernorm)
+  double mla_up = 0;          ///< of split: MLA's q, k and v (mla_up_proj)
+  double mlp = 0;             ///< of split: a dense layer's FFN inside (mlp)
+  double shared = 0;          ///< of split: the shared experts' inside (shared_experts)
+  double moe_replicated = 0;  ///< of replicated: the router's (moe, with every routed term)
+  double routed_act = 0;      ///< of routed: the experts' activation output (moe_act)
+  double fp8_replicated = 0, fp8_split = 0, fp8_routed = 0;  ///< bf16 linear inputs
 };
 
-LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int etp, bool flash);
+LayerActivationTerms LayerActivationTermsOf(const ModelSpec& m, int layer, int etp, bool flash,
+                                            ExpertActivations experts = ExpertActivations::kNative);
 
 /// Activation bytes one decoder layer stores for one micro-batch on one
 /// rank. For a GPT-style layer with dropout and eager attention this is
 /// Korthikanti et al. (2022), Table 2: sbh(34 + 5as/h) without
 /// parallelism, sbh(10 + 24/t + 5as/(ht)) with TP, sbh/t (34 + 5as/h) with
 /// TP and SP, 34 sbh/t selective, 2sbh (/t with SP) full recompute.
+/// Under selective recomputation with `recipe`'s modules, each module's part
+/// is left out; under its FP8 recipe the linear inputs take one byte.
 Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_batch,
                            const ParallelPlan& p, bool sequence_parallel, Recompute r,
-                           bool flash, double moe_imbalance);
+                           bool flash, double moe_imbalance, const RecipeOptions& recipe = {});
 
 /// One decoder layer's activation bytes for one micro-batch of `req` on a
 /// rank of `p` under req.recompute: LayerActivationBytes, or, with

@@ -37,7 +37,14 @@ json RequestToJson(const PlanRequest& r) {
       {"optimizer_sync", r.optimizer_sync ? json(OptimizerSyncName(*r.optimizer_sync)) : json(nullptr)},
       {"p2p", r.send_mode ? json(SendModeName(*r.send_mode)) : json(nullptr)},
       {"sequence_parallel", r.sequence_parallel}, {"distributed_optimizer", r.distributed_optimizer},
-      {"dtype", r.bf16 ? "bf16" : "fp16"}, {"flash_attention", r.flash_attention},
+      {"dtype", PrecisionName(r.bf16, r.recipe.fp8)}, {"flash_attention", r.flash_attention},
+      {"recipe", {{"fp8_param_gather", r.recipe.fp8_param_gather},
+                  {"optimizer_moments", MomentsDtypeName(r.recipe.moments)},
+                  {"grad_reduce_in_fp32", r.recipe.grad_reduce_in_fp32},
+                  {"recompute_modules", RecomputeModulesList(r.recipe.recompute_modules)},
+                  {"dispatcher", DispatcherName(r.recipe.dispatcher)},
+                  {"a2a_overlap", r.recipe.a2a_overlap},
+                  {"expert_activations", ExpertActivationsName(r.recipe.expert_activations)}}},
       {"state_precision", StatePrecisionName(r.state_precision)},
       {"gradient_bucket_bytes", r.gradient_bucket.value()},
       {"activation_profile",
@@ -95,7 +102,21 @@ Result<PlanRequest> RequestFromJson(const json& j) {
     r.recompute_layers = j.value("recompute_num_layers", 1);
     r.sequence_parallel = j.at("sequence_parallel");
     r.distributed_optimizer = j.at("distributed_optimizer");
-    r.bf16 = j.at("dtype") == "bf16";
+    KP_ASSIGN_OR_RETURN(const PrecisionChoice precision, ParsePrecision(j.at("dtype"), r.gpu, "dtype"));
+    r.bf16 = precision.bf16;
+    r.recipe.fp8 = precision.fp8;
+    // Records from before the recipe knobs used Megatron-LM's defaults.
+    if (j.contains("recipe")) {
+      const json& k = j.at("recipe");
+      r.recipe.fp8_param_gather = k.at("fp8_param_gather");
+      KP_ASSIGN_OR_RETURN(r.recipe.moments, ParseMomentsDtype(k.at("optimizer_moments"), "optimizer_moments"));
+      r.recipe.grad_reduce_in_fp32 = k.at("grad_reduce_in_fp32");
+      KP_ASSIGN_OR_RETURN(r.recipe.recompute_modules, ParseRecomputeModules(k.at("recompute_modules"), "recompute_modules"));
+      KP_ASSIGN_OR_RETURN(r.recipe.dispatcher, ParseDispatcher(k.at("dispatcher"), "dispatcher"));
+      r.recipe.a2a_overlap = k.at("a2a_overlap");
+      KP_ASSIGN_OR_RETURN(r.recipe.expert_activations,
+                          ParseExpertActivations(k.at("expert_activations"), "expert_activations"));
+    }
     r.flash_attention = j.at("flash_attention");
     // Records from before these fields priced Megatron-LM's states and activations.
     r.state_precision =

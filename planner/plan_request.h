@@ -4,12 +4,14 @@
 #ifndef KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 #define KIMI_PLAN_PLANNER_PLAN_REQUEST_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "planner/recipe.h"
 #include "specs/activation_profile.h"
 #include "specs/calibration.h"
 #include "specs/gpu_spec.h"
@@ -104,6 +106,9 @@ struct PlanRequest {
   bool sequence_parallel = true;
   bool distributed_optimizer = true;
   bool bf16 = true;            ///< false: fp16 (same sizes, fp16 peak)
+  /// FP8 recipe, optimizer moments, recomputed modules, dispatcher and the
+  /// expert all-to-all overlap (planner/recipe.h).
+  RecipeOptions recipe;
   bool flash_attention = true; ///< false: eager attention stores the s x s scores
   StatePrecision state_precision = StatePrecision::kMixed;
   /// A copy the engine's gradient reduction (TP partial sums, DP) holds
@@ -132,6 +137,8 @@ struct PlanRequest {
   /// GPUs in the cluster, in 64 bits so that no flag can wrap it;
   /// ValidateRequest refuses more than limits::kMaxClusterGpus.
   std::int64_t world() const { return std::int64_t{nodes} * gpus_per_node; }
+  /// GPUs sharing NVLink: a group spanning at most this many talks over it.
+  int nvlink_gpus() const { return std::max(gpus_per_node, gpu.nvlink_gpus()); }
   int seq_length() const { return prompt_length + response_length; }
   /// Sequences trained per step: prompts times samples.
   long long sequences() const { return static_cast<long long>(global_batch) * rollout_n; }

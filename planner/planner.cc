@@ -8,7 +8,7 @@
 namespace kp {
 
 Result<StageSplit> PlanSplit(const PlanRequest& req, const ParallelPlan& plan, const LayerSplit& rule) {
-  return SplitLayers(rule, req.model.layers, plan.pp, StagesPerRank(req.schedule, plan.vp));
+  return SplitLayers(rule, req.model.layers, plan.pp, StagesPerRank(req.schedule, plan.vp), req.model.mtp_layers);
 }
 
 namespace {
@@ -38,7 +38,8 @@ Result<PlanEvaluation> EvaluatePlan(const PlanRequest& req, const ParallelPlan& 
                                     StageCostCache* cache) {
   std::optional<PlanEvaluation> best;
   Status first_error = Status::Ok();
-  for (const LayerSplit& rule : SplitCandidates(req.layer_split)) {
+  for (const LayerSplit& rule : SplitCandidates(req.layer_split, req.model.layers, req.model.mtp_layers, plan.pp,
+                                                StagesPerRank(req.schedule, plan.vp))) {
     Result<PlanEvaluation> e = EvaluateWith(req, plan, params, rule, cache);
     if (!e.ok() && first_error.ok()) first_error = e.status();
     if (e.ok() && (!best || Better(*e, *best))) best = std::move(e).value();

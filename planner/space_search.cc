@@ -278,7 +278,8 @@ class SpaceSearch {
     auto it = splits_.find(key);
     if (it == splits_.end()) {
       SplitEntry e;
-      if (Result<StageSplit> s = SplitLayers(o_.splits[split], req_.model.layers, pp, spr); s.ok()) {
+      if (Result<StageSplit> s = SplitLayers(o_.splits[split], req_.model.layers, pp, spr, req_.model.mtp_layers);
+          s.ok()) {
         e.stages = *s;
         e.largest_chunk = LargestChunk(*s);
       }

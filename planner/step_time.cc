@@ -1,6 +1,7 @@
 #include "planner/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -18,12 +19,37 @@ constexpr int kKdaChunk = 64;
 // The width at which a GEMM reaches half its large-shape throughput.
 constexpr double kGemmHalfWidth = 128;
 constexpr double kBf16 = 2, kFp32 = 4;
-// Bytes an Adam step moves per parameter: reads master, m, v, grad (fp32),
-// writes master, m, v (fp32) and the bf16 weight.
-constexpr double kAdamBytesPerParam = 4 * 4 + 3 * 4 + 2;
 // A table without a measured copy bandwidth: Calculon's efficiency for
 // transfers over 100 MB (calculon-ai/calculon, systems/*.json "mem1").
 constexpr double kUnmeasuredCopyShare = 0.9;
+// FP8 recipes against the per-tensor FP8 grid the tables hold (docs/
+// planner.md, "FP8"): MX FP8's GEMM-only throughput is 0.95 of per-tensor
+// FP8's on a B300 (TransformerEngine's gemm_profiling: 7.161 against 6.812
+// ms a layer), DeepSeek's blockwise scaling 0.90 on Hopper (DeepGEMM's 0.65
+// of peak against cuBLAS's 0.72 at DeepSeek-V3's shapes).
+constexpr double kMxfp8GemmShare = 0.95;
+constexpr double kBlockwiseGemmShare = 0.90;
+// The bytes a cast moves per element of an FP8 product's input (forward)
+// and of its output's gradient (backward): per-tensor current scaling reads
+// the bf16 tensor for its amax, then reads it again and writes FP8 rows and
+// FP8 columns (2 + 2 + 1 + 1); block and MX scaling find their scales in the
+// same pass (2 + 1 + 1, the scales aside).
+constexpr double kTensorwiseCastBytes = 6;
+constexpr double kScaledCastBytes = 4;
+// DeepEP / HybridEP (ExpertExchange).
+constexpr double kFlexNvlinkShare = 0.57;
+constexpr double kFlexFabricShare = 0.9;
+const Seconds kFlexLatency(20e-6);
+// A MoE layer's pass costs the host more than a dense one's: the router's
+// top-k, the dispatcher's token counts brought to the host before the
+// grouped GEMM can be launched, and some forty more kernels. The one
+// constant fitted to the MoE validation set (docs/planner.md, "MoE"): 0.5
+// ms a pass, forward and backward, whatever the GPU.
+const Seconds kMoeLayerPassOverhead(0.5e-3);
+// Expert exchange beside compute (--a2a-overlap) takes SMs from it: DeepEP
+// runs on 24 of an H800's 132, so the compute it hides under runs
+// 132 / 108 = 1.22 times as long.
+constexpr double kOverlapComputeStretch = 132.0 / 108.0 - 1.0;
 }  // namespace
 
 double AttentionCoreFlopsPerToken(const ModelSpec& m, int layer, int seq) {
@@ -47,8 +73,12 @@ double LayerForwardFlopsPerToken(const ModelSpec& m, const LayerParams& p, int l
 }
 
 double ModelTrainFlopsPerToken(const ModelSpec& m, const ParamCount& pc, int seq) {
-  double fwd = 2 * (pc.head > 0 ? pc.head : pc.embedding);  // the LM head's matmul
+  const double head = 2 * (pc.head > 0 ? pc.head : pc.embedding);  // the LM head's matmul
+  double fwd = head;
   for (int l = 0; l < m.layers; ++l) fwd += LayerForwardFlopsPerToken(m, pc.layers[l], l, seq, 1.0);
+  // An MTP layer: its decoder layer (with the 2h -> h projection in its
+  // attention count) and the head once more.
+  for (const LayerParams& mtp : pc.mtp) fwd += LayerForwardFlopsPerToken(m, mtp, m.layers - 1, seq, 1.0) + head;
   return 3 * fwd;
 }
 
@@ -56,8 +86,28 @@ double GemmWidthEfficiency(double n) { return n / (n + kGemmHalfWidth); }
 
 namespace {
 
+double Fp8GemmShare(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kNone:
+    case Fp8Recipe::kTensorwise: return 1.0;
+    case Fp8Recipe::kBlockwise: return kBlockwiseGemmShare;
+    case Fp8Recipe::kMxfp8: return kMxfp8GemmShare;
+  }
+  return 1.0;
+}
+
+double Fp8CastBytesPerElement(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kNone: return 0;
+    case Fp8Recipe::kTensorwise: return kTensorwiseCastBytes;
+    case Fp8Recipe::kBlockwise:
+    case Fp8Recipe::kMxfp8: return kScaledCastBytes;
+  }
+  return 0;
+}
+
 BytesPerSecond LinkFor(const PlanRequest& req, int group, double comm_eff) {
-  const BytesPerSecond bw = group <= req.gpus_per_node ? req.gpu.nvlink : req.gpu.gpu_rdma();
+  const BytesPerSecond bw = group <= req.nvlink_gpus() ? req.gpu.nvlink : req.gpu.gpu_rdma();
   return bw * comm_eff;
 }
 
@@ -66,7 +116,7 @@ BytesPerSecond LinkFor(const PlanRequest& req, int group, double comm_eff) {
 // --comm-efficiency, nccl-tests' bus factor).
 Seconds Collective(const PlanRequest& req, CollectiveOp op, int ranks, int span_ranks, double bytes) {
   if (ranks <= 1 || bytes <= 0) return Seconds(0);
-  const LinkSpan span = span_ranks <= req.gpus_per_node ? LinkSpan::kNvlink : LinkSpan::kFabric;
+  const LinkSpan span = span_ranks <= req.nvlink_gpus() ? LinkSpan::kNvlink : LinkSpan::kFabric;
   if (req.calibration && req.efficiency.comm_from_table)
     if (auto t = req.calibration->CollectiveTime(op, span, ranks, Bytes(bytes))) return *t;
   return Seconds(BusFactor(op, ranks) * bytes / LinkFor(req, span_ranks, req.efficiency.comm).value());
@@ -75,6 +125,11 @@ Seconds Collective(const PlanRequest& req, CollectiveOp op, int ranks, int span_
 struct ChunkCost {
   Seconds f, b_input, w, tp, ep, cp;
 };
+
+// The pieces a layer index stands for besides decoder layers: the head, and
+// an MTP layer's projection (its decoder layer and head are priced as those).
+constexpr int kHeadPiece = -1;
+constexpr int kMtpPiece = -2;
 
 // One stage-chunk's pieces are priced layer by layer and summed, so that a
 // search can remember a layer's price (StageCostCache) and get exactly the
@@ -89,8 +144,14 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, R
   const EfficiencyModel& e = req.efficiency;
   const double tokens = MicroBatchTokens(req, p);
   const FlopsPerSecond peak = (req.bf16 ? req.gpu.bf16 : req.gpu.fp16) * e.matmul;
+  // Under an FP8 recipe the linear layers' products (not the attention core
+  // or the head) run at the FP8 peak, at the recipe's share.
+  const bool fp8 = req.recipe.fp8 != Fp8Recipe::kNone && req.gpu.fp8.value() > 0;
+  const FlopsPerSecond linear_peak = fp8 ? req.gpu.fp8 * e.matmul * Fp8GemmShare(req.recipe.fp8) : peak;
   double fwd = 0, routed = 0, core = 0;
-  if (layer >= 0) {
+  if (layer == kMtpPiece) {
+    fwd = 2.0 * 2 * double(m.hidden) * m.hidden;
+  } else if (layer >= 0) {
     const LayerParams& lp = pc.layers[layer];
     const double expert = 2 * lp.routed_expert * m.moe.top_k * e.moe_imbalance;
     fwd = LayerForwardFlopsPerToken(m, lp, layer, req.seq_length(), e.moe_imbalance) - expert;
@@ -100,8 +161,9 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, R
     fwd = 2.0 * (pc.head > 0 ? pc.head : pc.embedding);
   }
   const double expert_width = m.is_moe() ? double(m.moe.expert_ffn) / p.etp : 1;
-  c.f = ComputeTime(Flops(fwd * tokens / p.tp), peak) +
-        ComputeTime(Flops(routed * tokens / p.tp), peak * GemmWidthEfficiency(expert_width));
+  const double linear = layer >= 0 || layer == kMtpPiece ? fwd - core : 0;
+  c.f = ComputeTime(Flops(linear * tokens / p.tp), linear_peak) + ComputeTime(Flops((fwd - linear) * tokens / p.tp), peak) +
+        ComputeTime(Flops(routed * tokens / p.tp), linear_peak * GemmWidthEfficiency(expert_width));
   // A frozen base has no weight gradients: under LoRA only the adapters' W remains.
   c.w = req.mode == TrainMode::kLora ? c.f * (LoraParams(m, req.lora) / pc.total) : c.f;
   c.b_input = c.f;
@@ -115,37 +177,124 @@ void ConstantCompute(const PlanRequest& req, const ParallelPlan& p, int layer, R
 // weight gradient (k, n, m)), the memory-bound passes at the measured copy
 // bandwidth (the backward moves twice the forward's bytes).
 void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc,
-                       const GemmGrid& grid, ChunkCost& c) {
+                       const GemmGrid& bf16_grid, ChunkCost& c) {
   const CalibrationTable& table = *req.calibration;
   const BytesPerSecond copy =
       (table.memory_copy.value() > 0 ? table.memory_copy : req.gpu.hbm * kUnmeasuredCopyShare) *
       table.elementwise_share;
+  // Under an FP8 recipe a linear layer's products run on the table's FP8
+  // grid (measured with per-tensor scales) at the recipe's share of it, and
+  // each casts its input forward and its output's gradient backward.
+  const Fp8Recipe recipe = req.recipe.fp8;
+  const GemmGrid* fp8_grid = recipe != Fp8Recipe::kNone ? table.Gemm(GemmDtype::kFp8) : nullptr;
+  const bool fp8 = recipe != Fp8Recipe::kNone;
+  auto grid_of = [&](const GemmOp& g) -> const GemmGrid& { return fp8 && g.fp8 && fp8_grid ? *fp8_grid : bf16_grid; };
+  const double fp8_speed = Fp8GemmShare(recipe);
   // A product of activations is one batched kernel: priced as one product
   // `count` times taller.
   auto time = [&](const GemmOp& g, double m, double n, double k) {
-    return g.weight ? grid.Time(m, n, k) * g.count : grid.Time(m * g.count, n, k);
+    const GemmGrid& grid = grid_of(g);
+    const Seconds t = g.weight ? grid.Time(m, n, k) * g.count : grid.Time(m * g.count, n, k);
+    return fp8 && g.fp8 && fp8_grid ? t / fp8_speed : t;
   };
   auto bytes = [&](double b) { return Seconds(b / copy.value()); };
-  const LayerOps ops = layer >= 0 ? DecoderLayerOps(req, p, layer, req.efficiency.moe_imbalance) : HeadOps(req, p);
+  const double cast = Fp8CastBytesPerElement(recipe);
+  const LayerOps ops = layer >= 0            ? DecoderLayerOps(req, p, layer, req.efficiency.moe_imbalance)
+                       : layer == kMtpPiece ? MtpProjectionOps(req, p)
+                                            : HeadOps(req, p);
   if (layer >= 0) {
     c.f += table.elementwise_layer_overhead;
     c.b_input += table.elementwise_layer_overhead;
   }
+  if (layer >= 0 && req.model.is_moe_layer(layer)) {
+    c.f += kMoeLayerPassOverhead;
+    c.b_input += kMoeLayerPassOverhead;
+  }
+  // What selective recomputation redoes in the backward: the forward of
+  // each module it names (planner/recipe.h). The attention core is redone
+  // only when it is eager (its scores and softmax): flash attention keeps
+  // its inputs and statistics, and the planner prices no second pass.
+  const bool selective = rc == Recompute::kSelective;
+  auto recomputes = [&](OpModule module) {
+    if (!selective || module == OpModule::kCoreAttn) return false;
+    for (RecomputeModule r : req.recipe.recompute_modules)
+      if (RecomputeCovers(r, module)) return true;
+    return false;
+  };
   Seconds fwd_gemm, recomputed;
   for (const GemmOp& g : ops.gemms) {
-    fwd_gemm += time(g, g.m, g.n, g.k);
+    const Seconds fwd = time(g, g.m, g.n, g.k);
+    fwd_gemm += fwd;
     c.b_input += time(g, g.m, g.k, g.n);
     if (g.weight) c.w += time(g, g.k, g.n, g.m);
     else c.b_input += time(g, g.n, g.k, g.m);
+    if (fp8 && g.fp8 && fp8_grid) {
+      const Seconds input_cast = bytes(cast * g.m * g.k * g.count);
+      c.f += input_cast;
+      c.b_input += bytes(cast * g.m * g.n * g.count);  // the output's gradient
+      if (recomputes(g.module)) recomputed += input_cast;
+    }
+    if (recomputes(g.module)) recomputed += fwd;
   }
   c.f += bytes(ops.elementwise_bytes);
   c.b_input += bytes(ops.elementwise_backward_bytes);
-  for (const GemmOp& g : ops.recomputed_core_gemms) recomputed += time(g, g.m, g.n, g.k);
-  recomputed += bytes(ops.recomputed_core_bytes);
+  for (int m = 0; m < kOpModules; ++m)
+    if (recomputes(static_cast<OpModule>(m))) recomputed += bytes(ops.module_bytes[m]);
+  if (selective && !req.flash_attention && req.recipe.recomputes(RecomputeModule::kCoreAttn)) {
+    for (const GemmOp& g : ops.recomputed_core_gemms) recomputed += time(g, g.m, g.n, g.k);
+    recomputed += bytes(ops.recomputed_core_bytes);
+  }
   c.f += fwd_gemm;
   if (req.mode == TrainMode::kLora) c.w = fwd_gemm * (LoraParams(req.model, req.lora) / pc.total);
   if (rc == Recompute::kFull) c.b_input += c.f;
-  if (rc == Recompute::kSelective && !req.flash_attention) c.b_input += recomputed;
+  c.b_input += recomputed;
+}
+
+// One dispatch (or combine) of `bytes` of routed copies over the EP group
+// (ep x etp consecutive ranks). NCCL's all-to-all (--dispatcher alltoall) at
+// the table's curve for the group's span; DeepEP and HybridEP move the
+// copies that stay in the NVLink domain and those that leave it at once, at
+// their measured shares of the links through PyTorch (docs/planner.md,
+// "Expert dispatch"): 0.57 of NVLink (HybridEP on B200 and GB200, 0.53-0.61),
+// 0.9 of the NIC (DeepEP internode on H800, 43-51 of 50 GB/s).
+// The expected number of nodes, besides the sender's, that one token's
+// top_k experts fall on when the E experts are spread evenly over `nodes`
+// nodes and chosen uniformly: each other node is missed with probability
+// C(E - E/nodes, k) / C(E, k).
+double DistinctRemoteNodes(int experts, int top_k, int nodes) {
+  if (nodes <= 1) return 0;
+  const double per_node = double(experts) / nodes;
+  double miss = 1;
+  for (int i = 0; i < top_k; ++i) miss *= std::max(0.0, (experts - per_node - i) / double(experts - i));
+  return (nodes - 1) * (1 - miss);
+}
+
+// `bytes` is what the rank's routed copies weigh. The all-to-all sends
+// every copy to its expert's rank: inside the NVLink domain on the table's
+// curve; across it, the share for other domains leaves through the GPU's
+// own NIC (NCCL's all-to-all cannot pool a node's NICs) while the rest
+// crosses NVLink at the same time. DeepEP and HybridEP send a token once
+// to each other node that holds one of its experts and fan it out over
+// NVLink there, so the fabric carries a token per distinct remote node,
+// not a copy per remote expert (DeepSeek-V3 report, section 3.2.2).
+Seconds ExpertExchange(const PlanRequest& req, const ParallelPlan& p, double bytes) {
+  const int span = p.ep * p.etp;
+  const ModelSpec& m = req.model;
+  const double ep = p.ep;
+  const double local = std::min<double>(ep, std::max(1.0, double(req.nvlink_gpus()) / p.etp));
+  if (req.recipe.dispatcher == Dispatcher::kAllToAll) {
+    if (span <= req.nvlink_gpus()) return Collective(req, CollectiveOp::kAllToAll, p.ep, span, bytes);
+    const Seconds inside = Collective(req, CollectiveOp::kAllToAll, int(local), int(local) * p.etp, bytes * local / ep);
+    const Seconds outside(bytes * (ep - local) / ep / LinkFor(req, span, req.efficiency.comm).value());
+    return std::max(inside, outside);
+  }
+  const int nodes = int(std::ceil(ep / local));
+  const double per_copy = bytes / m.moe.top_k;
+  const double over_nvlink = bytes * (local - 1) / ep;
+  const double over_fabric = per_copy * DistinctRemoteNodes(m.moe.num_experts, m.moe.top_k, nodes);
+  const Seconds nvlink(over_nvlink / (req.gpu.nvlink.value() * kFlexNvlinkShare));
+  const Seconds fabric(over_fabric / (req.gpu.gpu_rdma().value() * kFlexFabricShare));
+  return kFlexLatency + std::max(nvlink, fabric);
 }
 
 // What one layer's token mixer exchanges over CP per micro-batch, as the
@@ -174,7 +323,7 @@ Seconds ContextExchange(const PlanRequest& req, const ParallelPlan& p, int layer
   return Seconds(0);
 }
 
-// One decoder layer (or the head, layer < 0) for one micro-batch, recomputed
+// One decoder layer (or a piece, layer < 0) for one micro-batch, recomputed
 // as `rc` says: its compute and the TP, EP and CP collectives inside it.
 ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc) {
   const ModelSpec& m = req.model;
@@ -183,7 +332,7 @@ ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, 
   const GemmGrid* grid = req.calibration && e.gemm_from_table ? req.calibration->Gemm(GemmDtype::kBf16) : nullptr;
   if (grid) CalibratedCompute(req, p, layer, rc, pc, *grid, c);
   else ConstantCompute(req, p, layer, rc, pc, c);
-  if (layer < 0) return c;
+  if (layer < 0) return c;  // the head's and the MTP projection's collectives are the layers' business
 
   const double tokens = MicroBatchTokens(req, p);
   const double hidden_bytes = tokens * m.hidden * kBf16;
@@ -197,9 +346,9 @@ ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, 
   if (m.is_moe_layer(layer) && p.ep * p.etp > 1) {
     const double in = m.moe.latent_dim > 0 ? m.moe.latent_dim : m.hidden;
     const double routed = tokens * m.moe.top_k / p.tp * e.moe_imbalance;  // the copies this rank routes
-    // Dispatch and combine, forward and backward: each all-to-all moves the
-    // rank's copies over EP (its buffer is ep x what one peer receives).
-    c.ep += Collective(req, CollectiveOp::kAllToAll, p.ep, p.ep * p.etp, routed * in * kBf16) * 4.0;
+    // Dispatch and combine, forward and backward: each exchange moves the
+    // rank's copies over EP.
+    c.ep += ExpertExchange(req, p, routed * in * kBf16) * 4.0;
     // With ETP the ETP group's copies are gathered onto each of its ranks
     // and the partial outputs reduce-scattered back; the backward mirrors
     // both (runtime/model/expert_parallel.h).
@@ -232,17 +381,24 @@ SyncTerms SyncTermsOf(const PlanRequest& req, const ParallelPlan& p, const std::
   // With the distributed optimizer: a reduce-scatter of the gradients and
   // an all-gather of the bf16 parameters; without: an all-reduce of the
   // gradients. Gradients are fp32 under bf16, fp16 under fp16 (Megatron-LM).
-  const double grad_bytes = req.bf16 ? kFp32 : kBf16;
+  const double grad_bytes = req.bf16 && req.recipe.grad_reduce_in_fp32 ? kFp32 : kBf16;
+  // With --fp8-param-gather the parameters are gathered in FP8.
+  const bool fp8_params = req.recipe.fp8 != Fp8Recipe::kNone && req.recipe.fp8_param_gather;
+  const double param_bytes = fp8_params ? 1.0 : kBf16;
   auto sync = [&](double params, int group) {
     if (!req.distributed_optimizer) return Collective(req, CollectiveOp::kAllReduce, group, dp_span, params * grad_bytes);
     return Collective(req, CollectiveOp::kReduceScatter, group, dp_span, params * grad_bytes) +
-           Collective(req, CollectiveOp::kAllGather, group, dp_span, params * kBf16);
+           Collective(req, CollectiveOp::kAllGather, group, dp_span, params * param_bytes);
   };
   SyncTerms t;
   t.dp_comm = (sync(dense, dp_group) + sync(expert, p.edp())) * (1 - e.dp_overlap);
   const double shards_dense = req.distributed_optimizer ? dp_group : 1;
   const double shards_expert = req.distributed_optimizer ? p.edp() : 1;
-  t.optimizer = TransferTime(Bytes(kAdamBytesPerParam * (dense / shards_dense + expert / shards_expert)), req.gpu.hbm);
+  // Adam reads the master weight, both moments and the gradient, and writes
+  // the master, the moments and the model's weight.
+  const double moment = req.recipe.moments == MomentsDtype::kBf16 ? kBf16 : kFp32;
+  const double adam_bytes = 2 * kFp32 + 4 * moment + grad_bytes + param_bytes;
+  t.optimizer = TransferTime(Bytes(adam_bytes * (dense / shards_dense + expert / shards_expert)), req.gpu.hbm);
   return t;
 }
 
@@ -252,7 +408,8 @@ struct StageCostCache::Impl {
   std::vector<int> kind_of_layer;
   int kinds = 0;
   // One table per (tp, cp, ep, etp, micro-batch, recompute): the price of
-  // each kind of layer, the head's last, filled as they are first asked for.
+  // each kind of layer, then the head's and the MTP projection's, filled as
+  // they are first asked for.
   using Context = std::tuple<int, int, int, int, int, int>;
   std::map<Context, std::vector<std::optional<ChunkCost>>> tables;
 
@@ -277,7 +434,7 @@ struct StageCostCache::Impl {
     Prepare(req.model, pc);
     const Context key{p.tp, p.cp, p.ep, p.etp, req.micro_batch, static_cast<int>(rc)};
     auto it = tables.find(key);
-    if (it == tables.end()) it = tables.emplace(key, std::vector<std::optional<ChunkCost>>(kinds + 1)).first;
+    if (it == tables.end()) it = tables.emplace(key, std::vector<std::optional<ChunkCost>>(kinds + 2)).first;
     return it->second;
   }
 
@@ -310,7 +467,10 @@ class LayerPricer {
     if (!cache_) return CostOfLayer(req_, p_, layer, rc, pc_);
     std::vector<std::optional<ChunkCost>>*& table = tables_[static_cast<int>(rc)];
     if (!table) table = &cache_->Table(req_, p_, pc_, rc);
-    std::optional<ChunkCost>& slot = (*table)[layer < 0 ? cache_->kinds : cache_->kind_of_layer[layer]];
+    const int index = layer == kHeadPiece  ? cache_->kinds
+                      : layer == kMtpPiece ? cache_->kinds + 1
+                                           : cache_->kind_of_layer[layer];
+    std::optional<ChunkCost>& slot = (*table)[index];
     if (!slot) slot = CostOfLayer(req_, p_, layer, rc, pc_);
     return *slot;
   }
@@ -366,7 +526,12 @@ Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCoun
   LayerPricer price(req, p, pc, cache);
   ChunkCost sum;
   for (int l = 0; l < req.model.layers; ++l) Accumulate(sum, price(l, Recompute::kNone));
-  Accumulate(sum, price(-1, Recompute::kNone));
+  Accumulate(sum, price(kHeadPiece, Recompute::kNone));
+  for (int k = 0; k < req.model.mtp_layers; ++k) {
+    Accumulate(sum, price(req.model.layers - 1, Recompute::kNone));
+    Accumulate(sum, price(kMtpPiece, Recompute::kNone));
+    Accumulate(sum, price(kHeadPiece, Recompute::kNone));
+  }
   return sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
 }
 
@@ -389,8 +554,15 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
     for (int k = 0; k < spr; ++k) {
       const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
       for (int l = st.first_layer; l < st.end_layer; ++l) Accumulate(sum, price(l, LayerRecompute(req, l - st.first_layer)));
+      // An MTP layer: a decoder layer like the last, its projection, and the head again.
+      for (int k = 0; k < st.mtp; ++k) {
+        const Recompute rc = LayerRecompute(req, st.layer_count() + k);
+        Accumulate(sum, price(m.layers - 1, rc));
+        Accumulate(sum, price(kMtpPiece, rc));
+        Accumulate(sum, price(kHeadPiece, req.recompute));
+      }
       // The head's forward is counted again under full recomputation, by either method.
-      if (st.head) Accumulate(sum, price(-1, req.recompute));
+      if (st.head) Accumulate(sum, price(kHeadPiece, req.recompute));
     }
     const Seconds comm = (sum.tp + sum.ep + sum.cp) / 3.0;
     const Seconds bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm,
@@ -402,6 +574,13 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
     }
   }
   const double M = t.microbatches;
+  // --a2a-overlap: each micro-batch's dispatch and combine run under the
+  // other micro-batch's compute (Megatron's merged forward and backward):
+  // only what the compute cannot cover stays exposed.
+  if (req.recipe.a2a_overlap) {
+    const Seconds hidden = std::min(ep, f + b + w);
+    ep = ep - hidden + hidden * kOverlapComputeStretch;
+  }
   // Communication inside a micro-batch is on the critical path: fold it into
   // F and B in proportion for the bubble.
   const Seconds comm = tp + ep + cp;

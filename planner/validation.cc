@@ -77,6 +77,20 @@ Status ParseMeasured(const json& j, const std::string& name, std::optional<doubl
   return Status::Ok();
 }
 
+// A named preset (an MoE model of the released configs) with the fields a
+// published run changes: its sequence length, MTP layers, padded vocabulary.
+Result<ModelSpec> PresetModel(const json& m, const PresetCatalog& catalog, std::int64_t* seq_len) {
+  Fields f(m, "model");
+  std::string preset;
+  KP_RETURN_IF_ERROR(f.Name("preset", &preset));
+  KP_ASSIGN_OR_RETURN(ModelSpec s, catalog.Model(preset, "model.preset"));
+  KP_RETURN_IF_ERROR(f.Int("seq_len", seq_len, 1, limits::kMaxSequence));
+  KP_RETURN_IF_ERROR(f.Int("mtp_layers", &s.mtp_layers, 0, 16, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Int("vocab", &s.vocab, 1, limits::kMaxVocab, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.NoUnknownKeys());
+  return s;
+}
+
 Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   if (!c.is_object()) return Status::InvalidArgument("must be an object");
   ValidationCase v;
@@ -89,7 +103,12 @@ Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   PlanRequest& r = v.request;
   KP_ASSIGN_OR_RETURN(const json* model, f.Object("model", /*required=*/true));
   std::int64_t seq_len = 0;
-  KP_ASSIGN_OR_RETURN(r.model, GptModel(*model, v.id, &seq_len));
+  if (model->contains("preset")) {
+    KP_ASSIGN_OR_RETURN(r.model, PresetModel(*model, catalog, &seq_len));
+  } else {
+    KP_ASSIGN_OR_RETURN(r.model, GptModel(*model, v.id, &seq_len));
+  }
+  v.moe = r.model.is_moe();
   std::string gpu;
   KP_RETURN_IF_ERROR(f.Name("gpu", &gpu));
   KP_ASSIGN_OR_RETURN(r.gpu, catalog.Gpu(gpu, "gpu"));
@@ -102,9 +121,13 @@ Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   KP_RETURN_IF_ERROR(f.Int("pp", &r.plan.pp, 1, limits::kMaxClusterGpus));
   KP_RETURN_IF_ERROR(f.Int("vp", &r.plan.vp, 1, limits::kMaxLayers));
   KP_RETURN_IF_ERROR(f.Int("dp", &r.plan.dp, 1, limits::kMaxClusterGpus));
-  if (static_cast<std::int64_t>(r.plan.tp) * r.plan.pp * r.plan.dp != gpus)
-    return Status::InvalidArgument("gpus: " + std::to_string(gpus) + " is not tp x pp x dp = " +
-                                   std::to_string(static_cast<std::int64_t>(r.plan.tp) * r.plan.pp * r.plan.dp));
+  KP_RETURN_IF_ERROR(f.Int("ep", &r.plan.ep, 1, limits::kMaxClusterGpus, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Int("etp", &r.plan.etp, 1, limits::kMaxClusterGpus, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Int("cp", &r.plan.cp, 1, limits::kMaxClusterGpus, /*required=*/false));
+  const std::int64_t layout_gpus = static_cast<std::int64_t>(r.plan.tp) * r.plan.pp * r.plan.cp * r.plan.dp;
+  if (layout_gpus != gpus)
+    return Status::InvalidArgument("gpus: " + std::to_string(gpus) + " is not tp x pp x cp x dp = " +
+                                   std::to_string(layout_gpus));
   r.gpus_per_node = r.gpu.gpus_per_node;
   r.nodes = static_cast<int>(std::max<std::int64_t>(1, gpus / r.gpus_per_node));
   if (gpus < r.gpus_per_node) r.gpus_per_node = static_cast<int>(gpus);
@@ -123,16 +146,35 @@ Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
   KP_RETURN_IF_ERROR(f.Name("recompute", &recompute));
   KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(recompute));
+  std::string modules;
+  KP_RETURN_IF_ERROR(f.Name("recompute_modules", &modules, /*required=*/false));
+  if (!modules.empty()) {
+    if (r.recompute != Recompute::kSelective)
+      return Status::InvalidArgument("recompute_modules: needs recompute selective");
+    KP_ASSIGN_OR_RETURN(r.recipe.recompute_modules, ParseRecomputeModules(modules, "recompute_modules"));
+  }
   KP_RETURN_IF_ERROR(f.Bool("sequence_parallel", &r.sequence_parallel));
   KP_RETURN_IF_ERROR(f.Bool("flash_attention", &r.flash_attention));
   KP_RETURN_IF_ERROR(f.Name("dtype", &dtype));
-  if (dtype != "bf16" && dtype != "fp16")
-    return Status::InvalidArgument("dtype: must be bf16 or fp16, got \"" + dtype + "\"");
-  r.bf16 = dtype == "bf16";
+  KP_ASSIGN_OR_RETURN(const PrecisionChoice precision, ParsePrecision(dtype, r.gpu, "dtype"));
+  r.bf16 = precision.bf16;
+  r.recipe.fp8 = precision.fp8;
+  KP_RETURN_IF_ERROR(f.Bool("fp8_param_gather", &r.recipe.fp8_param_gather));
+  std::string moments = "fp32", dispatcher = "alltoall";
+  KP_RETURN_IF_ERROR(f.Name("optimizer_moments", &moments, /*required=*/false));
+  KP_ASSIGN_OR_RETURN(r.recipe.moments, ParseMomentsDtype(moments, "optimizer_moments"));
+  KP_RETURN_IF_ERROR(f.Name("dispatcher", &dispatcher, /*required=*/false));
+  KP_ASSIGN_OR_RETURN(r.recipe.dispatcher, ParseDispatcher(dispatcher, "dispatcher"));
+  KP_RETURN_IF_ERROR(f.Bool("a2a_overlap", &r.recipe.a2a_overlap));
+  r.recipe.expert_activations = ExpertActivations::kMegatron;  // every published run is Megatron's
+  KP_RETURN_IF_ERROR(f.Bool("grad_reduce_in_fp32", &r.recipe.grad_reduce_in_fp32));
   KP_RETURN_IF_ERROR(f.Bool("distributed_optimizer", &r.distributed_optimizer));
   KP_RETURN_IF_ERROR(f.Number("dp_overlap", &r.efficiency.dp_overlap, 0, 1));
+  KP_RETURN_IF_ERROR(f.Number("moe_imbalance", &r.efficiency.moe_imbalance, 1, 1000, /*required=*/false));
   KP_RETURN_IF_ERROR(f.Name("layer_split", &split));
-  KP_ASSIGN_OR_RETURN(r.layer_split, ParseLayerSplit(split));
+  Result<LayerSplit> rule = ParseLayerSplit(split);
+  if (!rule.ok()) return Status::InvalidArgument("layer_split: " + rule.status().message());
+  r.layer_split = *rule;
   KP_ASSIGN_OR_RETURN(const json* step, f.Object("step_time_s"));
   KP_ASSIGN_OR_RETURN(const json* memory, f.Object("memory_gb"));
   if (step) KP_RETURN_IF_ERROR(ParseMeasured(*step, "step_time_s", &v.step_time_s, &v.step_time_kind));
@@ -200,6 +242,7 @@ std::vector<ValidationOutcome> RunValidation(const std::vector<ValidationCase>& 
   for (const ValidationCase& c : cases) {
     ValidationOutcome o;
     o.id = c.id;
+    o.moe = c.moe;
     o.step_measured = c.step_time_s;
     o.memory_measured = c.memory_gb;
     const ParamCount pc = CountParams(c.request.model);
@@ -209,9 +252,17 @@ std::vector<ValidationOutcome> RunValidation(const std::vector<ValidationCase>& 
     } else {
       o.step_predicted = e->step.total.value();
       o.memory_predicted = e->memory.actor.total().value() / kGB;
+      o.fits = e->memory.actor.fits();
     }
     out.push_back(std::move(o));
   }
+  return out;
+}
+
+std::vector<ValidationOutcome> OutcomesOfKind(const std::vector<ValidationOutcome>& outcomes, bool moe) {
+  std::vector<ValidationOutcome> out;
+  for (const ValidationOutcome& o : outcomes)
+    if (o.moe == moe) out.push_back(o);
   return out;
 }
 

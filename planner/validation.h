@@ -24,6 +24,7 @@ struct ValidationCase {
   std::optional<double> step_time_s;   ///< measured, or derived from measured throughput
   std::string step_time_kind;          ///< "measured" or "derived"
   std::optional<double> memory_gb;     ///< measured peak per GPU (decimal GB)
+  bool moe = false;                    ///< an MoE model: summarised apart from the dense GPTs
 };
 
 /// Reads the case file, resolving each case's GPU (and its calibration table)
@@ -32,6 +33,10 @@ Result<std::vector<ValidationCase>> ParseValidationCases(const std::string& json
 
 struct ValidationOutcome {
   std::string id;
+  bool moe = false;
+  /// Whether the planner judged the actor to fit the GPU (every published
+  /// run did).
+  bool fits = false;
   std::optional<double> step_measured, step_predicted;
   std::optional<double> memory_measured, memory_predicted;  ///< GB
   std::string error;  ///< non-empty when the planner refused the case
@@ -50,6 +55,8 @@ struct ErrorSummary {
 };
 ErrorSummary SummariseStep(const std::vector<ValidationOutcome>& outcomes);
 ErrorSummary SummariseMemory(const std::vector<ValidationOutcome>& outcomes);
+/// The outcomes of the dense (moe false) or the MoE (true) cases.
+std::vector<ValidationOutcome> OutcomesOfKind(const std::vector<ValidationOutcome>& outcomes, bool moe);
 
 }  // namespace kp
 

@@ -27,11 +27,27 @@ import yaml
 # megatron.override_transformer_config to Megatron's TransformerConfig
 # (set_extra_args, or the Megatron-Bridge provider's fields); the launcher
 # sets the planner's stage split with the two uneven-pipeline fields, as
-# Verl's own examples/grpo_trainer/run_qwen3_235b_a22b_megatron.sh does.
+# Verl's own examples/grpo_trainer/run_qwen3_235b_a22b_megatron.sh does, or
+# with pipeline_model_parallel_layout, and the recipe's FP8, dispatcher and
+# overlap fields. override_optimizer_config goes to Megatron's
+# OptimizerConfig (bf16 moments: the precision-aware optimizer) and
+# override_ddp_config to its DistributedDataParallelConfig.
 APPENDED = [
     "+ray_kwargs.ray_init.address",
     "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_first_pipeline_stage",
     "+actor_rollout_ref.actor.megatron.override_transformer_config.num_layers_in_last_pipeline_stage",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.pipeline_model_parallel_layout",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.moe_token_dispatcher_type",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.moe_flex_dispatcher_backend",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.overlap_moe_expert_parallel_comm",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.delay_wgrad_compute",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_param",
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer",
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_dtype",
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_sq_dtype",
+    "+actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32",
 ]
 
 
@@ -91,7 +107,9 @@ def main():
         "#   +keys   read by Verl but not declared, so Hydra needs them appended with '+':\n"
         "#           main_ppo.py passes ray_kwargs.ray_init to ray.init();\n"
         "#           verl/workers/engine/megatron/transformer_impl.py passes\n"
-        "#           megatron.override_transformer_config to Megatron's TransformerConfig\n"
+        "#           megatron.override_transformer_config to Megatron's TransformerConfig,\n"
+        "#           optim.override_optimizer_config to its OptimizerConfig and\n"
+        "#           megatron.override_ddp_config to its DistributedDataParallelConfig\n"
         "# Regenerate with scripts/verl_keys.py (its docstring has the commands).\n"
         "\n# config groups\n"
     )

@@ -20,6 +20,9 @@ Status GpuSpec::Validate() const {
   KP_RETURN_IF_ERROR(PositiveRate("frontend_gbits_per_s", frontend.value()));
   if (gpus_per_node <= 0) return Status::InvalidArgument("gpus_per_node: must be a positive integer");
   if (nics_per_node <= 0) return Status::InvalidArgument("nics_per_node: must be a positive integer");
+  if (nvlink_domain != 0 && (nvlink_domain < gpus_per_node || nvlink_domain % gpus_per_node != 0))
+    return Status::InvalidArgument("nvlink_domain: must be whole nodes of " + std::to_string(gpus_per_node) +
+                                   " GPUs (or 0: the node), got " + std::to_string(nvlink_domain));
   return Status::Ok();
 }
 

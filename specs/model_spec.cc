@@ -43,6 +43,7 @@ Status ModelSpec::Validate() const {
   KP_RETURN_IF_ERROR(Positive("vocab", vocab));
   KP_RETURN_IF_ERROR(NonNegative("dense_layers", dense_layers));
   KP_RETURN_IF_ERROR(NonNegative("attn_res_block", attn_res_block));
+  KP_RETURN_IF_ERROR(NonNegative("mtp_layers", mtp_layers));
   if (static_cast<int>(attention.size()) != layers)
     return Status::InvalidArgument("attention: pattern gives " + std::to_string(attention.size()) +
                                    " layers, the model has " + std::to_string(layers));

@@ -75,6 +75,11 @@ struct ModelSpec {
   KdaShape kda;
   MoeShape moe;
   int attn_res_block = 0;  ///< Block Attention Residual block size; 0 = plain residual
+  /// Multi-token-prediction layers (DeepSeek-V3's MTP module: the two
+  /// inputs' norms, the 2h -> h projection and one decoder layer like the
+  /// last, sharing the embedding and the head, whose logits and loss it runs
+  /// again). Megatron-LM's mtp_num_layers; 0: none.
+  int mtp_layers = 0;
   StorageFormat storage;
 
   bool is_moe() const { return moe.num_experts > 0; }

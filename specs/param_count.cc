@@ -117,6 +117,13 @@ ParamCount CountParams(const ModelSpec& m) {
     Accumulate(c.sum, p);
     c.layers.push_back(p);
   }
+  for (int k = 0; k < m.mtp_layers && m.layers > 0; ++k) {
+    LayerParams p = c.layers.back();
+    p.attention += 2 * h * h;
+    p.norms += 2 * h;
+    c.total += p.total();
+    c.mtp.push_back(p);
+  }
   return c;
 }
 

@@ -37,6 +37,12 @@ struct LayerParams {
 
 struct ParamCount {
   std::vector<LayerParams> layers;
+  /// One entry per MTP layer (ModelSpec::mtp_layers): a copy of the last
+  /// decoder layer's, its `attention` also holding the 2h -> h projection
+  /// (split over TP, as Megatron-LM's column-parallel eh_proj) and its
+  /// `norms` the two input norms; counted in `total`, not in `active` (the
+  /// convention of DeepSeek-V3's 671B / 37B).
+  std::vector<LayerParams> mtp;
   double embedding = 0;
   double head = 0;         ///< 0 when tied
   double final_norm = 0;   ///< final norm plus the attention-residual output aggregation

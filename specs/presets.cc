@@ -67,6 +67,7 @@ Status ParseModelObject(const json& j, ModelSpec* m) {
   KP_RETURN_IF_ERROR(f.Bool("gated_ffn", &m->gated_ffn));
   KP_RETURN_IF_ERROR(f.Bool("dropout", &m->dropout));
   KP_RETURN_IF_ERROR(f.Int("attn_res_block", &m->attn_res_block, 0, limits::kMaxLayers, false));
+  KP_RETURN_IF_ERROR(f.Int("mtp_layers", &m->mtp_layers, 0, 16, false));
   std::string ignored;
   KP_RETURN_IF_ERROR(f.Text("source", &ignored, false));
   KP_RETURN_IF_ERROR(f.Text("notes", &ignored, false));
@@ -126,6 +127,9 @@ Status ParseGpuObject(const json& j, GpuSpec* g) {
   Fields f(j, "");
   double memory_gb = 0, bf16 = 0, fp16 = 0, fp8 = 0, hbm = 0, nvlink = 0, nic = 0, front = 0;
   KP_RETURN_IF_ERROR(f.Name("name", &g->name));
+  KP_RETURN_IF_ERROR(f.Name("arch", &g->arch, /*required=*/false));
+  if (!g->arch.empty() && g->arch != "ampere" && g->arch != "hopper" && g->arch != "blackwell")
+    return Status::InvalidArgument("arch: must be ampere, hopper or blackwell, got \"" + g->arch + "\"");
   KP_RETURN_IF_ERROR(f.Number("memory_gb", &memory_gb, 0, limits::kMaxGpuMemoryGb));
   KP_RETURN_IF_ERROR(f.Number("bf16_tflops", &bf16, 0, limits::kMaxTflops));
   KP_RETURN_IF_ERROR(f.Number("fp16_tflops", &fp16, 0, limits::kMaxTflops));
@@ -133,6 +137,7 @@ Status ParseGpuObject(const json& j, GpuSpec* g) {
   KP_RETURN_IF_ERROR(f.Number("hbm_gbytes_per_s", &hbm, 0, limits::kMaxBandwidth));
   KP_RETURN_IF_ERROR(f.Number("nvlink_gbytes_per_s", &nvlink, 0, limits::kMaxBandwidth));
   KP_RETURN_IF_ERROR(f.Int("gpus_per_node", &g->gpus_per_node, 0, limits::kMaxGpusPerNode));
+  KP_RETURN_IF_ERROR(f.Int("nvlink_domain", &g->nvlink_domain, 0, limits::kMaxGpusPerNode, false));
   KP_RETURN_IF_ERROR(f.Int("nics_per_node", &g->nics_per_node, 0, 1024));
   KP_RETURN_IF_ERROR(f.Number("nic_gbits_per_s", &nic, 0, limits::kMaxBandwidth));
   KP_RETURN_IF_ERROR(f.Number("frontend_gbits_per_s", &front, 0, limits::kMaxBandwidth));
@@ -236,6 +241,7 @@ std::string ModelSpecToJson(const ModelSpec& m) {
             {"head_dim", m.head_dim}, {"kv_heads", m.kv_heads}, {"vocab", m.vocab},
             {"dense_layers", m.dense_layers}, {"dense_ffn", m.dense_ffn}, {"tied_embeddings", m.tied_embeddings},
             {"gated_ffn", m.gated_ffn}, {"dropout", m.dropout}, {"attn_res_block", m.attn_res_block},
+            {"mtp_layers", m.mtp_layers},
             // The expanded per-layer list is itself a pattern that repeats once.
             {"attention", {{"pattern", KindsToJson(m.attention)}}},
             {"storage", {{"routed_expert_bits", m.storage.routed_expert_bits},
@@ -257,7 +263,8 @@ std::string GpuSpecToJson(const GpuSpec& g) {
   const json j = {{"name", g.name}, {"memory_gb", g.memory.value() / 1e9}, {"bf16_tflops", g.bf16.value() / 1e12},
                   {"fp16_tflops", g.fp16.value() / 1e12}, {"fp8_tflops", g.fp8.value() / 1e12},
                   {"hbm_gbytes_per_s", g.hbm.value() / 1e9}, {"nvlink_gbytes_per_s", g.nvlink.value() / 1e9},
-                  {"gpus_per_node", g.gpus_per_node}, {"nics_per_node", g.nics_per_node},
+                  {"arch", g.arch}, {"gpus_per_node", g.gpus_per_node}, {"nvlink_domain", g.nvlink_domain},
+                  {"nics_per_node", g.nics_per_node},
                   {"nic_gbits_per_s", g.nic.value() * 8 / 1e9}, {"frontend_gbits_per_s", g.frontend.value() * 8 / 1e9},
                   {"source", g.source}};
   return j.dump();

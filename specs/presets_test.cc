@@ -11,8 +11,9 @@ TEST(PresetsTest, EveryShippedPresetParses) {
   for (const std::string& n : c.Names("models")) EXPECT_TRUE(c.Model(n).ok()) << n << ": " << c.Model(n).status().message();
   for (const std::string& n : c.Names("gpus")) EXPECT_TRUE(c.Gpu(n).ok()) << n;
   for (const std::string& n : c.Names("topologies")) EXPECT_TRUE(c.Topology(n).ok()) << n;
-  EXPECT_EQ(c.Names("models"), (std::vector<std::string>{"deepseek-v3", "kimi-k2.6", "kimi-k3", "kimi-k3-debug"}));
-  EXPECT_EQ(c.Names("gpus"), (std::vector<std::string>{"a100-80g", "b200", "b300", "h100", "h200"}));
+  EXPECT_EQ(c.Names("models"), (std::vector<std::string>{"deepseek-v3", "kimi-k2.6", "kimi-k3", "kimi-k3-debug",
+                                                               "qwen3-235b-a22b", "qwen3-30b-a3b"}));
+  EXPECT_EQ(c.Names("gpus"), (std::vector<std::string>{"a100-80g", "b200", "b300", "gb200", "gb300", "h100", "h200"}));
   EXPECT_EQ(c.Names("topologies"), (std::vector<std::string>{"b200-full", "h200-full", "h200-lora"}));
 }
 

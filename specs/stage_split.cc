@@ -1,7 +1,11 @@
 #include "specs/stage_split.h"
 
+#include <algorithm>
+#include <cctype>
 #include <numeric>
 #include <sstream>
+
+#include "common/text.h"
 
 namespace kp {
 
@@ -21,7 +25,10 @@ std::string StageSplit::ToString() const {
     if (st.layer_count() == 1) parts.push_back(std::to_string(st.first_layer));
     if (st.layer_count() > 1)
       parts.push_back(std::to_string(st.first_layer) + "-" + std::to_string(st.end_layer - 1));
+    if (st.mtp == 1) parts.push_back("mtp");
+    if (st.mtp > 1) parts.push_back("mtp x" + std::to_string(st.mtp));
     if (st.head) parts.push_back("head");
+    if (parts.empty()) parts.push_back("(empty)");
     for (size_t i = 0; i < parts.size(); ++i) out << (i ? "," : "") << parts[i];
   }
   return out.str();
@@ -52,7 +59,10 @@ std::optional<std::vector<int>> CommaSeparatedCounts(const std::string& text, st
   return out;
 }
 
-StageSplit FromCounts(const std::vector<int>& counts) {
+// Stages of the given decoder-layer counts, the embedding on the first, the
+// MTP layers and the head on the last (where Megatron builds them without a
+// layout).
+StageSplit FromCounts(const std::vector<int>& counts, int mtp_layers = 0) {
   StageSplit split;
   int layer = 0;
   for (size_t s = 0; s < counts.size(); ++s) {
@@ -61,6 +71,7 @@ StageSplit FromCounts(const std::vector<int>& counts) {
     st.end_layer = layer + counts[s];
     st.embedding = s == 0;
     st.head = s + 1 == counts.size();
+    st.mtp = st.head ? mtp_layers : 0;
     layer = st.end_layer;
     split.stages.push_back(st);
   }
@@ -144,6 +155,25 @@ Status CheckEndRank(const char* field, int layers, int vp) {
   return Status::Ok();
 }
 
+// Decoder layers per stage under account_for_embedding/loss_in_pipeline_split
+// (transformer_block.py get_num_layers_to_build): the embedding and the loss
+// count as layers of an equal split of layers + 2 over pp x vp stages, and
+// the first and last stage build one decoder layer fewer.
+Result<std::vector<int>> AccountedStageLayers(int layers, int pp, int vp, bool embedding, bool loss) {
+  const int units = layers + (embedding ? 1 : 0) + (loss ? 1 : 0);
+  const int stages = pp * vp;
+  if (units % stages != 0)
+    return MegatronRefuses("with account_for_" + std::string(embedding && loss ? "embedding and loss" : embedding ? "embedding" : "loss") +
+                           "_in_pipeline_split splits the " + Str(units) + " layers (" + Str(layers) +
+                           " decoder layers" + (embedding ? " + the embedding" : "") + (loss ? " + the loss" : "") +
+                           ") equally over pp x vp = " + Str(stages) + " stages, and " + Str(stages) +
+                           " does not divide them");
+  std::vector<int> counts(stages, units / stages);
+  if (embedding) --counts.front();
+  if (loss) --counts.back();
+  return counts;
+}
+
 // Layers on each pipeline rank (transformer_block.py get_num_layers_to_build).
 Result<std::vector<int>> MegatronRankLayers(int layers, int pp, int vp, std::optional<int> first,
                                             std::optional<int> last) {
@@ -202,13 +232,35 @@ std::string WhyNotMegatron(const std::vector<int>& counts, int pp) {
     if (ranks[r] != ranks[1])
       return "gives every rank but the first and the last the same layers, and rank 1 has " + Str(ranks[1]) +
              ", rank " + Str(r) + " " + Str(ranks[r]) +
-             " (only a pipeline_model_parallel_layout could, which kimi-plan does not emit)";
+             " (only a pipeline_model_parallel_layout can)";
   return "";
 }
 
 }  // namespace
 
 Result<MegatronStageLayers> MegatronStageLayersOf(const StageSplit& split, int pp, int vp) {
+  if (pp < 1 || vp < 1 || split.num_stages() != pp * vp)
+    return Status::InvalidArgument(std::string(kField) + Str(split.num_stages()) + " stages, Megatron builds pp x vp = " +
+                                   Str(pp * vp));
+  // Megatron puts MTP layers on the last stage unless a layout says otherwise.
+  const bool mtp_on_last = std::all_of(split.stages.begin(), split.stages.end() - 1,
+                                       [](const StageLayers& s) { return s.mtp == 0; });
+  if (mtp_on_last)
+    if (Result<MegatronStageLayers> fields = MegatronUnevenFieldsOf(split, pp, vp); fields.ok()) return fields;
+  MegatronStageLayers m;
+  m.layout = MegatronLayoutOf(split);
+  return m;
+}
+
+std::string MegatronFieldsText(const MegatronStageLayers& m) {
+  if (m.layout) return "pipeline_model_parallel_layout " + *m.layout;
+  std::string out;
+  if (m.first) out += "num_layers_in_first_pipeline_stage " + Str(*m.first);
+  if (m.last) out += (out.empty() ? "" : ", ") + std::string("num_layers_in_last_pipeline_stage ") + Str(*m.last);
+  return out.empty() ? "default split" : out;
+}
+
+Result<MegatronStageLayers> MegatronUnevenFieldsOf(const StageSplit& split, int pp, int vp) {
   const std::vector<int> counts = LayerCounts(split);
   if (pp < 1 || vp < 1 || split.num_stages() != pp * vp)
     return Status::InvalidArgument(std::string(kField) + Str(split.num_stages()) + " stages, Megatron builds pp x vp = " +
@@ -231,18 +283,220 @@ Result<MegatronStageLayers> MegatronStageLayersOf(const StageSplit& split, int p
 std::string LayerSplit::ToString() const {
   switch (kind) {
     case LayerSplitKind::kEven: return "even";
-    case LayerSplitKind::kMegatron: return "megatron";
+    case LayerSplitKind::kMegatron:
+      return std::string("megatron") + (account_for_embedding ? "+embedding" : "") + (account_for_loss ? "+loss" : "");
     case LayerSplitKind::kAuto: return "auto";
     case LayerSplitKind::kExplicit: return JoinCounts(counts);
+    case LayerSplitKind::kLayout: return layout;
   }
   return "?";
+}
+
+namespace {
+
+// The layout's text with commas dropped and `(...)*n` and `x*n` unrolled, as
+// Megatron's parse_str_to_list does (its regular expressions: innermost
+// parentheses first, then one character times n), or why it cannot be.
+Result<std::string> UnrollLayout(std::string text) {
+  std::string out;
+  for (char c : text)
+    if (c != ',') out += c;
+  // Repeated expansion keeps the total bounded: no layout of a real model
+  // has more than a million characters.
+  constexpr std::size_t kMaxUnrolled = 1'000'000;
+  auto repeat = [&](const std::string& piece, std::size_t count) -> Result<std::string> {
+    if (count > kMaxUnrolled || piece.size() * count > kMaxUnrolled)
+      return Status::InvalidArgument(std::string(kField) + "the layout unrolls to more than " + Str(kMaxUnrolled) +
+                                     " characters");
+    std::string r;
+    for (std::size_t i = 0; i < count; ++i) r += piece;
+    return r;
+  };
+  auto count_at = [&](std::size_t i, std::size_t* end) -> std::optional<std::size_t> {
+    std::size_t j = i;
+    while (j < out.size() && std::isdigit(static_cast<unsigned char>(out[j]))) ++j;
+    if (j == i || j - i > 7) return std::nullopt;
+    *end = j;
+    return static_cast<std::size_t>(std::stoul(out.substr(i, j - i)));
+  };
+  // (...)*n, innermost first.
+  for (std::size_t close; (close = out.find(')')) != std::string::npos;) {
+    const std::size_t open = out.rfind('(', close);
+    if (open == std::string::npos || close == open + 1 || close + 1 >= out.size() || out[close + 1] != '*')
+      return Status::InvalidArgument(std::string(kField) + "\"" + QuoteBounded(text) +
+                                     "\": a group must be (stages)*N with something inside");
+    std::size_t end = 0;
+    const std::optional<std::size_t> n = count_at(close + 2, &end);
+    if (!n) return Status::InvalidArgument(std::string(kField) + "\"" + QuoteBounded(text) + "\": (...)* needs a count");
+    KP_ASSIGN_OR_RETURN(std::string unrolled, repeat(out.substr(open + 1, close - open - 1), *n));
+    out = out.substr(0, open) + unrolled + out.substr(end);
+  }
+  if (out.find('(') != std::string::npos)
+    return Status::InvalidArgument(std::string(kField) + "\"" + QuoteBounded(text) + "\": a ( is never closed");
+  // x*n.
+  for (std::size_t star; (star = out.find('*')) != std::string::npos;) {
+    std::size_t end = 0;
+    const std::optional<std::size_t> n = count_at(star + 1, &end);
+    if (star == 0 || !n)
+      return Status::InvalidArgument(std::string(kField) + "\"" + QuoteBounded(text) + "\": * must follow a layer and precede a count");
+    KP_ASSIGN_OR_RETURN(std::string unrolled, repeat(out.substr(star - 1, 1), *n));
+    out = out.substr(0, star - 1) + unrolled + out.substr(end);
+  }
+  return out;
+}
+
+bool LooksLikeLayout(const std::string& text) {
+  return text.find_first_of("EtmL|()*") != std::string::npos;
+}
+
+}  // namespace
+
+Result<StageSplit> ParseMegatronLayout(const std::string& layout, int layers, int mtp_layers, int pp, int vp) {
+  KP_ASSIGN_OR_RETURN(const std::string unrolled, UnrollLayout(layout));
+  std::vector<std::string> stages(1);
+  for (char c : unrolled) {
+    if (c == '|') {
+      stages.emplace_back();
+      continue;
+    }
+    if (c != 'E' && c != 't' && c != 'm' && c != 'L')
+      return Status::InvalidArgument(std::string(kField) + "'" + QuoteBounded(std::string(1, c)) +
+                                     "' is not a layer of a layout (E embedding, t decoder layer, m MTP layer, L loss)");
+    stages.back() += c;
+  }
+  const int count = static_cast<int>(stages.size());
+  if (pp < 1 || count % pp != 0)
+    return Status::InvalidArgument(std::string(kField) + "the layout has " + Str(count) +
+                                   " stages, which pp " + Str(pp) + " does not divide");
+  if (count != pp * vp)
+    return Status::InvalidArgument(std::string(kField) + "the layout has " + Str(count) + " stages, " + Str(count / pp) +
+                                   " per pipeline rank; give --vp " + Str(count / pp) + " (the plan has " + Str(vp) + ")");
+  const std::string flat = [&] {
+    std::string f;
+    for (const std::string& st : stages) f += st;
+    return f;
+  }();
+  if (flat.empty() || flat.front() != 'E')
+    return Status::InvalidArgument(std::string(kField) + "the embedding (E) must come first, in stage 0");
+  if (flat.back() != 'L') return Status::InvalidArgument(std::string(kField) + "the loss (L) must come last, in the last stage");
+  auto occurrences = [&](char c) { return static_cast<int>(std::count(flat.begin(), flat.end(), c)); };
+  if (occurrences('E') != 1) return Status::InvalidArgument(std::string(kField) + "the embedding (E) appears " + Str(occurrences('E')) + " times; it must appear once");
+  if (occurrences('L') != 1) return Status::InvalidArgument(std::string(kField) + "the loss (L) appears " + Str(occurrences('L')) + " times; it must appear once");
+  if (occurrences('t') != layers)
+    return Status::InvalidArgument(std::string(kField) + "the layout places " + Str(occurrences('t')) +
+                                   " decoder layers (t), the model has " + Str(layers));
+  if (occurrences('m') != mtp_layers)
+    return Status::InvalidArgument(std::string(kField) + "the layout places " + Str(occurrences('m')) +
+                                   " MTP layers (m), the model has " + Str(mtp_layers));
+  if (mtp_layers > 0 && flat.find('t', flat.find('m')) != std::string::npos)
+    return Status::InvalidArgument(std::string(kField) + "every decoder layer (t) must come before the MTP layers (m)");
+  StageSplit split;
+  int layer = 0;
+  for (int s = 0; s < count; ++s) {
+    const std::string& text = stages[s];
+    StageLayers st;
+    st.first_layer = layer;
+    st.end_layer = layer + static_cast<int>(std::count(text.begin(), text.end(), 't'));
+    st.embedding = text.find('E') != std::string::npos;
+    st.head = text.find('L') != std::string::npos;
+    st.mtp = static_cast<int>(std::count(text.begin(), text.end(), 'm'));
+    if (st.mtp > 0 && st.mtp != mtp_layers)
+      return Status::InvalidArgument(std::string(kField) + "all MTP layers (m) must be in one stage");
+    if (st.mtp > 0 && (s % pp == 0 || s / pp != vp - 1))
+      return Status::InvalidArgument(std::string(kField) + "the MTP layers (m) must be in the last virtual stage of a "
+                                     "pipeline rank other than the first (stage " + Str(s) + " is not)");
+    layer = st.end_layer;
+    split.stages.push_back(st);
+  }
+  return split;
+}
+
+namespace {
+
+// One stage in layout characters.
+std::string StageText(const StageLayers& st) {
+  return std::string(st.embedding ? "E" : "") + std::string(st.layer_count(), 't') + std::string(st.mtp, 'm') +
+         (st.head ? "L" : "");
+}
+
+}  // namespace
+
+std::string MegatronLayoutOf(const StageSplit& split) {
+  std::string out;
+  const int n = split.num_stages();
+  for (int s = 0; s < n;) {
+    const std::string text = StageText(split.stages[s]);
+    int run = 1;
+    while (s + run < n && StageText(split.stages[s + run]) == text) ++run;
+    const bool last = s + run == n;
+    if (run >= 2 && !text.empty()) {
+      // The group carries each stage's separator; at the end the last stage
+      // stands alone, so that no empty stage follows.
+      out += last ? "(" + text + "|)*" + Str(run - 1) + text : "(" + text + "|)*" + Str(run);
+    } else {
+      for (int k = 0; k < run; ++k) out += text + (s + k + 1 < n ? "|" : "");
+    }
+    s += run;
+  }
+  return out;
+}
+
+Result<StageSplit> BalancedSplit(int layers, int mtp_layers, int pp, int vp) {
+  const int stages = pp * vp;
+  if (stages < 1) return Status::InvalidArgument("--pp/--vp: must be at least 1");
+  // Units: the embedding, each decoder and MTP layer, the loss. Stage s
+  // gets base or base + 1 units, the extra ones first; then the embedding
+  // takes a unit of stage 0, and the MTP layers and the loss of the last.
+  const int units = layers + mtp_layers + 2;
+  if (units < stages)
+    return Status::InvalidArgument(std::string(kField) + Str(stages) + " stages exceed the " + Str(units) +
+                                   " units of the model (embedding, " + Str(layers) + " layers, " +
+                                   (mtp_layers ? Str(mtp_layers) + " MTP layers, " : "") + "loss)");
+  std::vector<int> counts(stages, units / stages);
+  for (int s = 0; s < units % stages; ++s) ++counts[s];
+  --counts.front();
+  counts.back() -= mtp_layers + 1;
+  // A last stage too small for its MTP layers and loss gives decoder
+  // layers back to the stages before it.
+  for (int s = stages - 1; counts[s] < 0 && s > 0; --s) {
+    counts[s - 1] += counts[s];
+    counts[s] = 0;
+  }
+  if (counts.front() < 0) return Status::InvalidArgument(std::string(kField) + "too many stages for the model");
+  StageSplit split = FromCounts(counts, mtp_layers);
+  return split;
 }
 
 Result<LayerSplit> ParseLayerSplit(const std::string& text) {
   LayerSplit rule;
   if (text == "even") return rule;
-  if (text == "megatron" || text == "auto") {
-    rule.kind = text == "auto" ? LayerSplitKind::kAuto : LayerSplitKind::kMegatron;
+  if (text == "auto") {
+    rule.kind = LayerSplitKind::kAuto;
+    return rule;
+  }
+  if (text.rfind("megatron", 0) == 0) {
+    rule.kind = LayerSplitKind::kMegatron;
+    std::stringstream ss(text.substr(8));
+    std::string flag;
+    std::getline(ss, flag, '+');  // what precedes the first '+': empty
+    if (!flag.empty()) return Status::InvalidArgument(std::string(kField) + "give megatron, megatron+embedding, megatron+loss or megatron+embedding+loss");
+    while (std::getline(ss, flag, '+')) {
+      if (flag == "embedding" && !rule.account_for_embedding) rule.account_for_embedding = true;
+      else if (flag == "loss" && !rule.account_for_loss) rule.account_for_loss = true;
+      else return Status::InvalidArgument(std::string(kField) + "\"" + QuoteBounded(flag) +
+                                          "\" is not embedding or loss (megatron+embedding+loss: Megatron's account_for_*_in_pipeline_split)");
+    }
+    return rule;
+  }
+  if (LooksLikeLayout(text)) {
+    KP_ASSIGN_OR_RETURN(const std::string unrolled, UnrollLayout(text));
+    for (char c : unrolled)
+      if (c != 'E' && c != 't' && c != 'm' && c != 'L' && c != '|')
+        return Status::InvalidArgument(std::string(kField) + "'" + QuoteBounded(std::string(1, c)) +
+                                       "' is not a layer of a layout (E embedding, t decoder layer, m MTP layer, L "
+                                       "loss, | between stages); or give even, megatron, auto or layers per stage");
+    rule.kind = LayerSplitKind::kLayout;
+    rule.layout = text;
     return rule;
   }
   rule.kind = LayerSplitKind::kExplicit;
@@ -262,11 +516,23 @@ Result<LayerSplit> ParseLayerSplit(const std::string& text) {
   return rule;
 }
 
-Result<StageSplit> SplitLayers(const LayerSplit& rule, int layers, int pp, int stages_per_rank) {
+Result<StageSplit> SplitLayers(const LayerSplit& rule, int layers, int pp, int stages_per_rank, int mtp_layers) {
   const int stages = pp * stages_per_rank;
+  auto with_mtp = [&](Result<StageSplit> split) -> Result<StageSplit> {
+    if (split.ok() && mtp_layers > 0) split.value().stages.back().mtp = mtp_layers;
+    return split;
+  };
   switch (rule.kind) {
-    case LayerSplitKind::kEven: return EvenSplit(layers, stages);
-    case LayerSplitKind::kMegatron: return MegatronSplit(layers, pp, stages_per_rank);
+    case LayerSplitKind::kEven: return with_mtp(EvenSplit(layers, stages));
+    case LayerSplitKind::kMegatron:
+      if (rule.account_for_embedding || rule.account_for_loss) {
+        if (pp < 1 || stages_per_rank < 1) return Status::InvalidArgument("--pp/--vp: must be at least 1");
+        KP_ASSIGN_OR_RETURN(std::vector<int> counts, AccountedStageLayers(layers, pp, stages_per_rank,
+                                                                          rule.account_for_embedding, rule.account_for_loss));
+        return FromCounts(counts, mtp_layers);
+      }
+      return with_mtp(MegatronSplit(layers, pp, stages_per_rank));
+    case LayerSplitKind::kLayout: return ParseMegatronLayout(rule.layout, layers, mtp_layers, pp, stages_per_rank);
     case LayerSplitKind::kAuto: return Status::Internal("SplitLayers: resolve auto with SplitCandidates");
     case LayerSplitKind::kExplicit: break;
   }
@@ -278,12 +544,22 @@ Result<StageSplit> SplitLayers(const LayerSplit& rule, int layers, int pp, int s
   if (sum != layers)
     return Status::InvalidArgument(std::string(kField) + "the counts sum to " + Str(sum) + " layers, the model has " +
                                    Str(layers));
-  return FromCounts(rule.counts);
+  return FromCounts(rule.counts, mtp_layers);
 }
 
-std::vector<LayerSplit> SplitCandidates(const LayerSplit& rule) {
+std::vector<LayerSplit> SplitCandidates(const LayerSplit& rule, int layers, int mtp_layers, int pp, int vp) {
   if (rule.kind != LayerSplitKind::kAuto) return {rule};
-  return {LayerSplit{LayerSplitKind::kEven, {}}, LayerSplit{LayerSplitKind::kMegatron, {}}};
+  std::vector<LayerSplit> out = {LayerSplit{LayerSplitKind::kEven, {}}, LayerSplit{LayerSplitKind::kMegatron, {}}};
+  LayerSplit accounted{LayerSplitKind::kMegatron, {}};
+  accounted.account_for_embedding = accounted.account_for_loss = true;
+  out.push_back(accounted);
+  if (layers > 0 && pp > 0 && vp > 0)
+    if (Result<StageSplit> balanced = BalancedSplit(layers, mtp_layers, pp, vp); balanced.ok()) {
+      LayerSplit layout{LayerSplitKind::kLayout, {}};
+      layout.layout = MegatronLayoutOf(*balanced);
+      out.push_back(layout);
+    }
+  return out;
 }
 
 }  // namespace kp
