@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/log.h"
 #include "cli/options.h"
 #include "common/limits.h"
 #include "common/table.h"
 #include "common/text.h"
 #include "planner/validation.h"
+#include "planner/validation_search.h"
 
 #ifndef KIMI_PLAN_VALIDATION_CASES
 #define KIMI_PLAN_VALIDATION_CASES "tests/validation/megatron_runs.json"
@@ -93,17 +95,58 @@ json KindJson(const std::vector<ValidationOutcome>& outcomes) {
           {"judged_not_to_fit", not_fitting}};
 }
 
+std::string LayoutText(const ParallelPlan& p, ScheduleKind schedule) {
+  return "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " vp" + std::to_string(p.vp) + " ep" +
+         std::to_string(p.ep) + " etp" + std::to_string(p.etp) + " cp" + std::to_string(p.cp) + " " +
+         ScheduleName(schedule);
+}
+
+// --search: the MoE cases' layouts ranked (planner/validation_search.h).
+Status PrintSearchChecks(const std::vector<ValidationCase>& cases, int top, bool as_json, CliEnv& env) {
+  json rows = json::array();
+  Table t({"case", "fitting layouts", "published rank", "published s", "fastest fitting", "its s", "earns keep"});
+  int n = 0, kept = 0, total = 0;
+  for (const ValidationCase& c : cases) total += c.moe;
+  for (const ValidationCase& c : cases) {
+    if (!c.moe) continue;
+    Progress(env, "search " + std::to_string(++n) + "/" + std::to_string(total) + ": " + c.id);
+    KP_ASSIGN_OR_RETURN(const SearchCheck s, CheckSearch(c));
+    kept += s.EarnsKeep(top);
+    const std::string best = s.fitting > 0 ? LayoutText(s.best, s.best_schedule) : "-";
+    t.AddRow({s.id, std::to_string(s.fitting), s.published_rank ? std::to_string(s.published_rank) : "does not fit",
+              FormatFixed(s.published_step_s, 2), best, s.fitting > 0 ? FormatFixed(s.best_step_s, 2) : "-",
+              s.EarnsKeep(top) ? "yes" : "NO"});
+    rows.push_back({{"id", s.id}, {"fitting_layouts", s.fitting},
+                    {"published_rank", s.published_rank ? json(s.published_rank) : json(nullptr)},
+                    {"published_step_s", s.published_step_s}, {"fastest_fitting", best},
+                    {"fastest_fitting_step_s", s.fitting > 0 ? json(s.best_step_s) : json(nullptr)},
+                    {"earns_keep", s.EarnsKeep(top)}});
+  }
+  if (as_json) {
+    env.out << json{{"schema", "kimi-plan.validate-search/1"}, {"top", top}, {"cases", rows}, {"earn_keep", kept}}.dump(1)
+            << "\n";
+    return Status::Ok();
+  }
+  env.out << t.Render();
+  env.out << "the search lists the published layout, or a faster one that fits, in its top " << top << " on " << kept
+          << " of " << total << " MoE cases\n";
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::options_description desc(
-      "kimi-plan validate [--cases FILE]... [--only PREFIX] [--json]\n\n"
+      "kimi-plan validate [--cases FILE]... [--only PREFIX] [--search [--top N]] [--json]\n\n"
       "The planner's step time and worst-rank memory against published, measured Megatron-LM runs, dense\n"
       "and MoE reported apart (docs/benchmarks.md, \"Validation\"). Options");
   desc.add_options()("help,h", "this text")
       ("cases", po::value<std::vector<std::string>>()->composing(),
        "a case file (repeat for several; default: the dense GPT runs and the MoE runs the build was made from)")
       ("only", po::value<std::string>(), "only the cases whose id starts with this")
+      ("search", "instead: for each MoE case, every layout of its cluster with its knobs held, ranked; does the top "
+                 "list the published layout or a faster one that fits?")
+      ("top", IntFlag(1, 1000), "with --search: how many count as the top (default 5)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
@@ -118,6 +161,8 @@ Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env) {
     if (selected.empty())
       return Status::InvalidArgument("--only: no case id starts with \"" + QuoteBounded(prefix) + "\"");
   }
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "top", vm.count("search") > 0, "--search"));
+  if (vm.count("search")) return PrintSearchChecks(selected, vm.count("top") ? vm["top"].as<int>() : 5, vm.count("json") > 0, env);
   const std::vector<ValidationOutcome> outcomes = RunValidation(selected);
   const std::vector<ValidationOutcome> dense = OutcomesOfKind(outcomes, false), moe = OutcomesOfKind(outcomes, true);
   if (vm.count("json")) {

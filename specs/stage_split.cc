@@ -269,7 +269,10 @@ Result<MegatronStageLayers> MegatronUnevenFieldsOf(const StageSplit& split, int 
   if (!why.empty()) return MegatronRefuses(why);
   const int layers = std::accumulate(counts.begin(), counts.end(), 0);
   const int first = counts.front() * vp, last = counts[pp - 1] * vp;
-  const MegatronStageLayers tries[] = {{}, {first, std::nullopt}, {std::nullopt, last}, {first, last}};
+  const MegatronStageLayers tries[] = {{std::nullopt, std::nullopt, std::nullopt},
+                                       {first, std::nullopt, std::nullopt},
+                                       {std::nullopt, last, std::nullopt},
+                                       {first, last, std::nullopt}};
   Status refusal = Status::Ok();
   for (const MegatronStageLayers& t : tries) {
     Result<StageSplit> s = MegatronSplit(layers, pp, vp, t.first, t.last);

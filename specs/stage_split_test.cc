@@ -134,12 +134,12 @@ TEST(MegatronStageLayersTest, FindsTheFieldsThatRebuildTheSplit) {
   using Fields = MegatronStageLayers;
   auto fields = [](const Result<StageSplit>& s, int pp, int vp) { return MegatronStageLayersOf(*s, pp, vp); };
   EXPECT_EQ(*fields(MegatronSplit(128, 64, 1), 64, 1), Fields{});
-  EXPECT_EQ(*fields(ParseSplit("11,12,12,12,12,12,12,11", 94), 8, 1), (Fields{11, 11}));
-  EXPECT_EQ(*fields(ParseSplit("3,2,2,2", 9), 4, 1), (Fields{3, std::nullopt}));
-  EXPECT_EQ(*fields(ParseSplit("3,5,5,2,3,5,5,2", 30), 4, 2), (Fields{6, 4}));
+  EXPECT_EQ(*fields(ParseSplit("11,12,12,12,12,12,12,11", 94), 8, 1), (Fields{11, 11, std::nullopt}));
+  EXPECT_EQ(*fields(ParseSplit("3,2,2,2", 9), 4, 1), (Fields{3, std::nullopt, std::nullopt}));
+  EXPECT_EQ(*fields(ParseSplit("3,5,5,2,3,5,5,2", 30), 4, 2), (Fields{6, 4, std::nullopt}));
   // torchtitan's even split of 61 layers over 4 stages is 15, 16, 16, 14.
-  EXPECT_EQ(*fields(EvenSplit(61, 4), 4, 1), (Fields{15, 14}));
-  EXPECT_EQ(*fields(ParseSplit("5,3", 8), 2, 1), (Fields{5, std::nullopt}));
+  EXPECT_EQ(*fields(EvenSplit(61, 4), 4, 1), (Fields{15, 14, std::nullopt}));
+  EXPECT_EQ(*fields(ParseSplit("5,3", 8), 2, 1), (Fields{5, std::nullopt, std::nullopt}));
 }
 
 TEST(MegatronStageLayersTest, TheUnevenFieldsRefuseWhatOnlyALayoutBuilds) {
