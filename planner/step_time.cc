@@ -323,6 +323,21 @@ Seconds ContextExchange(const PlanRequest& req, const ParallelPlan& p, int layer
   return Seconds(0);
 }
 
+// Compute from the native runtime's measured times (kimi-plan profile on a
+// GPU): each piece's forward at the rank's tokens, its share of the measured
+// backward (which makes the weight gradients too: no W), cut by TP. The
+// embedding is priced with the head; the runtime has no MTP layer.
+void ProfiledCompute(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const PieceTimes& t,
+                     ChunkCost& c) {
+  if (layer == kMtpPiece) return;
+  const double tokens = MicroBatchTokens(req, p);
+  const int piece = layer >= 0 ? layer : -1;
+  const double forward = layer >= 0 ? t.layers[layer].At(tokens) : t.embedding.At(tokens) + t.head.At(tokens);
+  c.f = Seconds(forward / p.tp);
+  c.b_input = Seconds(t.BackwardShare(piece, tokens) / p.tp);
+  if (rc == Recompute::kFull) c.b_input += c.f;
+}
+
 // One decoder layer (or a piece, layer < 0) for one micro-batch, recomputed
 // as `rc` says: its compute and the TP, EP and CP collectives inside it.
 ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, Recompute rc, const ParamCount& pc) {
@@ -330,7 +345,9 @@ ChunkCost CostOfLayer(const PlanRequest& req, const ParallelPlan& p, int layer, 
   const EfficiencyModel& e = req.efficiency;
   ChunkCost c;
   const GemmGrid* grid = req.calibration && e.gemm_from_table ? req.calibration->Gemm(GemmDtype::kBf16) : nullptr;
-  if (grid) CalibratedCompute(req, p, layer, rc, pc, *grid, c);
+  const bool measured = req.activation_profile && req.activation_profile->time;
+  if (measured) ProfiledCompute(req, p, layer, rc, *req.activation_profile->time, c);
+  else if (grid) CalibratedCompute(req, p, layer, rc, pc, *grid, c);
   else ConstantCompute(req, p, layer, rc, pc, c);
   if (layer < 0) return c;  // the head's and the MTP projection's collectives are the layers' business
 
@@ -464,7 +481,8 @@ class LayerPricer {
       : req_(req), p_(p), pc_(pc), cache_(cache ? &cache->impl() : nullptr) {}
 
   ChunkCost operator()(int layer, Recompute rc) {
-    if (!cache_) return CostOfLayer(req_, p_, layer, rc, pc_);
+    // Measured times are per layer, not per kind of layer: no cache.
+    if (!cache_ || (req_.activation_profile && req_.activation_profile->time)) return CostOfLayer(req_, p_, layer, rc, pc_);
     std::vector<std::optional<ChunkCost>>*& table = tables_[static_cast<int>(rc)];
     if (!table) table = &cache_->Table(req_, p_, pc_, rc);
     const int index = layer == kHeadPiece  ? cache_->kinds
@@ -513,6 +531,9 @@ std::string PricingOf(const PlanRequest& req) {
     return std::string(buf);
   };
   std::string out;
+  if (req.activation_profile && req.activation_profile->time)
+    return "measured times of the native runtime (" + req.activation_profile->model + ", kimi-plan profile on " +
+           req.activation_profile->device + ")" + (comm ? "; collectives from the " + req.calibration->gpu + " table" : "");
   if (gemm || comm) {
     out = req.calibration->gpu + " calibration table (" + std::string(gemm ? "products, memory passes" : "") +
           (gemm && comm ? ", " : "") + (comm ? "collectives" : "") + ")";

@@ -207,5 +207,32 @@ TEST(StepTimeTest, NarrowExpertSlicesRunBelowPeak) {
               expected, 1e-9);
 }
 
+// With a profile's measured times the compute is theirs: per micro-batch the
+// pieces' forwards at its tokens plus the whole backward, no separate W.
+TEST(StepTimeTest, MeasuredTimesPriceTheNativeCompute) {
+  PlanRequest r = OneGpuGpt();  // 4 layers; 4 micro-batches of 2 x 1024 tokens
+  auto profile = std::make_shared<ActivationProfile>();
+  profile->device = "cuda";
+  profile->layers.assign(4, 0.0);
+  profile->layers_fixed.assign(4, 0.0);
+  PieceTimes times;
+  times.embedding = {1e-5, 1e-10};
+  times.layers = {{1e-4, 1e-8}, {1e-4, 1e-8}, {2e-4, 2e-8}, {1e-4, 1e-8}};
+  times.head = {3e-4, 5e-9};
+  times.backward = {2e-3, 3e-8};
+  profile->time = times;
+  r.activation_profile = profile;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(4, 1);
+  const StepTime t = EstimateStepTime(r, r.plan, *split, pc);
+  const double tokens = 2048;
+  const double forward = (1e-5 + 1e-10 * tokens) + (3e-4 + 5e-9 * tokens) + 3 * (1e-4 + 1e-8 * tokens) +
+                         (2e-4 + 2e-8 * tokens);
+  const double backward = 2e-3 + 3e-8 * tokens;
+  EXPECT_EQ(t.microbatches, 4);
+  EXPECT_NEAR(t.compute.value(), 4 * (forward + backward), 1e-12);
+  EXPECT_EQ(PricingOf(r).rfind("measured times of the native runtime", 0), 0u) << PricingOf(r);
+}
+
 }  // namespace
 }  // namespace kp

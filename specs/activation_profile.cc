@@ -8,7 +8,11 @@ namespace kp {
 
 namespace {
 
-constexpr char kSchema[] = "kimi-plan.activation-profile/1";
+constexpr char kSchema[] = "kimi-plan.activation-profile/2";
+constexpr char kSchemaWithoutTime[] = "kimi-plan.activation-profile/1";
+// A piece's time: an hour a micro-batch, or a second a token, is no measurement.
+constexpr double kMaxFixedSeconds = 3600;
+constexpr double kMaxSecondsPerToken = 1;
 // A token's bytes in one layer: far above any layer's (a 1e6-wide hidden in fp32 x 1000 tensors).
 constexpr double kMaxBytesPerToken = 4e12;
 constexpr int kMaxLayers = 100000;
@@ -29,15 +33,62 @@ Result<std::vector<double>> Figures(Fields& f, const char* key) {
   return out;
 }
 
+// [fixed seconds, seconds per token], each within its bound.
+Result<TimeLine> ParseTimeLine(const nlohmann::json& v, const std::string& field) {
+  auto bad = [&] {
+    return Status::InvalidArgument(field + ": must be [seconds a micro-batch from 0 to 3600, seconds a token from 0 to 1]");
+  };
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number()) return bad();
+  TimeLine t{v[0].get<double>(), v[1].get<double>()};
+  if (!(t.fixed_s >= 0 && t.fixed_s <= kMaxFixedSeconds && t.per_token_s >= 0 && t.per_token_s <= kMaxSecondsPerToken))
+    return bad();
+  return t;
+}
+
+Result<PieceTimes> ParsePieceTimes(const nlohmann::json& j, size_t layers) {
+  if (!j.is_object()) return Status::InvalidArgument("time: must be an object");
+  PieceTimes t;
+  for (const auto& [key, value] : j.items()) {
+    const std::string field = "time." + key;
+    if (key == "embedding") { KP_ASSIGN_OR_RETURN(t.embedding, ParseTimeLine(value, field)); }
+    else if (key == "head") { KP_ASSIGN_OR_RETURN(t.head, ParseTimeLine(value, field)); }
+    else if (key == "backward") { KP_ASSIGN_OR_RETURN(t.backward, ParseTimeLine(value, field)); }
+    else if (key == "layers") {
+      if (!value.is_array() || value.size() != layers)
+        return Status::InvalidArgument(field + ": must list " + std::to_string(layers) + " layers, as layers does");
+      for (size_t i = 0; i < value.size(); ++i) {
+        KP_ASSIGN_OR_RETURN(TimeLine l, ParseTimeLine(value[i], field + "[" + std::to_string(i) + "]"));
+        t.layers.push_back(l);
+      }
+    } else {
+      return Status::InvalidArgument(field + ": unknown field");
+    }
+  }
+  if (t.layers.size() != layers)
+    return Status::InvalidArgument("time.layers: must list " + std::to_string(layers) + " layers, as layers does");
+  return t;
+}
+
+nlohmann::json TimeLineJson(const TimeLine& t) { return nlohmann::json::array({t.fixed_s, t.per_token_s}); }
+
 }  // namespace
+
+double PieceTimes::BackwardShare(int l, double tokens) const {
+  double forward = embedding.At(tokens) + head.At(tokens);
+  for (const TimeLine& t : layers) forward += t.At(tokens);
+  if (forward <= 0) return 0;
+  const double piece = l < 0 ? embedding.At(tokens) + head.At(tokens) : layers[l].At(tokens);
+  return backward.At(tokens) * piece / forward;
+}
 
 Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   KP_ASSIGN_OR_RETURN(nlohmann::json j, ParseObject(text));
   Fields f(j, "");
   std::string schema;
   KP_RETURN_IF_ERROR(f.String("schema", &schema));
-  if (schema != kSchema)
-    return Status::InvalidArgument(std::string("schema: must be \"") + kSchema + "\", got \"" + schema + "\"");
+  if (schema != kSchema && schema != kSchemaWithoutTime)
+    return Status::InvalidArgument(std::string("schema: must be \"") + kSchema + "\" (or \"" + kSchemaWithoutTime +
+                                   "\"), got \"" + schema + "\"");
   ActivationProfile p;
   KP_RETURN_IF_ERROR(f.Name("model", &p.model));
   KP_RETURN_IF_ERROR(f.Name("device", &p.device));
@@ -59,6 +110,10 @@ Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   if (p.layers_fixed.size() != p.layers.size())
     return Status::InvalidArgument("layers_fixed: " + std::to_string(p.layers_fixed.size()) +
                                    " figures, but layers has " + std::to_string(p.layers.size()));
+  if (schema == kSchema && j.contains("time")) {
+    KP_ASSIGN_OR_RETURN(p.time, ParsePieceTimes(j.at("time"), p.layers.size()));
+    j.erase("time");  // read here, not by Fields
+  }
   KP_RETURN_IF_ERROR(f.NoUnknownKeys());
   return p;
 }
@@ -77,7 +132,14 @@ std::string ActivationProfileToJson(const ActivationProfile& p) {
                             {"head_fixed", p.head_fixed},
                             {"backward", p.backward},
                             {"source", p.source}};
-  return j.dump(1) + "\n";
+  nlohmann::json out = j;
+  if (p.time) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const TimeLine& t : p.time->layers) layers.push_back(TimeLineJson(t));
+    out["time"] = {{"embedding", TimeLineJson(p.time->embedding)}, {"layers", layers},
+                   {"head", TimeLineJson(p.time->head)}, {"backward", TimeLineJson(p.time->backward)}};
+  }
+  return out.dump(1) + "\n";
 }
 
 }  // namespace kp

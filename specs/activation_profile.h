@@ -11,24 +11,55 @@
 // under the plan's TP, SP, CP and ETP, the fixed part as the layer's
 // parameters on the rank do.
 //
+// On a GPU it also holds the time each piece took (`time`): the forward of
+// the embedding, of each decoder layer and of the head with the loss, and
+// the whole backward, each as seconds per micro-batch plus seconds per token
+// through the two measured micro-batches. `plan` prices the native engine's
+// step from it (planner/step_time.cc).
+//
 // File format (JSON, versioned by "schema"; docs/planner.md):
-//   {"schema": "kimi-plan.activation-profile/1", "model": "kimi-k3-debug",
+//   {"schema": "kimi-plan.activation-profile/2", "model": "kimi-k3-debug",
 //    "device": "cpu", "dtype": "fp32", "seq_len": 16, "tokens": 16,
 //    "embedding": 1024.0, "layers": [..., one per layer], "head": 9000.0,
 //    "layers_fixed": [..., one per layer], "head_fixed": 0.0,
-//    "backward": 5000.0, "source": "..."}
+//    "backward": 5000.0, "source": "...",
+//    "time": {"embedding": [F, T], "layers": [[F, T], ...], "head": [F, T],
+//             "backward": [F, T]}}          (optional; F seconds, T seconds a token)
+// Version 1 is the same without "time"; it is still read.
 // embedding, layers, head and backward in bytes per token of the measured
 // micro-batch (`tokens`, sequences of `seq_len`), the *_fixed figures in
 // bytes per micro-batch.
 #ifndef KIMI_PLAN_SPECS_ACTIVATION_PROFILE_H_
 #define KIMI_PLAN_SPECS_ACTIVATION_PROFILE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 
 namespace kp {
+
+/// A time that grows with the tokens: fixed + per_token x tokens.
+struct TimeLine {
+  double fixed_s = 0;
+  double per_token_s = 0;
+  double At(double tokens) const { return fixed_s + per_token_s * tokens; }
+  bool operator==(const TimeLine&) const = default;
+};
+
+/// Forward times of each piece and the whole backward, measured together.
+struct PieceTimes {
+  TimeLine embedding;
+  std::vector<TimeLine> layers;  ///< one per decoder layer, layer 0 first
+  TimeLine head;                 ///< the head and the loss
+  TimeLine backward;             ///< every piece's backward at once
+  /// The backward's share for layer `l` (or the embedding and the head
+  /// together, l = -1): in proportion to its forward at `tokens`, as the
+  /// backward was timed as one pass.
+  double BackwardShare(int l, double tokens) const;
+  bool operator==(const PieceTimes&) const = default;
+};
 
 struct ActivationProfile {
   std::string model;           ///< the model's name, as measured
@@ -43,6 +74,7 @@ struct ActivationProfile {
   double head_fixed = 0;       ///< bytes per micro-batch the head and the loss keep whatever the tokens
   double backward = 0;         ///< bytes per token the backward holds above the forward's end, at its peak
   std::string source;          ///< how it was measured
+  std::optional<PieceTimes> time;  ///< measured on a GPU; absent in version 1 files
 };
 
 /// Reads the format above; errors name the field ("layers[3]: must be a

@@ -1,6 +1,7 @@
 #include "specs/activation_profile.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace kp {
 namespace {
@@ -50,7 +51,7 @@ TEST(ActivationProfileTest, BadFieldsAreNamed) {
     return s.replace(at, from.size(), to);
   };
   const std::pair<std::string, std::string> cases[] = {
-      {with("kimi-plan.activation-profile/1", "kimi-plan.activation-profile/2"), "schema: "},
+      {with("kimi-plan.activation-profile/2", "kimi-plan.activation-profile/3"), "schema: "},
       {with("\"fp32\"", "\"fp8\""), "dtype: "},
       {with("\"tokens\": 16", "\"tokens\": 0"), "tokens: "},
       {with("\"head\": 30836.0", "\"head\": -1"), "head: "},
@@ -65,6 +66,58 @@ TEST(ActivationProfileTest, BadFieldsAreNamed) {
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
   }
+}
+
+ActivationProfile Timed() {
+  ActivationProfile p = Example();
+  p.device = "cuda";
+  p.time = PieceTimes{{1e-4, 1e-9}, {{2e-4, 3e-8}, {2e-4, 3e-8}, {1e-4, 1.5e-8}}, {5e-4, 2e-8}, {1e-3, 1.5e-7}};
+  return p;
+}
+
+TEST(ActivationProfileTest, TimesReadBackExactlyAndVersionOneHasNone) {
+  const ActivationProfile p = Timed();
+  Result<ActivationProfile> back = ParseActivationProfile(ActivationProfileToJson(p));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->time.has_value());
+  EXPECT_EQ(*back->time, *p.time);
+  // A version-1 file (before times) still reads, without them; one that
+  // claims version 1 and carries times is refused.
+  std::string v1 = ActivationProfileToJson(Example());
+  v1.replace(v1.find("/2"), 2, "/1");
+  Result<ActivationProfile> old = ParseActivationProfile(v1);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_FALSE(old->time.has_value());
+  std::string v1_timed = ActivationProfileToJson(p);
+  v1_timed.replace(v1_timed.find("/2"), 2, "/1");
+  EXPECT_EQ(ParseActivationProfile(v1_timed).status().message(), "time: unknown field");
+}
+
+TEST(ActivationProfileTest, BadTimesAreNamed) {
+  nlohmann::json j = nlohmann::json::parse(ActivationProfileToJson(Timed()));
+  auto refused = [&](const char* pointer, const nlohmann::json& v) {
+    nlohmann::json one = j;
+    one[nlohmann::json::json_pointer(pointer)] = v;
+    return ParseActivationProfile(one.dump()).status().message();
+  };
+  EXPECT_EQ(refused("/time/head", nlohmann::json::array({-1, 0})),
+            "time.head: must be [seconds a micro-batch from 0 to 3600, seconds a token from 0 to 1]");
+  EXPECT_EQ(refused("/time/layers/1", 0.5),
+            "time.layers[1]: must be [seconds a micro-batch from 0 to 3600, seconds a token from 0 to 1]");
+  EXPECT_EQ(refused("/time/layers", nlohmann::json::array()), "time.layers: must list 3 layers, as layers does");
+  EXPECT_EQ(refused("/time/gpu", 1), "time.gpu: unknown field");
+}
+
+// The backward's shares follow the forwards and add up to the backward.
+TEST(ActivationProfileTest, BackwardSharesAddUpToTheBackward) {
+  const PieceTimes t = *Timed().time;
+  const double tokens = 4096;
+  const double forward = t.embedding.At(tokens) + t.head.At(tokens) + t.layers[0].At(tokens) +
+                         t.layers[1].At(tokens) + t.layers[2].At(tokens);
+  double sum = t.BackwardShare(-1, tokens);
+  for (int l = 0; l < 3; ++l) sum += t.BackwardShare(l, tokens);
+  EXPECT_NEAR(sum, t.backward.At(tokens), 1e-15);
+  EXPECT_NEAR(t.BackwardShare(2, tokens), t.backward.At(tokens) * (1e-4 + 1.5e-8 * tokens) / forward, 1e-15);
 }
 
 }  // namespace

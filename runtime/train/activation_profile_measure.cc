@@ -1,6 +1,7 @@
 #include "runtime/train/activation_profile_measure.h"
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 #include <utility>
 
@@ -31,7 +32,13 @@ struct Pass {
   double embedding = 0, head = 0, backward = 0;
   std::vector<double> layers;
   double forward_end = 0, peak = 0;
+  // Seconds each piece took, the device synchronised around it (the same
+  // synchronisation the byte counts need).
+  double embedding_s = 0, head_s = 0, backward_s = 0;
+  std::vector<double> layers_s;
 };
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 Pass Measure(StageModelImpl& model, const ModelSpec& spec, int batch, int seq_len, const torch::Device& device) {
   const torch::Tensor tokens =
@@ -39,26 +46,33 @@ Pass Measure(StageModelImpl& model, const ModelSpec& spec, int batch, int seq_le
   Pass p;
   ResetPeakMemory(device);
   double before = LiveBytes(device);
+  double started = Now();
   // Each piece's growth is what it keeps for the backward plus the stream it
   // hands on, which the next piece's growth no longer counts.
-  auto take = [&] {
+  auto take = [&](double* seconds) {
     const double now = LiveBytes(device);
     const double grown = now - before;
     before = now;
+    const double t = Now();
+    *seconds = t - started;
+    started = t;
     return grown;
   };
   ResidualStream stream = model.Embed(tokens.narrow(1, 0, seq_len));
-  p.embedding = take();
+  p.embedding = take(&p.embedding_s);
   ForwardContext ctx;
   for (const auto& layer : model.layers()) {
     stream = layer->forward(std::move(stream), ctx);
-    p.layers.push_back(take());
+    double s = 0;
+    p.layers.push_back(take(&s));
+    p.layers_s.push_back(s);
   }
   const torch::Tensor loss = model.HeadLoss(stream, tokens.narrow(1, 1, seq_len));
-  p.head = take();
+  p.head = take(&p.head_s);
   p.forward_end = before;
   loss.backward();
   p.peak = PeakBytes(device);
+  p.backward_s = Now() - started;
   p.backward = p.peak - p.forward_end;
   return p;
 }
@@ -88,6 +102,10 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
   // states already count the gradients.
   for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
   t.gradients_bytes = LiveBytes(device) - t.weights_bytes;
+  // A first pass of each size warms the kernels and the allocator: its
+  // times would count one-off work (autotuning, the first allocations).
+  Measure(*model, spec, batch, seq_len, device);
+  Measure(*model, spec, 2 * batch, seq_len, device);
   const Pass one = Measure(*model, spec, batch, seq_len, device);
   const Pass two = Measure(*model, spec, 2 * batch, seq_len, device);
   const double tokens = static_cast<double>(batch) * seq_len;
@@ -105,11 +123,24 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
   }
   std::tie(p.head_fixed, p.head) = FixedAndPerToken(one.head, two.head, tokens);
   p.backward = one.backward / tokens;
+  // Times through the two passes: fixed + per token, exact at both.
+  auto line = [&](double at_b, double at_2b) {
+    const double per_token = std::max(0.0, (at_2b - at_b) / tokens);
+    return TimeLine{std::max(0.0, at_b - per_token * tokens), per_token};
+  };
+  PieceTimes times;
+  times.embedding = line(one.embedding_s, two.embedding_s);
+  for (size_t l = 0; l < one.layers_s.size(); ++l) times.layers.push_back(line(one.layers_s[l], two.layers_s[l]));
+  times.head = line(one.head_s, two.head_s);
+  times.backward = line(one.backward_s, two.backward_s);
+  // Only a GPU's times price a GPU's step; a CPU run's would mislead.
+  if (device.is_cuda()) p.time = times;
   t.forward_end_bytes = one.forward_end;
   t.peak_bytes = one.peak;
   p.source = "kimi-plan profile: one forward and backward each of " + std::to_string(batch) + " and " +
              std::to_string(2 * batch) + " x " + std::to_string(seq_len) + " random tokens on " + device.str() +
-             ", " + p.dtype + " activations, allocator live bytes around each piece";
+             ", " + p.dtype + " activations, allocator live bytes and seconds around each piece (after a warm-up "
+             "pass of each size)";
   return t;
 }
 

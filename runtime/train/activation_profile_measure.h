@@ -29,7 +29,9 @@ struct ActivationTrace {
 /// Micro-batches of `batch` and of 2 x `batch` sequences of `seq_len` random
 /// tokens through a model built from `spec` and `options` on `device`
 /// ("cpu", "cuda", "cuda:N"), each piece's growth split into a fixed part and
-/// a part per token that add up to the `batch` pass (the profile's format);
+/// a part per token that add up to the `batch` pass (the profile's format),
+/// and its time as fixed + per-token seconds through both (after one
+/// untimed pass of each size);
 /// the other fields are the `batch` pass's. The parameters' gradients exist
 /// (zero) from before the forward, as in a trainer past its first step. Errors: the model's
 /// (BuildModel) and the device's (InvalidArgument naming --device).
