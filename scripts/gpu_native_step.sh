@@ -8,7 +8,7 @@
 # (scripts/native_step_check.py; docs/benchmarks.md has the results).
 #
 #   scripts/gpu_native_step.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
-# Writes OUTDIR/<model>-step.txt, OUTDIR/<model>-h200-bf16.json and build.log.
+# Writes OUTDIR/<model>-step-<batch>.txt, OUTDIR/<model>-h200-bf16.json and build.log.
 set -u -o pipefail
 out=${1:?usage: gpu_native_step.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
@@ -25,9 +25,13 @@ runs=("kimi-1b 16 1024 --fused 1 --kda-chunk 32"
 for run in "${runs[@]}"; do
   read -r model batch seq flags <<<"$run"
   common=(--shape "$root/bench/$model.json" --seq-len "$seq" --device cuda --dtype bf16 $flags)
-  echo "== $model: step at $batch x $seq"
-  timeout 240 "$build/kimi-plan-train-bench" "${common[@]}" --batch "$batch" --warmup 3 --steps 10 \
-    2>&1 | tee "$out/$model-step.txt" | grep -E "RESULT|median"
+  # The step at B (the profile's larger pass) and at 3B/2 (beyond it: the
+  # profile's per-token line extrapolated).
+  for b in "$batch" $((batch * 3 / 2)); do
+    echo "== $model: step at $b x $seq"
+    timeout 240 "$build/kimi-plan-train-bench" "${common[@]}" --batch "$b" --warmup 3 --steps 10 \
+      2>&1 | tee "$out/$model-step-$b.txt" | grep -E "RESULT"
+  done
   echo "== $model: profile at $((batch / 2)) and $batch sequences"
   timeout 240 "$build/kimi-plan-train-bench" "${common[@]}" --batch $((batch / 2)) \
     --memory-trace 2 --profile-out "$out/$model-h200-bf16.json" >"$out/$model-profile.txt" 2>&1
