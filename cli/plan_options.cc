@@ -57,6 +57,9 @@ void AddPlanRequestOptions(po::options_description& desc) {
        "with --recompute selective: Megatron's modules, comma separated: core_attn, moe_act, layernorm, mla_up_proj, "
        "mlp, moe, shared_experts (default core_attn)")
       ("dispatcher", po::value<std::string>(), "alltoall | deepep | hybridep: the MoE token dispatcher (default alltoall)")
+      ("cuda-graphs", po::value<std::string>(),
+       "none | modules: CUDA graphs of the attention, router and MoE preprocessing (Megatron's cuda_graph_impl "
+       "transformer_engine; default none)")
       ("a2a-overlap", po::value<std::string>()->implicit_value("on"),
        "on | off: overlap the expert all-to-all with the other micro-batch's compute (Megatron's "
        "--overlap-moe-expert-parallel-comm; default off)")
@@ -189,6 +192,9 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
     KP_ASSIGN_OR_RETURN(r.recipe.dispatcher, ParseDispatcher(vm["dispatcher"].as<std::string>()));
   }
   KP_ASSIGN_OR_RETURN(r.recipe.a2a_overlap, OnOff(vm, "a2a-overlap", r.recipe.a2a_overlap));
+  if (vm.count("cuda-graphs")) {
+    KP_ASSIGN_OR_RETURN(r.recipe.cuda_graphs, ParseCudaGraphs(vm["cuda-graphs"].as<std::string>(), "--cuda-graphs"));
+  }
   KP_ASSIGN_OR_RETURN(r.recipe.grad_reduce_in_fp32, OnOff(vm, "grad-reduce-in-fp32", r.recipe.grad_reduce_in_fp32));
   if (vm.count("state-precision")) {
     const std::string s = vm["state-precision"].as<std::string>();

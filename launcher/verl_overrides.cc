@@ -131,6 +131,10 @@ void AddRecipe(const Launch& l, OverrideList& o) {
     o.Add("+" + rc + "moe_token_dispatcher_type", "flex");
     o.Add("+" + rc + "moe_flex_dispatcher_backend", DispatcherName(k.dispatcher));
   }
+  if (k.cuda_graphs == CudaGraphs::kModules) {
+    o.Add("+" + rc + "cuda_graph_impl", "transformer_engine");
+    o.Add("+" + rc + "cuda_graph_scope", HydraList({"attn", "moe_router", "moe_preprocess"}));
+  }
   if (k.a2a_overlap) {
     o.Add("+" + rc + "overlap_moe_expert_parallel_comm", "True");
     o.Add("+" + rc + "delay_wgrad_compute", "True");

@@ -192,7 +192,10 @@ TEST(VerlOverrides, CarryTheRecipe) {
   l.request.recipe.a2a_overlap = true;
   l.request.recipe.moments = MomentsDtype::kBf16;
   l.request.recipe.grad_reduce_in_fp32 = false;
+  l.request.recipe.cuda_graphs = CudaGraphs::kModules;
   auto o = Overrides(l);
+  EXPECT_EQ(o.at("+" + rc + "cuda_graph_impl"), "transformer_engine");
+  EXPECT_EQ(o.at("+" + rc + "cuda_graph_scope"), "[\"attn\",\"moe_router\",\"moe_preprocess\"]");
   EXPECT_EQ(o.at(rc + "recompute_modules"), "[\"mla_up_proj\",\"moe_act\"]");
   EXPECT_EQ(o.at("+" + rc + "fp8"), "e4m3");
   EXPECT_EQ(o.at("+" + rc + "fp8_recipe"), "blockwise");

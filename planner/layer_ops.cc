@@ -69,7 +69,7 @@ struct Dims {
 // router's) runs in FP8 under an FP8 recipe.
 void Add(LayerOps& ops, double m, double n, double k, double count = 1, bool weight = true) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-  ops.gemms.push_back({m, n, k, count, weight, /*fp8=*/weight, ops.module});
+  ops.gemms.push_back({m, n, k, count, weight, /*fp8=*/weight, ops.module, /*grouped=*/false});
 }
 
 void AddRouter(LayerOps& ops, double m, double n, double k) {
@@ -187,7 +187,9 @@ void Moe(const PlanRequest& req, const ParallelPlan& p, const Dims& d, double im
   const double per_expert = copies * p.ep / e.num_experts;
   const double f = double(e.expert_ffn) / p.etp;
   Add(ops, per_expert, 2 * f, in, local_experts);
+  ops.gemms.back().grouped = true;
   Add(ops, per_expert, in, f, local_experts);
+  ops.gemms.back().grouped = true;
   // Permute into expert order and back (dispatch and combine): their own
   // kernels with the all-to-all dispatcher; DeepEP and HybridEP fuse them
   // into the exchange.

@@ -37,6 +37,8 @@ struct GemmOp {
   /// router, the attention core and the output layer stay in BF16).
   bool fp8 = false;
   OpModule module = OpModule::kOther;
+  /// One of `count` experts' products run as one grouped product.
+  bool grouped = false;
   double flops() const { return 2 * m * n * k * count; }
 };
 

@@ -44,7 +44,8 @@ json RequestToJson(const PlanRequest& r) {
                   {"recompute_modules", RecomputeModulesList(r.recipe.recompute_modules)},
                   {"dispatcher", DispatcherName(r.recipe.dispatcher)},
                   {"a2a_overlap", r.recipe.a2a_overlap},
-                  {"expert_activations", ExpertActivationsName(r.recipe.expert_activations)}}},
+                  {"expert_activations", ExpertActivationsName(r.recipe.expert_activations)},
+                  {"cuda_graphs", CudaGraphsName(r.recipe.cuda_graphs)}}},
       {"state_precision", StatePrecisionName(r.state_precision)},
       {"gradient_bucket_bytes", r.gradient_bucket.value()},
       {"activation_profile",
@@ -116,6 +117,7 @@ Result<PlanRequest> RequestFromJson(const json& j) {
       r.recipe.a2a_overlap = k.at("a2a_overlap");
       KP_ASSIGN_OR_RETURN(r.recipe.expert_activations,
                           ParseExpertActivations(k.at("expert_activations"), "expert_activations"));
+      KP_ASSIGN_OR_RETURN(r.recipe.cuda_graphs, ParseCudaGraphs(k.at("cuda_graphs"), "cuda_graphs"));
     }
     r.flash_attention = j.at("flash_attention");
     // Records from before these fields priced Megatron-LM's states and activations.

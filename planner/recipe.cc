@@ -41,6 +41,7 @@ constexpr Names<RecomputeModule, 7> kModuleNames{{{RecomputeModule::kCoreAttn, "
                                                   {RecomputeModule::kMlp, "mlp"},
                                                   {RecomputeModule::kMoe, "moe"},
                                                   {RecomputeModule::kSharedExperts, "shared_experts"}}};
+constexpr Names<CudaGraphs, 2> kCudaGraphNames{{{CudaGraphs::kNone, "none"}, {CudaGraphs::kModules, "modules"}}};
 constexpr Names<ExpertActivations, 2> kExpertActivationNames{
     {{ExpertActivations::kNative, "native"}, {ExpertActivations::kMegatron, "megatron"}}};
 
@@ -55,6 +56,11 @@ const char* MomentsDtypeName(MomentsDtype m) { return kMomentNames.Of(m); }
 const char* DispatcherName(Dispatcher d) { return kDispatcherNames.Of(d); }
 const char* RecomputeModuleName(RecomputeModule m) { return kModuleNames.Of(m); }
 const char* ExpertActivationsName(ExpertActivations e) { return kExpertActivationNames.Of(e); }
+const char* CudaGraphsName(CudaGraphs g) { return kCudaGraphNames.Of(g); }
+
+Result<CudaGraphs> ParseCudaGraphs(const std::string& text, const std::string& field) {
+  return kCudaGraphNames.Parse(text, field);
+}
 
 Result<ExpertActivations> ParseExpertActivations(const std::string& text, const std::string& field) {
   return kExpertActivationNames.Parse(text, field);

@@ -50,6 +50,12 @@ enum class RecomputeModule {
 /// into the activation and keep only the products' inputs and SwiGLU's.
 enum class ExpertActivations { kNative, kMegatron };
 
+/// CUDA graphs (Megatron's cuda_graph_impl): none, or TransformerEngine's
+/// per-module graphs of the attention, the router and the MoE preprocessing
+/// (cuda_graph_scope attn, moe_router, moe_preprocess), which replay those
+/// modules' launches as one each.
+enum class CudaGraphs { kNone, kModules };
+
 struct RecipeOptions {
   Fp8Recipe fp8 = Fp8Recipe::kNone;
   /// --fp8-param-gather: weights kept (and all-gathered by the distributed
@@ -70,6 +76,7 @@ struct RecipeOptions {
   /// Follows the engine: kMegatron with --engine verl and for published
   /// Megatron runs, kNative for kimi-plan run.
   ExpertActivations expert_activations = ExpertActivations::kNative;
+  CudaGraphs cuda_graphs = CudaGraphs::kNone;
   bool operator==(const RecipeOptions&) const = default;
 
   bool recomputes(RecomputeModule m) const;
@@ -80,6 +87,9 @@ const char* MomentsDtypeName(MomentsDtype m);
 const char* DispatcherName(Dispatcher d);
 const char* RecomputeModuleName(RecomputeModule m);
 const char* ExpertActivationsName(ExpertActivations e);
+const char* CudaGraphsName(CudaGraphs g);
+/// "none" or "modules"; anything else is refused naming `field`.
+Result<CudaGraphs> ParseCudaGraphs(const std::string& text, const std::string& field);
 /// "native" or "megatron"; anything else is refused naming `field`.
 Result<ExpertActivations> ParseExpertActivations(const std::string& text, const std::string& field);
 

@@ -42,10 +42,18 @@ constexpr double kFlexFabricShare = 0.9;
 const Seconds kFlexLatency(20e-6);
 // A MoE layer's pass costs the host more than a dense one's: the router's
 // top-k, the dispatcher's token counts brought to the host before the
-// grouped GEMM can be launched, and some forty more kernels. The one
-// constant fitted to the MoE validation set (docs/planner.md, "MoE"): 0.5
-// ms a pass, forward and backward, whatever the GPU.
-const Seconds kMoeLayerPassOverhead(0.5e-3);
+// grouped GEMM can be launched, and some forty more kernels; CUDA graphs of
+// the attention, router and preprocessing replay most of those launches at
+// once. The two constants fitted to the MoE validation set (docs/planner.md,
+// "MoE layers"; fitted on either half of its releases they come out the
+// same), forward and backward alike, whatever the GPU.
+Seconds MoeLayerHostTime(CudaGraphs graphs) {
+  switch (graphs) {
+    case CudaGraphs::kNone: return Seconds(1.4e-3);
+    case CudaGraphs::kModules: return Seconds(0.5e-3);
+  }
+  return Seconds(0);
+}
 // Expert exchange beside compute (--a2a-overlap) takes SMs from it: DeepEP
 // runs on 24 of an H800's 132, so the compute it hides under runs
 // 132 / 108 = 1.22 times as long.
@@ -188,7 +196,13 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   const Fp8Recipe recipe = req.recipe.fp8;
   const GemmGrid* fp8_grid = recipe != Fp8Recipe::kNone ? table.Gemm(GemmDtype::kFp8) : nullptr;
   const bool fp8 = recipe != Fp8Recipe::kNone;
-  auto grid_of = [&](const GemmOp& g) -> const GemmGrid& { return fp8 && g.fp8 && fp8_grid ? *fp8_grid : bf16_grid; };
+  // The experts' products in bf16 at the table's grouped grid when it has one
+  // (one expert's share of a grouped product), else each on its own.
+  const GemmGrid* grouped_grid = table.Gemm(GemmDtype::kBf16Grouped);
+  auto grid_of = [&](const GemmOp& g) -> const GemmGrid& {
+    if (fp8 && g.fp8 && fp8_grid) return *fp8_grid;
+    return g.grouped && grouped_grid ? *grouped_grid : bf16_grid;
+  };
   const double fp8_speed = Fp8GemmShare(recipe);
   // A product of activations is one batched kernel: priced as one product
   // `count` times taller.
@@ -207,8 +221,9 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
     c.b_input += table.elementwise_layer_overhead;
   }
   if (layer >= 0 && req.model.is_moe_layer(layer)) {
-    c.f += kMoeLayerPassOverhead;
-    c.b_input += kMoeLayerPassOverhead;
+    const Seconds host = MoeLayerHostTime(req.recipe.cuda_graphs);
+    c.f += host;
+    c.b_input += host;
   }
   // What selective recomputation redoes in the backward: the forward of
   // each module it names (planner/recipe.h). The attention core is redone

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/file_system.h"
+#include "planner/layer_ops.h"
 #include "planner/test_util.h"
+#include "specs/presets.h"
 
 namespace kp {
 namespace {
@@ -232,6 +235,46 @@ TEST(StepTimeTest, MeasuredTimesPriceTheNativeCompute) {
   EXPECT_EQ(t.microbatches, 4);
   EXPECT_NEAR(t.compute.value(), 4 * (forward + backward), 1e-12);
   EXPECT_EQ(PricingOf(r).rfind("measured times of the native runtime", 0), 0u) << PricingOf(r);
+}
+
+// With a grouped grid the experts' products are priced from it: a grid of
+// twice the bf16 grid's times adds exactly the experts' products once more
+// (forward, data and weight gradients, every micro-batch, every MoE layer).
+TEST(StepTimeTest, ExpertProductsUseTheGroupedGrid) {
+  RealFileSystem fs;
+  PresetCatalog catalog(fs, DefaultPresetDir());
+  Result<std::shared_ptr<const CalibrationTable>> h200 = catalog.Calibration("h200");
+  ASSERT_TRUE(h200.ok()) << h200.status().message();
+  CalibrationTable plain = **h200, doubled = **h200;
+  plain.gemm.erase(GemmDtype::kBf16Grouped);
+  std::vector<GemmPoint> slow = plain.Gemm(GemmDtype::kBf16)->points();
+  for (GemmPoint& pt : slow) pt.time = pt.time * 2.0;
+  doubled.gemm.erase(GemmDtype::kBf16Grouped);
+  doubled.gemm.emplace(GemmDtype::kBf16Grouped, *GemmGrid::Build(slow, "test"));
+
+  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h200", 1);
+  r.gpus_per_node = 1;
+  r.prompt_length = 256;
+  r.response_length = 0;
+  r.global_batch = 2;
+  r.micro_batch = 1;
+  r.rollout_n = 1;
+  r.recompute = Recompute::kNone;
+  const ParamCount pc = CountParams(r.model);
+  auto split = EvenSplit(r.model.layers, 1);
+  r.calibration = std::make_shared<const CalibrationTable>(plain);
+  const StepTime base = EstimateStepTime(r, r.plan, *split, pc);
+  r.calibration = std::make_shared<const CalibrationTable>(doubled);
+  const StepTime slower = EstimateStepTime(r, r.plan, *split, pc);
+
+  const GemmGrid& grid = *plain.Gemm(GemmDtype::kBf16);
+  double experts = 0;
+  for (int l = 0; l < r.model.layers; ++l)
+    for (const GemmOp& g : DecoderLayerOps(r, r.plan, l, r.efficiency.moe_imbalance).gemms)
+      if (g.grouped)
+        experts += g.count * (grid.Time(g.m, g.n, g.k) + grid.Time(g.m, g.k, g.n) + grid.Time(g.k, g.n, g.m)).value();
+  ASSERT_GT(experts, 0);
+  EXPECT_NEAR((slower.compute - base.compute).value(), experts * base.microbatches, 1e-9 * base.compute.value());
 }
 
 }  // namespace

@@ -160,12 +160,14 @@ Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   r.bf16 = precision.bf16;
   r.recipe.fp8 = precision.fp8;
   KP_RETURN_IF_ERROR(f.Bool("fp8_param_gather", &r.recipe.fp8_param_gather));
-  std::string moments = "fp32", dispatcher = "alltoall";
+  std::string moments = "fp32", dispatcher = "alltoall", graphs = "none";
   KP_RETURN_IF_ERROR(f.Name("optimizer_moments", &moments, /*required=*/false));
   KP_ASSIGN_OR_RETURN(r.recipe.moments, ParseMomentsDtype(moments, "optimizer_moments"));
   KP_RETURN_IF_ERROR(f.Name("dispatcher", &dispatcher, /*required=*/false));
   KP_ASSIGN_OR_RETURN(r.recipe.dispatcher, ParseDispatcher(dispatcher, "dispatcher"));
   KP_RETURN_IF_ERROR(f.Bool("a2a_overlap", &r.recipe.a2a_overlap));
+  KP_RETURN_IF_ERROR(f.Name("cuda_graphs", &graphs, /*required=*/false));
+  KP_ASSIGN_OR_RETURN(r.recipe.cuda_graphs, ParseCudaGraphs(graphs, "cuda_graphs"));
   r.recipe.expert_activations = ExpertActivations::kMegatron;  // every published run is Megatron's
   KP_RETURN_IF_ERROR(f.Bool("grad_reduce_in_fp32", &r.recipe.grad_reduce_in_fp32));
   KP_RETURN_IF_ERROR(f.Bool("distributed_optimizer", &r.distributed_optimizer));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a machine with one CUDA GPU and PyTorch (nothing else needed):
 # builds kimi-plan-calibrate and kimi-plan-train-bench in the runtime-only
-# tree, measures the GPU's calibration table (presets/calibration/ format)
+# tree, measures the GPU's calibration table (presets/calibration/ format:
+# bf16, fp8 and, with PyTorch 2.8 on, bf16 grouped products; the copy)
 # with a check of its interpolation on SHAPE's exact products, then times a
 # training step of SHAPE so that `kimi-plan plan` priced from the table can
 # be set beside it (docs/benchmarks.md, "Calibration"). Writes under OUTDIR.

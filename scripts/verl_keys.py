@@ -44,6 +44,8 @@ APPENDED = [
     "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8",
     "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe",
     "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_param",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.cuda_graph_impl",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.cuda_graph_scope",
     "+actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer",
     "+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_dtype",
     "+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_sq_dtype",

@@ -50,7 +50,14 @@ double BelowGridFactor(const std::vector<std::int64_t>& grid, double x) {
 
 }  // namespace
 
-const char* GemmDtypeName(GemmDtype d) { return d == GemmDtype::kBf16 ? "bf16" : "fp8"; }
+const char* GemmDtypeName(GemmDtype d) {
+  switch (d) {
+    case GemmDtype::kBf16: return "bf16";
+    case GemmDtype::kFp8: return "fp8";
+    case GemmDtype::kBf16Grouped: return "bf16-grouped";
+  }
+  return "?";
+}
 
 Result<GemmGrid> GemmGrid::Build(std::vector<GemmPoint> points, const std::string& field) {
   GemmGrid g;
@@ -274,7 +281,8 @@ Result<CalibrationTable> ParseCalibration(const std::string& text) {
     GemmDtype d;
     if (it.key() == "bf16") d = GemmDtype::kBf16;
     else if (it.key() == "fp8") d = GemmDtype::kFp8;
-    else return Status::InvalidArgument("gemm." + it.key() + ": unknown dtype (bf16 or fp8)");
+    else if (it.key() == "bf16-grouped") d = GemmDtype::kBf16Grouped;
+    else return Status::InvalidArgument("gemm." + it.key() + ": unknown dtype (bf16, fp8 or bf16-grouped)");
     KP_ASSIGN_OR_RETURN(GemmGrid g, ParseGemmGrid(it.value(), "gemm." + it.key()));
     t.gemm.emplace(d, std::move(g));
   }

@@ -21,7 +21,12 @@
 
 namespace kp {
 
-enum class GemmDtype { kBf16, kFp8 };
+/// kBf16Grouped: one expert's share of a grouped product (PyTorch's
+/// _grouped_mm over kGroupedGemmExperts experts, each m x k by k x n), the
+/// time of the whole over the experts: what MoE layers run.
+enum class GemmDtype { kBf16, kFp8, kBf16Grouped };
+/// The experts a grouped grid's products were measured over.
+constexpr int kGroupedGemmExperts = 8;
 const char* GemmDtypeName(GemmDtype d);
 
 /// One measured product C[m, n] = A[m, k] B[k, n].

@@ -133,7 +133,7 @@ TEST(CalibrationFileTest, BadFilesNameTheField) {
   EXPECT_EQ(bad("\"all-gather\"", "\"gather\"").rfind("collectives[0].op: must be all-reduce", 0), 0u);
   EXPECT_EQ(bad("calibration/1", "calibration/9"),
             "schema: must be \"kimi-plan.calibration/1\", got \"kimi-plan.calibration/9\"");
-  EXPECT_EQ(bad("\"bf16\"", "\"fp4\""), "gemm.fp4: unknown dtype (bf16 or fp8)");
+  EXPECT_EQ(bad("\"bf16\"", "\"fp4\""), "gemm.fp4: unknown dtype (bf16, fp8 or bf16-grouped)");
   EXPECT_EQ(bad("\"share\": 0.5", "\"share\": 1.5"), "elementwise.share: must be in (0, 1]");
   EXPECT_EQ(bad("\"share\": 0.5", "\"share\": -0.5"), "elementwise.share: must be in (0, 1]");
   EXPECT_EQ(bad("\"source\": \"hand-made\",", "\"source\": \"hand-made\", \"extra\": 1,"), "extra: unknown field");

@@ -27,10 +27,9 @@ for p in h200-full b200-full h200-lora; do
     teacher=0; [ "$engine" = verl ] && teacher=1
     want=$((nodes[$p] + teacher))
     dir="jobs/$p-$engine"
-    # Megatron's default split needs pp to divide the layers: h200-full's 61
-    # over pp 2 takes the even split (31 + 30), which Megatron builds too.
-    split=(); [ "$p-$engine" = h200-full-verl ] && split=(--layer-split even)
-    "$bin" launch --target slurm --preset "$p" --engine "$engine" --force --out "$dir" "${split[@]}" > out.txt 2> err.txt
+    # As is: with --engine verl the split is the best Megatron builds (for
+    # h200-full's 61 layers over pp 2, 31 + 30).
+    "$bin" launch --target slurm --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
     check "$p $engine slurm: exit 0" test $? -eq 0
     check "$p $engine slurm: says what it wrote" has out.txt "wrote     $dir/kimi-plan.sbatch"
     check "$p $engine slurm: says how to start it" has out.txt "start it  sbatch $dir/kimi-plan.sbatch"
@@ -41,7 +40,7 @@ for p in h200-full b200-full h200-lora; do
       'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
     check "$p $engine slurm: NCCL defaults" has "$dir/kimi-plan.sbatch" "export NCCL_SOCKET_IFNAME=\${NCCL_SOCKET_IFNAME:-'^lo,docker0'}"
 
-    "$bin" launch --target modal --preset "$p" --engine "$engine" --force --out "$dir" "${split[@]}" > out.txt 2> err.txt
+    "$bin" launch --target modal --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
     check "$p $engine modal: exit 0" test $? -eq 0
     check "$p $engine modal: says how to start it" has out.txt "start it  modal run --detach $dir/kimi_plan_modal.py"
     check "$p $engine modal: py_compile" python3 -m py_compile "$dir/kimi_plan_modal.py"
@@ -140,15 +139,15 @@ bad "missing database" "--db: missing.db does not exist" --target slurm --plan 1
 check "missing database: not created" test ! -e missing.db
 bad "unknown plan id" "--plan: no plan with id 999" --target slurm --plan 999
 bad "plan and preset" "--plan: give --plan or --preset, not both" --target slurm --plan "$plan_id" --preset h200-full
-bad "verl on an even plan Megatron cannot build" "--layer-split: --engine verl cannot run the plan's even split (2,3,2," \
-  --target slurm --engine verl --teacher-nodes 0 --plan "$even_id" --force
+"$bin" launch --target slurm --plan "$even_id" --engine verl --teacher-nodes 0 --force --out jobs/gpt-even > out.txt 2> err.txt
+check "even plan under verl: exit 0" test $? -eq 0
+check "even plan under verl: its layout" has jobs/gpt-even/kimi-plan.sbatch \
+  "override_transformer_config.pipeline_model_parallel_layout='\\''Ett|ttt|(tt|)*61tL'\\''"
+check "even plan under verl: no end-stage keys" bash -c "! grep -q num_layers_in_ jobs/gpt-even/kimi-plan.sbatch"
 bad "native on a megatron plan" "--layer-split: the native runtime (kimi-plan run) builds the even split only" \
   --target slurm --engine native --plan "$megatron_id" --force
 bad "a split for a recorded plan" "--layer-split: a recorded plan keeps the split it was planned with" \
   --target slurm --plan "$even_id" --layer-split megatron --force
-bad "verl's default split of h200-full" \
-  "--layer-split: Megatron-LM puts num_layers / pp on every rank, and pp 2 does not divide the 61 layers" \
-  --target slurm --engine verl --preset h200-full --force
 bad "larger than --max-nodes" "--max-nodes: the job needs 16 nodes (128 GPUs) but the modal target allows 8" \
   --target modal --preset h200-full --force --max-nodes 8
 bad "larger than Modal's clusters" "--max-nodes: the job needs 64 nodes (512 GPUs) but the modal target allows 32" \

@@ -39,7 +39,8 @@ refused "zero tp" plans "--tp: must be a positive integer, got 0" plan --preset 
 refused "negative nodes" plans "--nodes: must be a positive integer, got -1" plan --preset h200-full --nodes -1
 refused "unknown schedule" plans '--schedule: unknown schedule "2f2b"' plan --preset h200-full --schedule 2f2b
 refused "bad optimizer sync" plans '--optimizer-sync: must be sync or post-validation, got "lazy"' plan --preset h200-full --optimizer-sync lazy
-refused "bad dtype" plans "--dtype: must be bf16 or fp16" plan --preset h200-full --dtype fp8
+refused "bad dtype" plans '--dtype: must be bf16, fp16, fp8-tensorwise, fp8-blockwise or mxfp8, got "fp8"' \
+  plan --preset h200-full --dtype fp8
 refused "unknown flag" plans "unrecognised option '--bogus'" plan --preset h200-full --bogus 1
 refused "ep does not divide experts" plans "--ep: 7 does not divide the 384 experts" plan --preset h200-full --ep 7
 refused "recompute method without full" plans "--recompute-method: needs --recompute full" \
@@ -131,9 +132,11 @@ refused "not a split" plans '--layer-split: "uneven" is not a layer count' plan 
 refused "megatron needs pp to divide the layers" plans \
   "--layer-split: Megatron-LM puts num_layers / pp on every rank, and pp 64 does not divide the 127 layers" \
   plan "${gpt_shape[@]}" --layers 127 --layer-split megatron
-refused "verl cannot build the even split" plans \
-  "--layer-split: Megatron-LM gives every rank but the first and the last the same layers, and rank 1 has 3" \
-  plan "${gpt1t[@]}" --engine verl --layer-split even
+# Megatron builds any split: the even one, which the uneven-stage fields
+# cannot give, as its pipeline_model_parallel_layout.
+"$bin" plan "${gpt1t[@]}" --engine verl --layer-split even > verl-even.txt
+check "verl builds the even split through a layout" \
+  grep -qx 'megatron  pipeline_model_parallel_layout Ett|ttt|(tt|)\*61tL' verl-even.txt
 refused "unknown engine" plans '--engine: must be native or verl, got "torchrun"' plan "${gpt1t[@]}" --engine torchrun
 
 # Calibration tables (docs/presets.md): the plan is priced from the GPU's
@@ -167,10 +170,12 @@ refused "calibration: bad switch" plans '--calibration: must be on or off, got "
 
 # validate: the planner against the published runs, mean and max errors.
 "$bin" validate > validate.txt
-check "validate: step-time summary" grep -q "^step time: 67 cases, mean |error|" validate.txt
-check "validate: memory summary" grep -q "^memory:    48 cases, mean |error|" validate.txt
+check "validate: step-time summary" grep -q "^dense step time: 67 cases, mean |error|" validate.txt
+check "validate: memory summary" grep -q "^dense memory:    48 cases, mean |error|" validate.txt
+check "validate: MoE summary" grep -q "^MoE step time: 23 cases, mean |error|" validate.txt
+check "validate: MoE verdicts" grep -q "^MoE verdicts:  0 refused, 0 judged not to fit, of 23 runs that ran" validate.txt
 "$bin" validate --only korthikanti22 --json > validate.json
-json_check "validate --json: Korthikanti's nine cases" validate.json "len(d['cases']) == 9 and d['step_time']['cases'] == 9"
+json_check "validate --json: Korthikanti's nine cases" validate.json "len(d['cases']) == 9 and d['dense']['step_time']['cases'] == 9 and d['moe']['step_time']['cases'] == 0"
 refused "validate: unknown case prefix" plans '--only: no case id starts with "x"' validate --only x
 
 # calibrate needs a CUDA GPU: refused here before anything is written.

@@ -80,6 +80,30 @@ std::function<void()> MakeGemm(std::int64_t m, std::int64_t n, std::int64_t k, G
 #endif
 }
 
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
+constexpr bool kHaveGroupedMm = true;
+#else
+constexpr bool kHaveGroupedMm = false;
+#endif
+
+// kGroupedGemmExperts experts' products in one grouped call, each m x k by
+// k x n in bf16, the experts' weights column-major as MoE layers pass them
+// (w[e, n, k] transposed); nullptr without _grouped_mm.
+std::function<void()> MakeGroupedGemm(std::int64_t m, std::int64_t n, std::int64_t k) {
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
+  const auto dev = torch::Device(torch::kCUDA, 0);
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(dev);
+  const std::int64_t g = kGroupedGemmExperts;
+  auto a = torch::randn({g * m, k}, bf16);
+  auto b = torch::randn({g, n, k}, bf16).transpose(-2, -1);
+  auto offs = torch::arange(1, g + 1, torch::TensorOptions().dtype(torch::kInt32).device(dev)) * m;
+  offs = offs.to(torch::kInt32);
+  return [a, b, offs]() { at::_grouped_mm(a, b, offs); };
+#else
+  return nullptr;
+#endif
+}
+
 double MeasureCopyBandwidth(const CalibrateOptions& o) {
   const std::int64_t bytes = std::int64_t(2) << 30;
   const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(torch::Device(torch::kCUDA, 0));
@@ -141,6 +165,20 @@ Result<CalibrationTable> MeasureCalibration(const CalibrateOptions& o, const Cal
         }
     KP_ASSIGN_OR_RETURN(GemmGrid g, GemmGrid::Build(std::move(points), std::string("gemm.") + GemmDtypeName(d)));
     t.gemm.emplace(d, std::move(g));
+  }
+  if (o.grouped && kHaveGroupedMm) {
+    std::vector<GemmPoint> points;
+    for (auto m : o.grouped_ms)
+      for (auto n : o.grouped_ns)
+        for (auto k : o.grouped_ks) {
+          // One expert's share: the grouped call's time over its experts.
+          const double s = TimeCalls(MakeGroupedGemm(m, n, k), o) / kGroupedGemmExperts;
+          points.push_back({m, n, k, Seconds(s)});
+        }
+    progress("bf16 grouped products: " + std::to_string(points.size()) + " shapes of " +
+             std::to_string(kGroupedGemmExperts) + " experts");
+    KP_ASSIGN_OR_RETURN(GemmGrid g, GemmGrid::Build(std::move(points), "gemm.bf16-grouped"));
+    t.gemm.emplace(GemmDtype::kBf16Grouped, std::move(g));
   }
   return t;
 }

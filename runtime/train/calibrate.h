@@ -26,6 +26,12 @@ struct CalibrateOptions {
   std::vector<std::int64_t> ns = {128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<std::int64_t> ks = {128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
   bool fp8 = true;           ///< also fp8 (e4m3, per-tensor scales) where LibTorch has _scaled_mm
+  /// Also bf16 grouped products (kGroupedGemmExperts experts of m tokens
+  /// each) where LibTorch has _grouped_mm (2.8 on), over these sizes.
+  bool grouped = true;
+  std::vector<std::int64_t> grouped_ms = {32, 64, 128, 256, 512, 1024, 2048, 4096};
+  std::vector<std::int64_t> grouped_ns = {256, 512, 1024, 2048, 4096, 8192};
+  std::vector<std::int64_t> grouped_ks = {256, 512, 1024, 2048, 4096, 8192};
   int batches = 5;           ///< timed batches per shape; the median is kept
   double min_batch_s = 2e-3; ///< each batch runs at least this long
 };
