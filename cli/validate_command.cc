@@ -112,7 +112,10 @@ Status PrintSearchChecks(const std::vector<ValidationCase>& cases, int top, bool
     Progress(env, "search " + std::to_string(++n) + "/" + std::to_string(total) + ": " + c.id);
     KP_ASSIGN_OR_RETURN(const SearchCheck s, CheckSearch(c));
     kept += s.EarnsKeep(top);
-    const std::string best = s.fitting > 0 ? LayoutText(s.best, s.best_schedule) : "-";
+    const std::string best =
+        s.fitting > 0 ? LayoutText(s.best, s.best_schedule) + " " + DispatcherName(s.best_dispatcher) +
+                            (s.best_a2a_overlap ? " overlap" : "")
+                      : "-";
     t.AddRow({s.id, std::to_string(s.fitting), s.published_rank ? std::to_string(s.published_rank) : "does not fit",
               FormatFixed(s.published_step_s, 2), best, s.fitting > 0 ? FormatFixed(s.best_step_s, 2) : "-",
               s.EarnsKeep(top) ? "yes" : "NO"});
@@ -144,8 +147,8 @@ Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env) {
       ("cases", po::value<std::vector<std::string>>()->composing(),
        "a case file (repeat for several; default: the dense GPT runs and the MoE runs the build was made from)")
       ("only", po::value<std::string>(), "only the cases whose id starts with this")
-      ("search", "instead: for each MoE case, every layout of its cluster with its knobs held, ranked; does the top "
-                 "list the published layout or a faster one that fits?")
+      ("search", "instead: for each MoE case, every layout of its cluster under every dispatcher, with the "
+                 "exchange overlapped or not, ranked; does the top list the published layout or a faster one that fits?")
       ("top", IntFlag(1, 1000), "with --search: how many count as the top (default 5)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;

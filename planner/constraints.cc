@@ -83,6 +83,28 @@ std::string WithValueSource(const PlanRequest& r, const std::string& message) {
   return source == r.value_sources.end() ? message : source->second + message.substr(colon);
 }
 
+namespace {
+
+// Megatron-core's conditions for overlap_moe_expert_parallel_comm
+// (TransformerConfig.__post_init__): expert parallelism, a pipeline of one
+// rank or an interleaved one, no full recomputation and no "moe" module
+// recomputed, at most one MTP layer.
+std::string OverlapViolation(const PlanRequest& r, const ParallelPlan& p) {
+  if (!r.recipe.a2a_overlap) return "";
+  const std::string why = "--a2a-overlap: Megatron overlaps the expert exchange only ";
+  if (p.ep < 2) return why + "with expert parallelism (ep > 1), and ep is " + S(p.ep);
+  if (p.pp > 1 && r.schedule != ScheduleKind::kInterleaved1F1B)
+    return why + "with pp 1 or an interleaved pipeline (vp > 1); the plan has pp " + S(p.pp) + " under " +
+           ScheduleName(r.schedule);
+  if (r.recompute == Recompute::kFull) return why + "without full recomputation";
+  if (r.recompute == Recompute::kSelective && r.recipe.recomputes(RecomputeModule::kMoe))
+    return why + "without the moe module recomputed";
+  if (r.model.mtp_layers > 1) return why + "with at most one MTP layer, and the model has " + S(r.model.mtp_layers);
+  return "";
+}
+
+}  // namespace
+
 std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) {
   std::vector<std::string> v;
   const ModelSpec& m = r.model;
@@ -119,6 +141,7 @@ std::vector<std::string> CheckPlan(const PlanRequest& r, const ParallelPlan& p) 
     if (m.moe.expert_ffn % p.etp != 0)
       v.push_back("--etp: " + S(p.etp) + " does not divide the expert FFN width " + S(m.moe.expert_ffn));
   }
+  if (const std::string bad = OverlapViolation(r, p); !bad.empty()) v.push_back(bad);
   if (p.vp > 1 && !ScheduleTakesVp(r.schedule))
     v.push_back(std::string("--vp: ") + ScheduleName(r.schedule) + " has one stage per rank" +
                 (ScheduleIsVShaped(r.schedule) ? " pair (always 2); leave --vp at 1" : "; use interleaved-1f1b for vp > 1"));

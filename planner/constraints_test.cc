@@ -118,6 +118,25 @@ TEST(ConstraintsTest, DenseModelsTakeNoExpertParallelism) {
   EXPECT_EQ(CheckPlan(r, r.plan).front(), "--ep: the model is dense; ep and etp must be 1");
 }
 
+// Megatron-core's conditions for overlapping the expert exchange.
+TEST(ConstraintsTest, ExpertExchangeOverlapIsWhereMegatronRunsIt) {
+  PlanRequest r = H200Full();  // pp 2 under 1f1b, ep 8
+  r.recipe.a2a_overlap = true;
+  const std::string why = "--a2a-overlap: Megatron overlaps the expert exchange only ";
+  EXPECT_TRUE(Mentions(r, why + "with pp 1 or an interleaved pipeline (vp > 1); the plan has pp 2 under 1f1b"));
+  r.schedule = ScheduleKind::kInterleaved1F1B;
+  r.plan.vp = 2;
+  EXPECT_FALSE(Mentions(r, why + "with pp 1 or an interleaved pipeline (vp > 1); the plan has pp 2 under 1f1b"));
+  r.recompute = Recompute::kFull;
+  EXPECT_TRUE(Mentions(r, why + "without full recomputation"));
+  r.recompute = Recompute::kSelective;
+  r.recipe.recompute_modules = {RecomputeModule::kMoe};
+  EXPECT_TRUE(Mentions(r, why + "without the moe module recomputed"));
+  r.recipe.recompute_modules = {RecomputeModule::kMoeAct};
+  r.plan.ep = 1;
+  EXPECT_TRUE(Mentions(r, why + "with expert parallelism (ep > 1), and ep is 1"));
+}
+
 TEST(ConstraintsTest, RequestValuesAreChecked) {
   PlanRequest r = H200Full();
   EXPECT_TRUE(ValidateRequest(r).ok());

@@ -15,6 +15,8 @@ struct Priced {
   double step_s;
   ParallelPlan plan;
   ScheduleKind schedule;
+  Dispatcher dispatcher;
+  bool a2a_overlap;
   bool published;
 };
 
@@ -28,20 +30,33 @@ Result<SearchCheck> CheckSearch(const ValidationCase& c) {
   const ParamCount pc = CountParams(c.request.model);
   KP_ASSIGN_OR_RETURN(const PlanEvaluation published, PlanFixed(c.request, pc));
   std::vector<Priced> fitting;
+  const RecipeOptions& recipe = c.request.recipe;
   if (published.memory.actor.fits())
-    fitting.push_back({published.step.total.value(), c.request.plan, c.request.schedule, true});
+    fitting.push_back({published.step.total.value(), c.request.plan, c.request.schedule, recipe.dispatcher,
+                       recipe.a2a_overlap, true});
   // Other layouts take the split that suits them best: the published
   // layout string names its own stage count.
+  const bool moe = c.request.model.is_moe();
   for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
     PlanRequest r = c.request;
     r.schedule = schedule;
     r.layer_split = LayerSplit{LayerSplitKind::kAuto, {}};
-    for (const ParallelPlan& p : EnumeratePlans(r)) {
-      if (SameLayout(p, c.request.plan) && schedule == c.request.schedule) continue;
-      r.plan = p;
-      Result<PlanEvaluation> e = PlanFixed(r, pc);
-      if (e.ok() && e->memory.actor.fits()) fitting.push_back({e->step.total.value(), p, schedule, false});
-    }
+    for (Dispatcher dispatcher : moe ? std::vector<Dispatcher>{Dispatcher::kAllToAll, Dispatcher::kDeepEp,
+                                                               Dispatcher::kHybridEp}
+                                     : std::vector<Dispatcher>{recipe.dispatcher})
+      for (bool overlap : moe ? std::vector<bool>{false, true} : std::vector<bool>{recipe.a2a_overlap}) {
+        r.recipe.dispatcher = dispatcher;
+        r.recipe.a2a_overlap = overlap;
+        const bool published_recipe = dispatcher == recipe.dispatcher && overlap == recipe.a2a_overlap;
+        // The layouts Megatron runs with this overlap (CheckPlan).
+        for (const ParallelPlan& p : EnumeratePlans(r)) {
+          if (published_recipe && SameLayout(p, c.request.plan) && schedule == c.request.schedule) continue;
+          r.plan = p;
+          Result<PlanEvaluation> e = PlanFixed(r, pc);
+          if (e.ok() && e->memory.actor.fits())
+            fitting.push_back({e->step.total.value(), p, schedule, dispatcher, overlap, false});
+        }
+      }
   }
   // Fastest first; ties keep the published layout ahead (it is no worse).
   std::stable_sort(fitting.begin(), fitting.end(), [](const Priced& a, const Priced& b) {
@@ -57,6 +72,8 @@ Result<SearchCheck> CheckSearch(const ValidationCase& c) {
   if (!fitting.empty()) {
     s.best = fitting.front().plan;
     s.best_schedule = fitting.front().schedule;
+    s.best_dispatcher = fitting.front().dispatcher;
+    s.best_a2a_overlap = fitting.front().a2a_overlap;
     s.best_step_s = fitting.front().step_s;
   }
   return s;

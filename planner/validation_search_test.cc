@@ -44,6 +44,8 @@ TEST(ValidationSearch, RanksThePublishedLayoutAmongTheOnesThatFit) {
   best.plan = s->best;
   best.schedule = s->best_schedule;
   best.layer_split = LayerSplit{LayerSplitKind::kAuto, {}};
+  best.recipe.dispatcher = s->best_dispatcher;
+  best.recipe.a2a_overlap = s->best_a2a_overlap;
   if (s->published_rank == 1) best = c.request;
   const Result<PlanEvaluation> e = PlanFixed(best, pc);
   ASSERT_TRUE(e.ok()) << e.status().message();
