@@ -66,33 +66,39 @@ Result<std::vector<ValidationCase>> ReadCases(const std::vector<std::string>& pa
   return all;
 }
 
+// The cases the planner refused, and those it judged not to fit.
+struct Verdicts {
+  int refused = 0, not_fitting = 0;
+};
+
+Verdicts VerdictsOf(const std::vector<ValidationOutcome>& outcomes) {
+  Verdicts v;
+  for (const ValidationOutcome& o : outcomes) {
+    v.refused += !o.error.empty();
+    v.not_fitting += o.error.empty() && !o.fits;
+  }
+  return v;
+}
+
 void PrintSummary(std::ostream& out, const char* kind, const std::vector<ValidationOutcome>& outcomes) {
   if (outcomes.empty()) return;
   const ErrorSummary step = SummariseStep(outcomes), memory = SummariseMemory(outcomes);
-  int refused = 0, not_fitting = 0;
-  for (const ValidationOutcome& o : outcomes) {
-    refused += !o.error.empty();
-    not_fitting += o.error.empty() && !o.fits;
-  }
+  const Verdicts v = VerdictsOf(outcomes);
   out << kind << " step time: " << step.cases << " cases, mean |error| " << FormatFixed(step.mean * 100, 1)
       << "%, max " << FormatFixed(step.max * 100, 1) << "% (" << step.worst << ")\n";
   if (memory.cases > 0)
     out << kind << " memory:    " << memory.cases << " cases, mean |error| " << FormatFixed(memory.mean * 100, 1)
         << "%, max " << FormatFixed(memory.max * 100, 1) << "% (" << memory.worst << ")\n";
-  out << kind << " verdicts:  " << refused << " refused, " << not_fitting << " judged not to fit, of "
+  out << kind << " verdicts:  " << v.refused << " refused, " << v.not_fitting << " judged not to fit, of "
       << outcomes.size() << " runs that ran\n";
 }
 
 json KindJson(const std::vector<ValidationOutcome>& outcomes) {
-  int refused = 0, not_fitting = 0;
-  for (const ValidationOutcome& o : outcomes) {
-    refused += !o.error.empty();
-    not_fitting += o.error.empty() && !o.fits;
-  }
+  const Verdicts v = VerdictsOf(outcomes);
   return {{"step_time", SummaryJson(SummariseStep(outcomes))},
           {"memory", SummaryJson(SummariseMemory(outcomes))},
-          {"refused", refused},
-          {"judged_not_to_fit", not_fitting}};
+          {"refused", v.refused},
+          {"judged_not_to_fit", v.not_fitting}};
 }
 
 std::string LayoutText(const ParallelPlan& p, ScheduleKind schedule) {

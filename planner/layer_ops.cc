@@ -214,6 +214,12 @@ bool RecomputeCovers(RecomputeModule recomputed, OpModule module) {
   return false;
 }
 
+bool RecomputedBy(const RecipeOptions& recipe, OpModule module) {
+  for (RecomputeModule r : recipe.recompute_modules)
+    if (RecomputeCovers(r, module)) return true;
+  return false;
+}
+
 double MicroBatchTokens(const PlanRequest& req, const ParallelPlan& p) {
   return double(req.seq_length()) * req.micro_batch / p.cp;
 }

@@ -16,11 +16,6 @@
 
 namespace kp {
 
-/// `count` products of A[m, k] B[k, n] in the forward pass. The backward
-/// runs each as a data-gradient product (m, k, n) and a weight-gradient
-/// product (k, n, m). `weight` is false for products of two activations
-/// (attention scores, the KDA chunks): one batched kernel of `count`
-/// products, with two data gradients and no weight gradient.
 /// Which of Megatron-LM's recompute modules an op belongs to
 /// (planner/recipe.h), for pricing what selective recomputation redoes.
 enum class OpModule { kOther, kCoreAttn, kMlaUpProj, kLayernorm, kMlp, kMoe, kMoeAct, kSharedExperts };
@@ -28,6 +23,15 @@ inline constexpr int kOpModules = 8;
 /// Whether recomputing `recomputed` redoes an op of `module` ("moe" takes
 /// the routed experts' activation and the shared experts with it).
 bool RecomputeCovers(RecomputeModule recomputed, OpModule module);
+/// Whether one of `recipe`'s recompute modules covers `module`: what
+/// selective recomputation redoes in time and drops from memory.
+bool RecomputedBy(const RecipeOptions& recipe, OpModule module);
+
+/// `count` products of A[m, k] B[k, n] in the forward pass. The backward
+/// runs each as a data-gradient product (m, k, n) and a weight-gradient
+/// product (k, n, m). `weight` is false for products of two activations
+/// (attention scores, the KDA chunks): one batched kernel of `count`
+/// products, with two data gradients and no weight gradient.
 
 struct GemmOp {
   double m = 0, n = 0, k = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/table.h"
+#include "planner/layer_ops.h"
 #include "planner/schedule_model.h"
 
 namespace kp {
@@ -118,15 +119,15 @@ Bytes LayerActivationBytes(const ModelSpec& m, int layer, int seq, int micro_bat
   // Selective recomputation with modules beyond the attention core (which
   // the terms already price by `flash`): what each module keeps is dropped.
   if (r == Recompute::kSelective) {
-    if (recipe.recomputes(RecomputeModule::kLayernorm)) a.replicated -= a.norms;
-    if (recipe.recomputes(RecomputeModule::kMlaUpProj)) a.split -= a.mla_up;
-    if (recipe.recomputes(RecomputeModule::kMlp)) a.split -= a.mlp;
-    if (recipe.recomputes(RecomputeModule::kSharedExperts) || recipe.recomputes(RecomputeModule::kMoe))
-      a.split -= a.shared;
-    if (recipe.recomputes(RecomputeModule::kMoe)) {
+    auto dropped = [&](OpModule module) { return RecomputedBy(recipe, module); };
+    if (dropped(OpModule::kLayernorm)) a.replicated -= a.norms;
+    if (dropped(OpModule::kMlaUpProj)) a.split -= a.mla_up;
+    if (dropped(OpModule::kMlp)) a.split -= a.mlp;
+    if (dropped(OpModule::kSharedExperts)) a.split -= a.shared;
+    if (dropped(OpModule::kMoe)) {
       a.replicated -= a.moe_replicated;
       a.routed = 0;
-    } else if (recipe.recomputes(RecomputeModule::kMoeAct)) {
+    } else if (dropped(OpModule::kMoeAct)) {
       a.routed -= a.routed_act;
     }
   }

@@ -44,9 +44,10 @@ const Seconds kFlexLatency(20e-6);
 // top-k, the dispatcher's token counts brought to the host before the
 // grouped GEMM can be launched, and some forty more kernels; CUDA graphs of
 // the attention, router and preprocessing replay most of those launches at
-// once. The two constants fitted to the MoE validation set (docs/planner.md,
-// "MoE layers"; fitted on either half of its releases they come out the
-// same), forward and backward alike, whatever the GPU.
+// once. The two constants fitted to the MoE validation set, chosen to keep
+// its worst case lowest (docs/planner.md, "MoE layers": fitted on either
+// half of its releases alone, both halves give 1.8 ms and 0.5 ms), forward
+// and backward alike, whatever the GPU.
 Seconds MoeLayerHostTime(CudaGraphs graphs) {
   switch (graphs) {
     case CudaGraphs::kNone: return Seconds(1.4e-3);
@@ -195,12 +196,12 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   // each casts its input forward and its output's gradient backward.
   const Fp8Recipe recipe = req.recipe.fp8;
   const GemmGrid* fp8_grid = recipe != Fp8Recipe::kNone ? table.Gemm(GemmDtype::kFp8) : nullptr;
-  const bool fp8 = recipe != Fp8Recipe::kNone;
+  auto in_fp8 = [&](const GemmOp& g) { return g.fp8 && fp8_grid != nullptr; };
   // The experts' products in bf16 at the table's grouped grid when it has one
   // (one expert's share of a grouped product), else each on its own.
   const GemmGrid* grouped_grid = table.Gemm(GemmDtype::kBf16Grouped);
   auto grid_of = [&](const GemmOp& g) -> const GemmGrid& {
-    if (fp8 && g.fp8 && fp8_grid) return *fp8_grid;
+    if (in_fp8(g)) return *fp8_grid;
     return g.grouped && grouped_grid ? *grouped_grid : bf16_grid;
   };
   const double fp8_speed = Fp8GemmShare(recipe);
@@ -209,7 +210,7 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   auto time = [&](const GemmOp& g, double m, double n, double k) {
     const GemmGrid& grid = grid_of(g);
     const Seconds t = g.weight ? grid.Time(m, n, k) * g.count : grid.Time(m * g.count, n, k);
-    return fp8 && g.fp8 && fp8_grid ? t / fp8_speed : t;
+    return in_fp8(g) ? t / fp8_speed : t;
   };
   auto bytes = [&](double b) { return Seconds(b / copy.value()); };
   const double cast = Fp8CastBytesPerElement(recipe);
@@ -231,10 +232,7 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   // its inputs and statistics, and the planner prices no second pass.
   const bool selective = rc == Recompute::kSelective;
   auto recomputes = [&](OpModule module) {
-    if (!selective || module == OpModule::kCoreAttn) return false;
-    for (RecomputeModule r : req.recipe.recompute_modules)
-      if (RecomputeCovers(r, module)) return true;
-    return false;
+    return selective && module != OpModule::kCoreAttn && RecomputedBy(req.recipe, module);
   };
   Seconds fwd_gemm, recomputed;
   for (const GemmOp& g : ops.gemms) {
@@ -243,7 +241,7 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
     c.b_input += time(g, g.m, g.k, g.n);
     if (g.weight) c.w += time(g, g.k, g.n, g.m);
     else c.b_input += time(g, g.n, g.k, g.m);
-    if (fp8 && g.fp8 && fp8_grid) {
+    if (in_fp8(g)) {
       const Seconds input_cast = bytes(cast * g.m * g.k * g.count);
       c.f += input_cast;
       c.b_input += bytes(cast * g.m * g.n * g.count);  // the output's gradient
@@ -265,13 +263,6 @@ void CalibratedCompute(const PlanRequest& req, const ParallelPlan& p, int layer,
   c.b_input += recomputed;
 }
 
-// One dispatch (or combine) of `bytes` of routed copies over the EP group
-// (ep x etp consecutive ranks). NCCL's all-to-all (--dispatcher alltoall) at
-// the table's curve for the group's span; DeepEP and HybridEP move the
-// copies that stay in the NVLink domain and those that leave it at once, at
-// their measured shares of the links through PyTorch (docs/planner.md,
-// "Expert dispatch"): 0.57 of NVLink (HybridEP on B200 and GB200, 0.53-0.61),
-// 0.9 of the NIC (DeepEP internode on H800, 43-51 of 50 GB/s).
 // The expected number of nodes, besides the sender's, that one token's
 // top_k experts fall on when the E experts are spread evenly over `nodes`
 // nodes and chosen uniformly: each other node is missed with probability
@@ -284,6 +275,7 @@ double DistinctRemoteNodes(int experts, int top_k, int nodes) {
   return (nodes - 1) * (1 - miss);
 }
 
+// One dispatch (or combine) over the EP group (ep x etp consecutive ranks);
 // `bytes` is what the rank's routed copies weigh. The all-to-all sends
 // every copy to its expert's rank: inside the NVLink domain on the table's
 // curve; across it, the share for other domains leaves through the GPU's
@@ -291,7 +283,10 @@ double DistinctRemoteNodes(int experts, int top_k, int nodes) {
 // crosses NVLink at the same time. DeepEP and HybridEP send a token once
 // to each other node that holds one of its experts and fan it out over
 // NVLink there, so the fabric carries a token per distinct remote node,
-// not a copy per remote expert (DeepSeek-V3 report, section 3.2.2).
+// not a copy per remote expert (DeepSeek-V3 report, section 3.2.2), moving
+// both at once at their measured shares of the links (docs/planner.md, "MoE
+// layers"): 0.57 of NVLink (HybridEP on B200 and GB200, 0.53-0.61), 0.9 of
+// the NIC (DeepEP internode on H800, 43-51 of 50 GB/s).
 Seconds ExpertExchange(const PlanRequest& req, const ParallelPlan& p, double bytes) {
   const int span = p.ep * p.etp;
   const ModelSpec& m = req.model;
@@ -516,6 +511,14 @@ class LayerPricer {
   std::vector<std::optional<ChunkCost>>* tables_[3] = {};
 };
 
+// An MTP layer: a decoder layer like the last (recomputed as `rc`), its
+// 2h -> h projection, and the head again (as the head is, `head_rc`).
+void AccumulateMtpLayer(const ModelSpec& m, LayerPricer& price, Recompute rc, Recompute head_rc, ChunkCost& sum) {
+  Accumulate(sum, price(m.layers - 1, rc));
+  Accumulate(sum, price(kMtpPiece, rc));
+  Accumulate(sum, price(kHeadPiece, head_rc));
+}
+
 }  // namespace
 
 StageCostCache::StageCostCache() : impl_(std::make_unique<Impl>()) {}
@@ -563,11 +566,7 @@ Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCoun
   ChunkCost sum;
   for (int l = 0; l < req.model.layers; ++l) Accumulate(sum, price(l, Recompute::kNone));
   Accumulate(sum, price(kHeadPiece, Recompute::kNone));
-  for (int k = 0; k < req.model.mtp_layers; ++k) {
-    Accumulate(sum, price(req.model.layers - 1, Recompute::kNone));
-    Accumulate(sum, price(kMtpPiece, Recompute::kNone));
-    Accumulate(sum, price(kHeadPiece, Recompute::kNone));
-  }
+  for (int k = 0; k < req.model.mtp_layers; ++k) AccumulateMtpLayer(req.model, price, Recompute::kNone, Recompute::kNone, sum);
   return sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
 }
 
@@ -590,13 +589,8 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
     for (int k = 0; k < spr; ++k) {
       const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
       for (int l = st.first_layer; l < st.end_layer; ++l) Accumulate(sum, price(l, LayerRecompute(req, l - st.first_layer)));
-      // An MTP layer: a decoder layer like the last, its projection, and the head again.
-      for (int k = 0; k < st.mtp; ++k) {
-        const Recompute rc = LayerRecompute(req, st.layer_count() + k);
-        Accumulate(sum, price(m.layers - 1, rc));
-        Accumulate(sum, price(kMtpPiece, rc));
-        Accumulate(sum, price(kHeadPiece, req.recompute));
-      }
+      for (int j = 0; j < st.mtp; ++j)
+        AccumulateMtpLayer(m, price, LayerRecompute(req, st.layer_count() + j), req.recompute, sum);
       // The head's forward is counted again under full recomputation, by either method.
       if (st.head) Accumulate(sum, price(kHeadPiece, req.recompute));
     }

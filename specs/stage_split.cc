@@ -348,6 +348,16 @@ Result<std::string> UnrollLayout(std::string text) {
   return out;
 }
 
+// Every character of an unrolled layout is a piece or a stage separator.
+Status CheckLayoutCharacters(const std::string& unrolled) {
+  for (char c : unrolled)
+    if (c != 'E' && c != 't' && c != 'm' && c != 'L' && c != '|')
+      return Status::InvalidArgument(std::string(kField) + "'" + QuoteBounded(std::string(1, c)) +
+                                     "' is not a layer of a layout (E embedding, t decoder layer, m MTP layer, L "
+                                     "loss, | between stages); or give even, megatron, auto or layers per stage");
+  return Status::Ok();
+}
+
 bool LooksLikeLayout(const std::string& text) {
   return text.find_first_of("EtmL|()*") != std::string::npos;
 }
@@ -356,16 +366,11 @@ bool LooksLikeLayout(const std::string& text) {
 
 Result<StageSplit> ParseMegatronLayout(const std::string& layout, int layers, int mtp_layers, int pp, int vp) {
   KP_ASSIGN_OR_RETURN(const std::string unrolled, UnrollLayout(layout));
+  KP_RETURN_IF_ERROR(CheckLayoutCharacters(unrolled));
   std::vector<std::string> stages(1);
   for (char c : unrolled) {
-    if (c == '|') {
-      stages.emplace_back();
-      continue;
-    }
-    if (c != 'E' && c != 't' && c != 'm' && c != 'L')
-      return Status::InvalidArgument(std::string(kField) + "'" + QuoteBounded(std::string(1, c)) +
-                                     "' is not a layer of a layout (E embedding, t decoder layer, m MTP layer, L loss)");
-    stages.back() += c;
+    if (c == '|') stages.emplace_back();
+    else stages.back() += c;
   }
   const int count = static_cast<int>(stages.size());
   if (pp < 1 || count % pp != 0)
@@ -466,8 +471,7 @@ Result<StageSplit> BalancedSplit(int layers, int mtp_layers, int pp, int vp) {
     counts[s] = 0;
   }
   if (counts.front() < 0) return Status::InvalidArgument(std::string(kField) + "too many stages for the model");
-  StageSplit split = FromCounts(counts, mtp_layers);
-  return split;
+  return FromCounts(counts, mtp_layers);
 }
 
 Result<LayerSplit> ParseLayerSplit(const std::string& text) {
@@ -493,11 +497,7 @@ Result<LayerSplit> ParseLayerSplit(const std::string& text) {
   }
   if (LooksLikeLayout(text)) {
     KP_ASSIGN_OR_RETURN(const std::string unrolled, UnrollLayout(text));
-    for (char c : unrolled)
-      if (c != 'E' && c != 't' && c != 'm' && c != 'L' && c != '|')
-        return Status::InvalidArgument(std::string(kField) + "'" + QuoteBounded(std::string(1, c)) +
-                                       "' is not a layer of a layout (E embedding, t decoder layer, m MTP layer, L "
-                                       "loss, | between stages); or give even, megatron, auto or layers per stage");
+    KP_RETURN_IF_ERROR(CheckLayoutCharacters(unrolled));
     rule.kind = LayerSplitKind::kLayout;
     rule.layout = text;
     return rule;
