@@ -223,8 +223,14 @@ Status CheckPreconditions(const po::variables_map& vm, const PlanRequest& r) {
   KP_RETURN_IF_ERROR(FlagNeeds(vm, "recompute-modules", r.recompute == Recompute::kSelective, "--recompute selective"));
   KP_RETURN_IF_ERROR(FlagNeeds(vm, "fp8-param-gather", r.recipe.fp8 != Fp8Recipe::kNone,
                                "an FP8 --dtype (fp8-tensorwise, fp8-blockwise, mxfp8)"));
-  for (const char* flag : {"dispatcher", "a2a-overlap"})
+  for (const char* flag : {"dispatcher", "a2a-overlap", "cuda-graphs"})
     KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, r.model.is_moe(), "an MoE model (" + r.model.name + " is dense)"));
+  // Megatron's state knobs price the full fine-tune's mixed-precision states;
+  // LoRA's adapters and the native fp32 states keep their own.
+  const bool megatron_states = r.mode == TrainMode::kFull && r.state_precision == StatePrecision::kMixed;
+  for (const char* flag : {"optimizer-moments", "fp8-param-gather", "grad-reduce-in-fp32"})
+    KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, megatron_states, "full fine-tuning with --state-precision mixed"));
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "grad-reduce-in-fp32", r.bf16, "--dtype bf16 or an FP8 recipe (fp16 gradients stay fp16)"));
   for (const char* flag : {"prompt-length", "response-length"})
     if (vm.count(flag) && vm.count("seq-len"))
       return Status::InvalidArgument(std::string("--") + flag + ": give --seq-len (prompt only) or --prompt-length and "
