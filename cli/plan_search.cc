@@ -32,8 +32,15 @@ std::string KnobsRecompute(const PlanKnobs& k) {
 
 std::string Gb(Bytes b) { return FormatFixed(b.value() / 1e9, 1); }
 
-std::string CandidateTable(const std::vector<SpaceCandidate>& list) {
-  Table t({"#", "placement", "schedule", "tp", "pp", "ep", "etp", "cp", "dp", "mb", "recompute", "split",
+// The MoE exchange: the dispatcher, "+overlap" when overlapped; "-" for a
+// dense model, which has none.
+std::string ExchangeLabel(const PlanKnobs& k, bool moe) {
+  if (!moe) return "-";
+  return std::string(DispatcherName(k.dispatcher)) + (k.a2a_overlap ? "+overlap" : "");
+}
+
+std::string CandidateTable(const std::vector<SpaceCandidate>& list, bool moe) {
+  Table t({"#", "placement", "schedule", "tp", "pp", "ep", "etp", "cp", "dp", "mb", "recompute", "exchange", "split",
            "actor GPUs", "actor GB", "headroom GB", "step s", "tokens/s/GPU", "MFU"});
   int i = 0;
   for (const SpaceCandidate& c : list) {
@@ -42,7 +49,7 @@ std::string CandidateTable(const std::vector<SpaceCandidate>& list) {
     t.AddRow({std::to_string(++i), PlacementLabel(c.knobs), ScheduleLabel(c), std::to_string(p.tp),
               std::to_string(p.pp), std::to_string(p.ep), std::to_string(p.etp), std::to_string(p.cp),
               std::to_string(p.dp), std::to_string(c.knobs.micro_batch), KnobsRecompute(c.knobs),
-              c.evaluation.layer_split.ToString(), std::to_string(c.actor_gpus),
+              ExchangeLabel(c.knobs, moe), c.evaluation.layer_split.ToString(), std::to_string(c.actor_gpus),
               Gb(c.evaluation.memory.actor.total()), Gb(c.headroom), FormatFixed(s.total.value(), 2),
               FormatFixed(s.tokens_per_s_per_gpu, 0), FormatFixed(100 * s.mfu, 1) + "%"});
   }
@@ -65,7 +72,8 @@ json CandidateJson(const PlanRequest& req, const ParamCount& pc, const SpaceCand
                    {"recompute_method", RecomputeMethodJson(r)}, {"recompute_num_layers", RecomputeLayersJson(r)},
                    {"schedule", ScheduleName(c.knobs.schedule)}, {"vp", c.evaluation.plan.vp},
                    {"placement", c.knobs.placement == Placement::kColocated ? "colocated" : "split"},
-                   {"rollout_gpus", c.knobs.rollout_gpus}, {"layer_split", c.evaluation.layer_split.ToString()}};
+                   {"rollout_gpus", c.knobs.rollout_gpus}, {"layer_split", c.evaluation.layer_split.ToString()},
+                   {"dispatcher", DispatcherName(c.knobs.dispatcher)}, {"a2a_overlap", c.knobs.a2a_overlap}};
   j["actor_gpus"] = c.actor_gpus;
   j["headroom_bytes"] = c.headroom.value();
   return j;
@@ -139,10 +147,10 @@ json SpaceJson(const PlanRequest& req, const ParamCount& pc, const SpaceSearchRe
           {"front_headroom", ListJson(req, pc, s.front_headroom)}};
 }
 
-std::string Tables(const SpaceSearchResult& s) {
-  return "top " + std::to_string(s.top.size()) + " (fastest first)\n" + CandidateTable(s.top) +
-         "Pareto front: step time against actor GPUs\n" + CandidateTable(s.front_gpus) +
-         "Pareto front: step time against memory headroom\n" + CandidateTable(s.front_headroom);
+std::string Tables(const SpaceSearchResult& s, bool moe) {
+  return "top " + std::to_string(s.top.size()) + " (fastest first)\n" + CandidateTable(s.top, moe) +
+         "Pareto front: step time against actor GPUs\n" + CandidateTable(s.front_gpus, moe) +
+         "Pareto front: step time against memory headroom\n" + CandidateTable(s.front_headroom, moe);
 }
 
 SpaceOptions OptionsFor(const po::variables_map& vm, const CliEnv& env, const PlanRequest& req) {
@@ -150,6 +158,9 @@ SpaceOptions OptionsFor(const po::variables_map& vm, const CliEnv& env, const Pl
   if (vm.count("layer-split") || vm.count("engine")) o.splits = SplitCandidates(req.layer_split);
   if (vm.count("engine") && vm["engine"].as<std::string>() == "verl")
     o.schedules = {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B};
+  // A dispatcher or overlap the user gave is held; the rest are searched.
+  if (vm.count("dispatcher")) o.dispatchers = {req.recipe.dispatcher};
+  if (vm.count("a2a-overlap")) o.a2a_overlaps = {req.recipe.a2a_overlap};
   auto watch = std::make_shared<Stopwatch>();
   auto next = std::make_shared<double>(1.0);
   o.progress = [&env, watch, next](double share) {
@@ -169,12 +180,15 @@ std::string RecomputeFlags(const PlanKnobs& k) {
 }
 
 // The settings a plan needs beyond its sizes, as the flags that set them.
-std::string SettingsFlags(const SpaceCandidate& c) {
+std::string SettingsFlags(const SpaceCandidate& c, bool moe) {
   std::string out = std::string("--schedule ") + ScheduleName(c.knobs.schedule) +
                     " --micro-batch " + std::to_string(c.knobs.micro_batch) + " --recompute " +
                     RecomputeName(c.knobs.recompute) + RecomputeFlags(c.knobs) + " --layer-split " + c.evaluation.layer_split.ToString() +
                     " --placement " + (c.knobs.placement == Placement::kColocated ? "colocated" : "split");
   if (c.knobs.placement == Placement::kSplit) out += " --rollout-gpus " + std::to_string(c.knobs.rollout_gpus);
+  if (moe)
+    out += std::string(" --dispatcher ") + DispatcherName(c.knobs.dispatcher) + " --a2a-overlap " +
+           (c.knobs.a2a_overlap ? "on" : "off");
   return out;
 }
 
@@ -200,6 +214,7 @@ std::optional<std::pair<PlanRequest, SpaceSearchResult>> NearestSpace(const Plan
 Result<PlanSearchOutput> SearchForPlan(const po::variables_map& vm, const CliEnv& env, const PlanRequest& req,
                                        const ParamCount& pc, const std::string& preset) {
   PlanSearchOutput out;
+  const bool moe = req.model.is_moe();
   const SpaceOptions options = OptionsFor(vm, env, req);
   out.search = SearchSpace(req, pc, options);
   const SpaceSearchResult& s = out.search;
@@ -207,19 +222,19 @@ Result<PlanSearchOutput> SearchForPlan(const po::variables_map& vm, const CliEnv
   std::ostringstream head;
   head << CountsLine(s);
   if (!s.top.empty()) {
-    head << Tables(s) << "\n";
+    head << Tables(s, moe) << "\n";
     const SpaceCandidate& best = s.top.front();
     out.best_request = ApplyKnobs(req, best.knobs, best.evaluation.plan, best.evaluation.layer_split);
     if (!preset.empty()) VersusPreset(req, pc, preset, *out.best_request, best.evaluation, out);
   } else if (auto near = NearestSpace(req, pc, options)) {
     const auto& [bigger, found] = *near;
     const SpaceCandidate& best = found.top.front();
-    out.nearest = NearestFit{bigger.nodes, SettingsFlags(best), best.evaluation};
+    out.nearest = NearestFit{bigger.nodes, SettingsFlags(best, moe), best.evaluation};
     out.json["nearest"] = SpaceJson(bigger, pc, found);
     out.json["nearest"]["nodes"] = bigger.nodes;
     head << "nothing fits on " << req.world() << " GPUs; the whole space on " << bigger.nodes << " nodes ("
          << bigger.world() << " GPUs), the fewest more where a plan fits:\n"
-         << CountsLine(found) << Tables(found) << "\n";
+         << CountsLine(found) << Tables(found, moe) << "\n";
     if (!preset.empty())
       VersusPreset(req, pc, preset,
                    ApplyKnobs(bigger, best.knobs, best.evaluation.plan, best.evaluation.layer_split), best.evaluation,

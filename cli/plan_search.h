@@ -34,7 +34,9 @@ struct PlanSearchOutput {
 /// Searches req's space (and, when nothing fits, the same space on larger
 /// clusters for `nearest`). The layer-split rule is searched unless
 /// --layer-split or --engine fixed it; --engine verl keeps the schedules
-/// Megatron-LM runs (1f1b, interleaved-1f1b). Progress goes to stderr when
+/// Megatron-LM runs (1f1b, interleaved-1f1b). For an MoE model every
+/// dispatcher, overlapped or not, is searched unless --dispatcher or
+/// --a2a-overlap holds it. Progress goes to stderr when
 /// the search takes over a second. `preset`: the topology's name, whose own
 /// plan (req.plan with req's settings) is set beside the best, or beside
 /// the nearest fit's best when the preset's cluster fits nothing.

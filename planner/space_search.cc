@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "planner/constraints.h"
@@ -99,7 +101,7 @@ struct Point {
     return std::make_tuple(time, gpus, Bytes() - headroom, int(knobs.placement), knobs.rollout_gpus, plan.tp, plan.cp,
                            plan.pp, plan.dp, plan.ep, plan.etp, plan.vp, int(knobs.schedule), int(split),
                            knobs.micro_batch, int(knobs.recompute), int(knobs.recompute_method),
-                           knobs.recompute_layers);
+                           knobs.recompute_layers, int(knobs.dispatcher), knobs.a2a_overlap);
   }
 };
 
@@ -187,6 +189,7 @@ struct Layout {
   ParallelPlan plan;
   SchedulePick schedule;
   int split;
+  int exchange;            ///< in SpaceSearch's exchanges
   SyncTerms sync;          ///< SyncTermsOf: what every setting adds
   Seconds floor;           ///< SyncFloor + the least WorkFloor of its micro-batch sizes
   Bytes headroom_ceiling;  ///< HeadroomCeiling: no setting leaves more
@@ -220,6 +223,18 @@ std::vector<std::pair<int, ParallelPlan>> RolloutPools(const PlanRequest& req, c
   return out;
 }
 
+// What a layout's work per sequence depends on: tp, cp, ep, etp, the
+// micro-batch size and the exchange (looked up for every layout and
+// micro-batch size, so hashed).
+using WorkKey = std::tuple<int, int, int, int, int, int>;
+struct WorkKeyHash {
+  std::size_t operator()(const WorkKey& k) const {
+    std::size_t h = 0;
+    std::apply([&h](auto... v) { ((h = h * 1000003u ^ std::hash<int>()(v)), ...); }, k);
+    return h;
+  }
+};
+
 class SpaceSearch {
  public:
   SpaceSearch(const PlanRequest& req, const ParamCount& pc, const SpaceOptions& o)
@@ -232,6 +247,11 @@ class SpaceSearch {
     colocated.placement = Placement::kColocated;
     placements_.emplace_back(Placement::kColocated, 0, ChooseRollout(colocated, pc_));
     for (const auto& [pool, engine] : RolloutPools(req_, pc_)) placements_.emplace_back(Placement::kSplit, pool, engine);
+    // The overlapped exchanges first: usually the fastest, so their plans
+    // make the floors of the rest bite.
+    exchanges_ = ExchangeChoices(req_, o_.dispatchers, o_.a2a_overlaps);
+    std::stable_partition(exchanges_.begin(), exchanges_.end(), [](const ExchangeChoice& e) { return e.a2a_overlap; });
+    for (size_t x = 0; x < exchanges_.size(); ++x) stage_costs_.push_back(std::make_unique<StageCostCache>());
   }
 
   SpaceSearchResult Run() {
@@ -258,13 +278,17 @@ class SpaceSearch {
  private:
   // The request of the placement being searched with the given settings,
   // reused, so that no point copies the model.
-  PlanRequest& Working(ScheduleKind schedule, int split, int micro_batch) {
+  PlanRequest& Working(ScheduleKind schedule, int split, int micro_batch, int exchange) {
     PlanRequest& r = work_;
     r.schedule = schedule;
     r.layer_split = o_.splits[split];
     r.micro_batch = micro_batch;
+    r.recipe.dispatcher = exchanges_[exchange].dispatcher;
+    r.recipe.a2a_overlap = exchanges_[exchange].a2a_overlap;
     return r;
   }
+
+  long long Exchanges() const { return static_cast<long long>(exchanges_.size()); }
 
   // A split rule's stages on pp ranks of spr stages each, if it can build
   // them, with the layers of the largest (the recompute counts' range).
@@ -299,7 +323,7 @@ class SpaceSearch {
   // have per (ep, etp, micro-batch) together: one entry per pp.
   struct PipelineChoices {
     std::vector<SchedulePick> schedules;
-    long long settings = 0;  ///< the sum over schedules and split rules of RecomputeCountOf
+    long long settings = 0;  ///< the sum over schedules and split rules of RecomputeCountOf, times the exchanges
   };
   const PipelineChoices& ChoicesOf(int pp) {
     if (static_cast<int>(pipelines_.size()) <= pp) pipelines_.resize(pp + 1);
@@ -309,7 +333,7 @@ class SpaceSearch {
       c->schedules = SchedulesFor(o_.schedules, req_.model.layers, pp);
       for (const SchedulePick& s : c->schedules)
         for (int split = 0; split < static_cast<int>(o_.splits.size()); ++split)
-          c->settings += RecomputeCountOf(pp, s, split);
+          c->settings += RecomputeCountOf(pp, s, split) * Exchanges();
     }
     return *c;
   }
@@ -325,6 +349,19 @@ class SpaceSearch {
       for (int rank = 0; rank < pp; ++rank)
         ranks.push_back(ParamSumsOfRank(req_, stages, pc_, StagesOfRank(s.kind, pp, spr, rank)));
       it = sums_.emplace(key, std::move(ranks)).first;
+    }
+    return it->second;
+  }
+
+  // DistinctRanks of a pipeline shape and split: the ranks a step prices.
+  // Sets the working request's schedule, split and micro-batch.
+  const std::vector<int>& DistinctOf(const ParallelPlan& p, const SchedulePick& s, int split, const StageSplit& stages) {
+    const int spr = StagesPerRank(s.kind, s.vp);
+    auto key = std::make_tuple(p.pp, spr, ScheduleIsVShaped(s.kind), split);
+    auto it = distinct_.find(key);
+    if (it == distinct_.end()) {
+      PlanRequest& r = Working(s.kind, split, 1, 0);
+      it = distinct_.emplace(key, DistinctRanks(r, p, stages, pc_, *stage_costs_[0])).first;
     }
     return it->second;
   }
@@ -381,35 +418,38 @@ class SpaceSearch {
     // needs it.
     struct Experts {
       int ep, etp;
-      std::optional<Seconds> work;
+      std::vector<std::optional<Seconds>> work;  ///< per exchange
     };
     std::vector<Experts> experts;
     for (int ep : eps)
       for (int etp : etps)
         if (!m.is_moe() || ((1LL * p.tp * p.dp * p.cp) % (1LL * ep * etp) == 0 && m.moe.expert_ffn % etp == 0))
-          experts.push_back({ep, etp, std::nullopt});
+          experts.push_back({ep, etp, std::vector<std::optional<Seconds>>(exchanges_.size())});
     const long long folding_broken = static_cast<long long>(eps.size() * etps.size() - experts.size());
     for (const SchedulePick& s : choices.schedules)
       for (int split = 0; split < static_cast<int>(o_.splits.size()); ++split) {
         p.vp = s.vp;
         const SplitEntry& entry = SplitOf(p.pp, StagesPerRank(s.kind, s.vp), split);
         const std::optional<StageSplit>& stages = entry.stages;
+        // Per exchange: the micro-batch sizes and recompute settings.
         const long long per_layout = static_cast<long long>(mbs.size()) * entry.recompute_settings();
         if (!o_.prune) {
           for (int ep : eps)
-            for (int etp : etps) {
-              p.ep = ep; p.etp = etp;
-              counts_.considered += per_layout;
-              BruteForceLayout(p, s.kind, split, mbs);
-            }
+            for (int etp : etps)
+              for (int x = 0; x < Exchanges(); ++x) {
+                p.ep = ep; p.etp = etp;
+                counts_.considered += per_layout;
+                BruteForceLayout(p, s.kind, split, mbs, x);
+              }
           continue;
         }
-        counts_.considered += per_layout * static_cast<long long>(eps.size() * etps.size());
+        const long long layouts = static_cast<long long>(eps.size() * etps.size()) * Exchanges();
+        counts_.considered += per_layout * layouts;
         if (!stages) {
-          counts_.pruned_constraints += per_layout * static_cast<long long>(eps.size() * etps.size());
+          counts_.pruned_constraints += per_layout * layouts;
           continue;
         }
-        counts_.pruned_constraints += per_layout * folding_broken;
+        counts_.pruned_constraints += per_layout * folding_broken * Exchanges();
         const std::vector<RankParamSums>& sums = SumsOf(p.pp, s, split, *stages);
         for (Experts& e : experts) {
           p.ep = e.ep; p.etp = e.etp;
@@ -419,16 +459,21 @@ class SpaceSearch {
   }
 
   // ModelWork per sequence of a plan's tp, cp, ep and etp at micro-batch
-  // `mb`, remembered for the whole search.
-  Seconds WorkPerSequence(const ParallelPlan& p, int mb) {
-    auto key = std::make_tuple(p.tp, p.cp, p.ep, p.etp, mb);
+  // `mb` under an exchange, remembered for the whole search.
+  Seconds WorkPerSequence(const ParallelPlan& p, int mb, int exchange) {
+    const WorkKey key{p.tp, p.cp, p.ep, p.etp, mb, exchange};
     auto it = sequence_work_.find(key);
     if (it == sequence_work_.end()) {
       PlanRequest& r = work_;
-      const int keep = r.micro_batch;
+      const int keep_mb = r.micro_batch;
+      const ExchangeChoice keep{r.recipe.dispatcher, r.recipe.a2a_overlap};
       r.micro_batch = mb;
-      it = sequence_work_.emplace(key, ModelWork(r, p, pc_, &stage_costs_) / mb).first;
-      r.micro_batch = keep;
+      r.recipe.dispatcher = exchanges_[exchange].dispatcher;
+      r.recipe.a2a_overlap = exchanges_[exchange].a2a_overlap;
+      it = sequence_work_.emplace(key, ModelWork(r, p, pc_, stage_costs_[exchange].get()) / mb).first;
+      r.micro_batch = keep_mb;
+      r.recipe.dispatcher = keep.dispatcher;
+      r.recipe.a2a_overlap = keep.a2a_overlap;
     }
     return it->second;
   }
@@ -436,40 +481,53 @@ class SpaceSearch {
   // ModelWork's floor on a micro-batch size's step less its sync terms:
   // the work of the step's sequences over the pipeline's ranks, shaved as
   // ModelWork asks.
-  Seconds WorkFloor(const ParallelPlan& p, int mb) {
-    return WorkPerSequence(p, mb) * (double(req_.sequences()) / p.dp / p.pp) * (1 - 1e-9);
+  Seconds WorkFloor(const ParallelPlan& p, int mb, int exchange) {
+    return WorkPerSequence(p, mb, exchange) * (double(req_.sequences()) / p.dp / p.pp) * (1 - 1e-9);
   }
 
-  // A layout whose sizes, split, batch and MoE folding pass their rules:
-  // the memory ceiling, then the step-time floors: the work floor alone,
-  // then with the sync and optimizer terms, which cost a few collectives'
-  // prices.
+  // A layout whose sizes, split, batch and MoE folding pass their rules,
+  // under every exchange: the memory ceiling (no exchange changes it), then
+  // each exchange's step-time floors: the work floor alone, then with the
+  // sync and optimizer terms, which cost a few collectives' prices.
   void VisitLayout(const ParallelPlan& p, const SchedulePick& s, int split,
                    const std::vector<RankParamSums>& sums, const std::vector<int>& mbs,
-                   std::optional<Seconds>& work, long long per_layout) {
+                   std::vector<std::optional<Seconds>>& work, long long per_layout) {
     ranks_.clear();
     for (const RankParamSums& x : sums) ranks_.push_back(ShardParams(x, p));
-    PlanRequest& r = Working(s.kind, split, 1);
+    PlanRequest& r = Working(s.kind, split, 1, 0);
     const Bytes ceiling = HeadroomCeiling(r, p, ranks_);
     if (ceiling < Bytes(0)) {
-      counts_.pruned_memory += per_layout;
+      counts_.pruned_memory += per_layout * Exchanges();
       return;
     }
-    if (!work) {
-      work = WorkFloor(p, mbs.front());
-      for (int mb : mbs) work = std::min(*work, WorkFloor(p, mb));
+    std::optional<SyncTerms> sync;
+    for (int x = 0; x < Exchanges(); ++x) {
+      if (OverlapBreaksLayout(p, s.kind, x)) {
+        counts_.pruned_constraints += per_layout;
+        continue;
+      }
+      if (!work[x]) {
+        work[x] = WorkFloor(p, mbs.front(), x);
+        for (int mb : mbs) work[x] = std::min(*work[x], WorkFloor(p, mb, x));
+      }
+      if (results_.Useless(*work[x], r.actor_gpus(), ceiling)) {
+        counts_.pruned_time += per_layout;
+        continue;
+      }
+      if (!sync) sync = SyncTermsOf(r, p, ranks_);
+      const Seconds floor = SyncFloor(*sync) + *work[x];
+      if (results_.Useless(floor, r.actor_gpus(), ceiling)) {
+        counts_.pruned_time += per_layout;
+        continue;
+      }
+      layouts_.push_back({p, s, split, x, *sync, floor, ceiling});
     }
-    if (results_.Useless(*work, r.actor_gpus(), ceiling)) {
-      counts_.pruned_time += per_layout;
-      return;
-    }
-    const SyncTerms sync = SyncTermsOf(r, p, ranks_);
-    const Seconds floor = SyncFloor(sync) + *work;
-    if (results_.Useless(floor, r.actor_gpus(), ceiling)) {
-      counts_.pruned_time += per_layout;
-      return;
-    }
-    layouts_.push_back({p, s, split, sync, floor, ceiling});
+  }
+
+  // Megatron overlaps the expert exchange only with ep > 1 and a pipeline
+  // of one rank or an interleaved one (CheckPlan's rule on the layout).
+  bool OverlapBreaksLayout(const ParallelPlan& p, ScheduleKind kind, int exchange) const {
+    return exchanges_[exchange].a2a_overlap && (p.ep < 2 || (p.pp > 1 && kind != ScheduleKind::kInterleaved1F1B));
   }
 
   bool BatchBreaksRules(const ParallelPlan& p, ScheduleKind kind, int mb) const {
@@ -482,17 +540,18 @@ class SpaceSearch {
 
   // Every micro-batch size and recompute setting of a layout checked with
   // CheckPlan and priced: the brute force.
-  void BruteForceLayout(const ParallelPlan& p, ScheduleKind kind, int split, const std::vector<int>& mbs) {
+  void BruteForceLayout(const ParallelPlan& p, ScheduleKind kind, int split, const std::vector<int>& mbs,
+                        int exchange) {
     const SplitEntry& entry = SplitOf(p.pp, StagesPerRank(kind, p.vp), split);
     for (int mb : mbs)
       for (const RecomputeSetting& rc : RecomputeSettings(entry.largest_chunk)) {
-        PlanRequest& r = Working(kind, split, mb);
+        PlanRequest& r = Working(kind, split, mb, exchange);
         rc.ApplyTo(r);
         if (!CheckPlan(r, p).empty()) {
           ++counts_.pruned_constraints;
           continue;
         }
-        Offer(r, p, split, EstimateStepTime(r, p, *entry.stages, pc_, &stage_costs_));
+        Offer(r, p, split, EstimateStepTime(r, p, *entry.stages, pc_, stage_costs_[exchange].get()));
       }
   }
 
@@ -506,6 +565,7 @@ class SpaceSearch {
     const StageSplit& stages = *entry.stages;
     const int chunk = entry.largest_chunk;
     const long long settings = RecomputeCount(chunk);
+    const int x = l.exchange;
     const std::int64_t gpus = work_.actor_gpus();
     if (results_.Useless(l.floor, gpus, l.headroom_ceiling)) {
       counts_.pruned_time += static_cast<long long>(mbs.size()) * settings;
@@ -514,16 +574,17 @@ class SpaceSearch {
     ranks_.clear();
     for (const RankParamSums& x : SumsOf(l.plan.pp, l.schedule, l.split, stages)) ranks_.push_back(ShardParams(x, l.plan));
     const Seconds sync_floor = SyncFloor(l.sync);
+    const std::vector<int>& priced_ranks = DistinctOf(l.plan, l.schedule, l.split, stages);  // before Working below
     for (int mb : mbs) {
       if (BatchBreaksRules(l.plan, l.schedule.kind, mb)) {
         counts_.pruned_constraints += settings;
         continue;
       }
-      if (results_.Useless(sync_floor + WorkFloor(l.plan, mb), gpus, l.headroom_ceiling)) {
+      if (results_.Useless(sync_floor + WorkFloor(l.plan, mb, x), gpus, l.headroom_ceiling)) {
         counts_.pruned_time += settings;
         continue;
       }
-      PriceRecomputes(l, Working(l.schedule.kind, l.split, mb), stages, chunk);
+      PriceRecomputes(l, Working(l.schedule.kind, l.split, mb, x), stages, chunk, priced_ranks);
     }
   }
 
@@ -532,12 +593,13 @@ class SpaceSearch {
   // setting; then block 1, 2, ..., full and uniform N, each recomputing
   // every layer at least as much as the one before, so that each one's
   // floor bounds the rest of the chain (uniform N's step is full's).
-  void PriceRecomputes(const Layout& l, PlanRequest& r, const StageSplit& stages, int largest_chunk) {
+  void PriceRecomputes(const Layout& l, PlanRequest& r, const StageSplit& stages, int largest_chunk,
+                       const std::vector<int>& priced_ranks) {
     const int chunk = std::max(largest_chunk, 1);
     const std::int64_t gpus = r.actor_gpus();
     auto step = [&](const RecomputeSetting& s) {
       s.ApplyTo(r);
-      return EstimateStepTime(r, l.plan, stages, pc_, &stage_costs_, &l.sync);
+      return EstimateStepTime(r, l.plan, stages, pc_, stage_costs_[l.exchange].get(), &l.sync, &priced_ranks);
     };
     auto consider = [&](const StepTime& t) {
       if (results_.Useless(t.total, gpus, l.headroom_ceiling)) ++counts_.pruned_time;
@@ -546,7 +608,12 @@ class SpaceSearch {
     const StepTime none = step({Recompute::kNone});
     Seconds floor = none.total_floor;
     consider(none);
-    if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
+    // With the exchange overlapped Megatron refuses a recomputed moe module
+    // and full recomputation (CheckPlan): selective at most.
+    const bool overlap = r.recipe.a2a_overlap;
+    if (overlap && r.recipe.recomputes(RecomputeModule::kMoe)) {
+      ++counts_.pruned_constraints;
+    } else if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
       ++counts_.pruned_time;
     } else if (r.flash_attention) {
       // Selective recomputation redoes only the eager softmax and dropout:
@@ -558,6 +625,10 @@ class SpaceSearch {
       consider(step({Recompute::kSelective}));
     }
     long long left = 2LL * (chunk - 1) + 1;  // block 1 .. chunk-1, full, uniform 2 .. chunk
+    if (overlap) {
+      counts_.pruned_constraints += left;
+      return;
+    }
     for (int n = 1; n < chunk; ++n, --left) {
       if (results_.Useless(floor, gpus, l.headroom_ceiling)) {
         counts_.pruned_time += left;
@@ -620,15 +691,17 @@ class SpaceSearch {
   Results results_;
   SpaceCounts counts_;
   std::vector<PlacementCase> placements_;
+  std::vector<ExchangeChoice> exchanges_;
   PlanRequest work_;  ///< the request of the placement being searched (Working)
   std::map<std::tuple<int, int, int>, SplitEntry> splits_;
   std::vector<std::optional<PipelineChoices>> pipelines_;
   std::map<std::tuple<int, int, bool, int>, std::vector<RankParamSums>> sums_;
+  std::map<std::tuple<int, int, bool, int>, std::vector<int>> distinct_;
   std::vector<RankParams> ranks_;
-  std::map<std::tuple<int, int, int, int, int>, Seconds> sequence_work_;
+  std::unordered_map<WorkKey, Seconds, WorkKeyHash> sequence_work_;
   std::vector<Layout> layouts_;
   bool has_mha_ = req_.model.count(AttentionKind::kMha) > 0;
-  StageCostCache stage_costs_;
+  std::vector<std::unique_ptr<StageCostCache>> stage_costs_;  ///< per exchange: prices depend on it
 };
 
 }  // namespace
@@ -648,6 +721,8 @@ PlanKnobs KnobsOf(const PlanRequest& r) {
   k.recompute_layers = r.recompute_layers;
   k.placement = r.placement;
   k.rollout_gpus = r.placement == Placement::kSplit ? r.rollout_gpus : 0;
+  k.dispatcher = r.recipe.dispatcher;
+  k.a2a_overlap = r.recipe.a2a_overlap;
   return k;
 }
 
@@ -660,6 +735,8 @@ PlanRequest ApplyKnobs(const PlanRequest& base, const PlanKnobs& k, const Parall
   r.recompute_layers = k.recompute_layers;
   r.placement = k.placement;
   r.rollout_gpus = k.rollout_gpus;
+  r.recipe.dispatcher = k.dispatcher;
+  r.recipe.a2a_overlap = k.a2a_overlap;
   r.plan = plan;
   r.layer_split = split;
   r.search = false;
@@ -669,6 +746,23 @@ PlanRequest ApplyKnobs(const PlanRequest& base, const PlanKnobs& k, const Parall
 std::vector<int> RolloutPoolSizes(const PlanRequest& req, const ParamCount& pc) {
   std::vector<int> out;
   for (const auto& [pool, engine] : RolloutPools(req, pc)) out.push_back(pool);
+  return out;
+}
+
+std::vector<ExchangeChoice> ExchangeChoices(const PlanRequest& req, const std::vector<Dispatcher>& dispatchers,
+                                            const std::vector<bool>& overlaps) {
+  if (!req.model.is_moe()) return {{req.recipe.dispatcher, req.recipe.a2a_overlap}};
+  // DeepEP and HybridEP are priced alike (the same fabric and NVLink
+  // shares), so only the one made for the system is tried: HybridEP in an
+  // NVLink domain wider than a node (NVL72), DeepEP elsewhere.
+  const Dispatcher flex = req.gpu.nvlink_gpus() > req.gpus_per_node ? Dispatcher::kHybridEp : Dispatcher::kDeepEp;
+  const std::vector<Dispatcher> d = dispatchers.empty() ? std::vector<Dispatcher>{Dispatcher::kAllToAll, flex}
+                                                        : dispatchers;
+  const std::vector<bool> o = overlaps.empty() ? std::vector<bool>{false, true} : overlaps;
+  std::vector<ExchangeChoice> out;
+  for (Dispatcher x : d)
+    for (bool overlap : o)
+      if (!overlap || req.model.mtp_layers <= 1) out.push_back({x, overlap});
   return out;
 }
 

@@ -28,8 +28,28 @@ struct PlanKnobs {
   int recompute_layers = 1;                                      ///< full only
   Placement placement = Placement::kColocated;
   int rollout_gpus = 0;  ///< split placement: the rollout pool
+  Dispatcher dispatcher = Dispatcher::kAllToAll;  ///< MoE: the token dispatcher
+  bool a2a_overlap = false;                       ///< MoE: the expert exchange overlapped
   bool operator==(const PlanKnobs&) const = default;
 };
+
+/// One way the MoE layers exchange tokens: a dispatcher, with the exchange
+/// overlapped with the other micro-batch or not.
+struct ExchangeChoice {
+  Dispatcher dispatcher = Dispatcher::kAllToAll;
+  bool a2a_overlap = false;
+  bool operator==(const ExchangeChoice&) const = default;
+};
+
+/// The exchanges a search tries on req's model: for an MoE model each of
+/// `dispatchers` (empty: alltoall and the flex dispatcher made for the
+/// system, hybridep in an NVLink domain wider than a node, deepep
+/// elsewhere; the two are priced alike) with each of
+/// `overlaps` (empty: off and on), overlap on only where Megatron allows it
+/// for the model (at most one MTP layer; CheckPlan rules on the layout);
+/// for a dense model only req's own.
+std::vector<ExchangeChoice> ExchangeChoices(const PlanRequest& req, const std::vector<Dispatcher>& dispatchers = {},
+                                            const std::vector<bool>& overlaps = {});
 
 /// The knobs `req` sets.
 PlanKnobs KnobsOf(const PlanRequest& req);
@@ -57,9 +77,13 @@ struct SpaceOptions {
   std::vector<ScheduleKind> schedules;
   /// The layer-split rules tried; empty: even and megatron.
   std::vector<LayerSplit> splits;
+  /// MoE models: the dispatchers and overlaps tried (ExchangeChoices);
+  /// empty: all of them.
+  std::vector<Dispatcher> dispatchers;
+  std::vector<bool> a2a_overlaps;
   /// false: every point is checked with CheckPlan and priced (brute force).
   bool prune = true;
-  /// Called after each placement with the share of the placements searched (0..1).
+  /// Called after each placement with the share of the space searched (0..1).
   std::function<void(double share)> progress;
   /// Called with every feasible plan priced (with `prune` off: every
   /// feasible plan of the space); may be null.
@@ -91,12 +115,15 @@ struct SpaceSearchResult {
 };
 
 /// Searches req's whole space (req.plan, schedule, micro_batch, recompute
-/// and its method and layers, placement, rollout_gpus and layer_split are
-/// ignored; the rollout engine of each placement is ChooseRollout's). Per
+/// and its method and layers, placement, rollout_gpus, layer_split and, for
+/// an MoE model, the dispatcher and overlap are ignored; the rollout engine
+/// of each placement is ChooseRollout's). Per
 /// layout the recompute settings are none, selective, full, block N for N
 /// from 1 to its largest chunk's layers - 1 and uniform N for N from 2 to
 /// them (block N beyond recomputes what full does; uniform N beyond keeps
-/// what uniform at the chunk's size keeps). Results depend only on the
+/// what uniform at the chunk's size keeps). Each exchange of
+/// ExchangeChoices is a space of its own, searched into one set of results
+/// (the floors of each priced under its exchange). Results depend only on the
 /// space, never on `prune`; only the counts do.
 SpaceSearchResult SearchSpace(const PlanRequest& req, const ParamCount& pc, const SpaceOptions& options = {});
 

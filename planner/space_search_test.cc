@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <limits>
 #include <tuple>
 
@@ -139,11 +140,15 @@ void ExpectPrunedEqualsBruteForce(const PlanRequest& r, const SpaceOptions& opti
 // unsharded states and for a colocated rollout engine (so that the memory
 // ceiling and the placement check prune); every rollout pool of the split
 // placement. The schedules are one of each family (1f1b, interleaved with
-// its vp, zb-h2, zbv), where the rules and floors differ, to keep the
-// brute force of 256 clusters within seconds.
+// its vp, zb-h2, zbv), where the rules and floors differ, and the MoE
+// model's exchange is one, DeepEP overlapped (the one with the most rules:
+// ep > 1, interleaving, no full recomputation), to keep the brute force of
+// 256 clusters within seconds; the next test takes every exchange.
 TEST(SpaceSearchTest, PrunedEqualsBruteForceUpTo64Gpus) {
   SpaceOptions options;
   options.schedules = {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH2, ScheduleKind::kZbv};
+  options.dispatchers = {Dispatcher::kDeepEp};
+  options.a2a_overlaps = {true};
   struct Variant {
     std::string model;
     double memory_gb;  ///< 0: the H100's 80 GB
@@ -164,6 +169,55 @@ TEST(SpaceSearchTest, PrunedEqualsBruteForceUpTo64Gpus) {
   EXPECT_GT(pruning.pruned_time, 0);
   // And recompute counts reach the fronts, so it covers them too.
   EXPECT_GT(counted, 0);
+}
+
+// Every exchange (alltoall and DeepEP, overlapped or not) searched into one
+// set of results, on every cluster of 1 to 16 GPUs: the same results as
+// the brute force, and plans of more than one exchange among them.
+TEST(SpaceSearchTest, PrunedEqualsBruteForceOverEveryExchange) {
+  SpaceOptions options;
+  options.schedules = {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B};
+  SpaceCounts pruning;
+  int counted = 0;
+  std::set<std::pair<int, bool>> exchanges_on_top;
+  for (int gpus = 1; gpus <= 16; ++gpus) {
+    const int per_node = std::gcd(gpus, 8);
+    for (double memory_gb : {0.0, 2.4}) {
+      SCOPED_TRACE(std::to_string(gpus) + " GPUs of " + std::to_string(memory_gb) + " GB");
+      const PlanRequest r = Small("kimi-k3-debug", per_node, gpus / per_node, memory_gb);
+      ExpectPrunedEqualsBruteForce(r, options, pruning, counted);
+      for (const SpaceCandidate& c : SearchSpace(r, CountParams(r.model), options).top)
+        exchanges_on_top.insert({int(c.knobs.dispatcher), c.knobs.a2a_overlap});
+    }
+  }
+  EXPECT_GT(pruning.pruned_time, 0);
+  EXPECT_GE(exchanges_on_top.size(), 2u);
+}
+
+// The exchanges of the space: alltoall and the system's flex dispatcher,
+// with and without overlap, for an MoE model; without overlap where it has
+// more than one MTP layer (Megatron's rule); the filters applied; a dense
+// model keeps its own.
+TEST(SpaceSearchTest, ExchangeChoicesFollowMegatronsRules) {
+  PlanRequest r = Small("kimi-k3-debug", 8, 1);
+  r.model.mtp_layers = 1;
+  EXPECT_EQ(ExchangeChoices(r),
+            (std::vector<ExchangeChoice>{{Dispatcher::kAllToAll, false}, {Dispatcher::kAllToAll, true},
+                                         {Dispatcher::kDeepEp, false}, {Dispatcher::kDeepEp, true}}));
+  EXPECT_EQ(ExchangeChoices(r, {Dispatcher::kHybridEp}),
+            (std::vector<ExchangeChoice>{{Dispatcher::kHybridEp, false}, {Dispatcher::kHybridEp, true}}));
+  EXPECT_EQ(ExchangeChoices(r, {}, {true}).size(), 2u);
+  r.model.mtp_layers = 2;
+  EXPECT_EQ(ExchangeChoices(r),
+            (std::vector<ExchangeChoice>{{Dispatcher::kAllToAll, false}, {Dispatcher::kDeepEp, false}}));
+  EXPECT_TRUE(ExchangeChoices(r, {}, {true}).empty());
+  // In a 72-GPU NVLink domain the flex dispatcher is HybridEP.
+  PlanRequest nvl72 = testing::SeedRequest("kimi-k3-debug", "gb200", 1);
+  ASSERT_GT(nvl72.gpu.nvlink_gpus(), nvl72.gpus_per_node);
+  EXPECT_EQ(ExchangeChoices(nvl72, {}, {false}),
+            (std::vector<ExchangeChoice>{{Dispatcher::kAllToAll, false}, {Dispatcher::kHybridEp, false}}));
+  PlanRequest dense = Small("gpt", 8, 1);
+  EXPECT_EQ(ExchangeChoices(dense), (std::vector<ExchangeChoice>{{Dispatcher::kAllToAll, false}}));
 }
 
 // Every candidate is what EvaluatePlan says of its request, and passes CheckPlan.

@@ -5,8 +5,9 @@
 #include <cstdio>
 #include <map>
 #include <optional>
-#include <vector>
+#include <set>
 #include <tuple>
+#include <vector>
 
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
@@ -59,6 +60,18 @@ Seconds MoeLayerHostTime(CudaGraphs graphs) {
 // runs on 24 of an H800's 132, so the compute it hides under runs
 // 132 / 108 = 1.22 times as long.
 constexpr double kOverlapComputeStretch = 132.0 / 108.0 - 1.0;
+
+// A micro-batch's expert exchange as the step sees it: all of it, or with
+// --a2a-overlap (Megatron's merged forward and backward) only what the
+// other micro-batch's `compute` cannot cover, plus the stretch it puts on
+// that compute. compute + the result grows with both arguments, is convex
+// and scales with them, so the model's whole work spread over pp ranks
+// never exceeds the busiest rank's (ModelWork's floor holds).
+Seconds ExposedExchange(const PlanRequest& req, Seconds exchange, Seconds compute) {
+  if (!req.recipe.a2a_overlap) return exchange;
+  const Seconds hidden = std::min(exchange, compute);
+  return exchange - hidden + hidden * kOverlapComputeStretch;
+}
 }  // namespace
 
 double AttentionCoreFlopsPerToken(const ModelSpec& m, int layer, int seq) {
@@ -567,11 +580,36 @@ Seconds ModelWork(const PlanRequest& req, const ParallelPlan& p, const ParamCoun
   for (int l = 0; l < req.model.layers; ++l) Accumulate(sum, price(l, Recompute::kNone));
   Accumulate(sum, price(kHeadPiece, Recompute::kNone));
   for (int k = 0; k < req.model.mtp_layers; ++k) AccumulateMtpLayer(req.model, price, Recompute::kNone, Recompute::kNone, sum);
-  return sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
+  const Seconds compute = sum.f + sum.b_input + sum.w;
+  return compute + sum.tp + ExposedExchange(req, sum.ep, compute) + sum.cp;
+}
+
+std::vector<int> DistinctRanks(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                               const ParamCount& pc, StageCostCache& cache) {
+  std::vector<int> out;
+  const bool per_layer = req.activation_profile && req.activation_profile->time;
+  cache.impl().Prepare(req.model, pc);
+  const std::vector<int>& kind = cache.impl().kind_of_layer;
+  const int spr = StagesPerRank(req.schedule, p.vp);
+  std::set<std::vector<int>> seen;
+  for (int rank = 0; rank < p.pp; ++rank) {
+    // What EstimateStepTime reads of a rank: its stages' layer kinds in
+    // order, each stage closed by its MTP layers and head.
+    std::vector<int> signature;
+    for (int k = 0; k < spr; ++k) {
+      const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
+      for (int l = st.first_layer; l < st.end_layer; ++l) signature.push_back(kind[l]);
+      signature.push_back(-1 - st.mtp);
+      signature.push_back(st.head ? -1 : -2);
+    }
+    if (per_layer || seen.insert(std::move(signature)).second) out.push_back(rank);
+  }
+  return out;
 }
 
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc, StageCostCache* cache, const SyncTerms* given_sync) {
+                          const ParamCount& pc, StageCostCache* cache, const SyncTerms* given_sync,
+                          const std::vector<int>* ranks) {
   const ModelSpec& m = req.model;
   StepTime t;
   t.microbatches = static_cast<int>(req.sequences() / (static_cast<long long>(p.dp) * req.micro_batch));
@@ -580,11 +618,19 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
   const OptimizerSync step_sync = req.step_sync();
 
   LayerPricer price(req, p, pc, cache);
-  // The critical rank: the one with the most work per micro-batch. Each
-  // rank's own bubble is kept for the floor (StepTime::total_floor).
+  // The critical rank: the one with the most work per micro-batch, its
+  // expert exchange as exposed under --a2a-overlap. Each rank's own bubble
+  // is kept for the floor (StepTime::total_floor).
   Seconds f, b, w, tp, ep, cp;
   Seconds least_bubble;
-  for (int rank = 0; rank < p.pp; ++rank) {
+  // Most ranks of a pipeline hold the same layers: the last rank's terms
+  // and bubble, so that a rank like it costs no second BubbleTime.
+  std::tuple<Seconds, Seconds, Seconds, Seconds> last_terms;
+  Seconds last_bubble;
+  const int priced = ranks ? static_cast<int>(ranks->size()) : p.pp;
+  for (int i = 0; i < priced; ++i) {
+    const int rank = ranks ? (*ranks)[i] : i;
+    const bool first = i == 0;
     ChunkCost sum;
     for (int k = 0; k < spr; ++k) {
       const StageLayers& st = split.stages[StageOfRank(req.schedule, p.pp, rank, k)];
@@ -594,23 +640,20 @@ StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const S
       // The head's forward is counted again under full recomputation, by either method.
       if (st.head) Accumulate(sum, price(kHeadPiece, req.recompute));
     }
+    sum.ep = ExposedExchange(req, sum.ep, sum.f + sum.b_input + sum.w);
     const Seconds comm = (sum.tp + sum.ep + sum.cp) / 3.0;
-    const Seconds bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm,
-                                      step_sync);
-    if (rank == 0 || bubble < least_bubble) least_bubble = bubble;
+    const auto terms = std::make_tuple(sum.f, sum.b_input, sum.w, comm);
+    if (first || terms != last_terms) {
+      last_terms = terms;
+      last_bubble = BubbleTime(req.schedule, p.pp, spr, sum.f + comm, sum.b_input + comm, sum.w + comm, step_sync);
+    }
+    if (first || last_bubble < least_bubble) least_bubble = last_bubble;
     const Seconds work = sum.f + sum.b_input + sum.w + sum.tp + sum.ep + sum.cp;
-    if (rank == 0 || work > f + b + w + tp + ep + cp) {
+    if (first || work > f + b + w + tp + ep + cp) {
       f = sum.f; b = sum.b_input; w = sum.w; tp = sum.tp; ep = sum.ep; cp = sum.cp;
     }
   }
   const double M = t.microbatches;
-  // --a2a-overlap: each micro-batch's dispatch and combine run under the
-  // other micro-batch's compute (Megatron's merged forward and backward):
-  // only what the compute cannot cover stays exposed.
-  if (req.recipe.a2a_overlap) {
-    const Seconds hidden = std::min(ep, f + b + w);
-    ep = ep - hidden + hidden * kOverlapComputeStretch;
-  }
   // Communication inside a micro-batch is on the critical path: fold it into
   // F and B in proportion for the bubble.
   const Seconds comm = tp + ep + cp;

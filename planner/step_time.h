@@ -97,14 +97,26 @@ SyncTerms SyncTermsOf(const PlanRequest& req, const ParallelPlan& p, const std::
 Seconds SyncFloor(const SyncTerms& sync);
 
 /// The step's time; `cache` (optional) remembers stage costs between calls;
-/// `sync` (optional) is the plan's SyncTermsOf when the caller has it.
+/// `sync` (optional) is the plan's SyncTermsOf when the caller has it;
+/// `ranks` (optional) the pipeline ranks to price, DistinctRanks of the
+/// plan (the same result as all of them, to the bit, in less time).
 StepTime EstimateStepTime(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
-                          const ParamCount& pc, StageCostCache* cache = nullptr, const SyncTerms* sync = nullptr);
+                          const ParamCount& pc, StageCostCache* cache = nullptr, const SyncTerms* sync = nullptr,
+                          const std::vector<int>* ranks = nullptr);
+
+/// The pipeline ranks of `p` under req's schedule with `split`, ascending,
+/// less every rank whose stages hold the same kinds of layers in the same
+/// order (and the same MTP layers and head) as a lower one: ranks alike
+/// cost alike, to the bit. All of them when req prices from measured
+/// per-layer times. `cache` supplies the kinds of layers.
+std::vector<int> DistinctRanks(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
+                               const ParamCount& pc, StageCostCache& cache);
 
 /// The work of one micro-batch of req.micro_batch sequences through every
 /// decoder layer and the head without recomputation: F + B + W and the TP,
 /// EP and CP collectives inside them (the per-layer prices EstimateStepTime
-/// sums, from `cache` when given), over the whole model. The critical
+/// sums, from `cache` when given; the EP exchange as exposed under
+/// --a2a-overlap), over the whole model. The critical
 /// pipeline rank does at least a pp-th of it per micro-batch and every
 /// recompute setting adds to it, so whatever the schedule, split and
 /// recompute setting, EstimateStepTime's total at this micro-batch size is

@@ -4,6 +4,7 @@
 
 #include "common/file_system.h"
 #include "planner/layer_ops.h"
+#include "planner/schedule_model.h"
 #include "planner/test_util.h"
 #include "specs/presets.h"
 
@@ -183,6 +184,37 @@ TEST(StepTimeTest, MoreMicroBatchesShrinkTheBubbleShare) {
   EXPECT_DOUBLE_EQ(few.bubble.value(), many.bubble.value());
   EXPECT_GT(few.bubble / few.total, many.bubble / many.total);
   EXPECT_GT(many.tokens_per_s_per_gpu, few.tokens_per_s_per_gpu);
+}
+
+// K2.6 (one dense layer, then MoE) on pp 16: the even split's ranks come in
+// few kinds, DistinctRanks keeps one of each, and pricing those alone gives
+// the step of pricing every rank, to the bit, under every schedule family,
+// recomputation and the overlapped exchange.
+TEST(StepTimeTest, DistinctRanksPriceLikeEveryRank) {
+  PlanRequest r = testing::SeedRequest("kimi-k2.6", "h200", 32);
+  r.plan.tp = 1; r.plan.pp = 16; r.plan.ep = 16; r.plan.dp = 16;
+  r.global_batch = 256;
+  r.recipe.a2a_overlap = true;
+  const ParamCount pc = CountParams(r.model);
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbv}) {
+    for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
+      SCOPED_TRACE(std::string(ScheduleName(kind)) + " " + RecomputeName(rc));
+      r.schedule = kind;
+      r.recompute = rc;
+      r.plan.vp = kind == ScheduleKind::k1F1B ? 1 : 2;
+      auto split = EvenSplit(61, 16 * StagesPerRank(kind, r.plan.vp));
+      ASSERT_TRUE(split.ok());
+      StageCostCache cache;
+      const std::vector<int> ranks = DistinctRanks(r, r.plan, *split, pc, cache);
+      EXPECT_EQ(ranks.front(), 0);
+      EXPECT_LT(ranks.size(), 8u);  // 61 = 16 x 4 - 3: ranks of 4 MoE layers, of 3, the first with the dense one
+      const StepTime all = EstimateStepTime(r, r.plan, *split, pc);
+      const StepTime some = EstimateStepTime(r, r.plan, *split, pc, &cache, nullptr, &ranks);
+      EXPECT_EQ(some.total, all.total);
+      EXPECT_EQ(some.total_floor, all.total_floor);
+      EXPECT_EQ(some.bubble, all.bubble);
+    }
+  }
 }
 
 // Splitting an expert over ETP ranks narrows its GEMMs: the routed part of

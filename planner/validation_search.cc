@@ -6,6 +6,7 @@
 
 #include "planner/planner.h"
 #include "planner/search.h"
+#include "planner/space_search.h"
 
 namespace kp {
 
@@ -36,27 +37,23 @@ Result<SearchCheck> CheckSearch(const ValidationCase& c) {
                        recipe.a2a_overlap, true});
   // Other layouts take the split that suits them best: the published
   // layout string names its own stage count.
-  const bool moe = c.request.model.is_moe();
   for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
     PlanRequest r = c.request;
     r.schedule = schedule;
     r.layer_split = LayerSplit{LayerSplitKind::kAuto, {}};
-    for (Dispatcher dispatcher : moe ? std::vector<Dispatcher>{Dispatcher::kAllToAll, Dispatcher::kDeepEp,
-                                                               Dispatcher::kHybridEp}
-                                     : std::vector<Dispatcher>{recipe.dispatcher})
-      for (bool overlap : moe ? std::vector<bool>{false, true} : std::vector<bool>{recipe.a2a_overlap}) {
-        r.recipe.dispatcher = dispatcher;
-        r.recipe.a2a_overlap = overlap;
-        const bool published_recipe = dispatcher == recipe.dispatcher && overlap == recipe.a2a_overlap;
-        // The layouts Megatron runs with this overlap (CheckPlan).
-        for (const ParallelPlan& p : EnumeratePlans(r)) {
-          if (published_recipe && SameLayout(p, c.request.plan) && schedule == c.request.schedule) continue;
-          r.plan = p;
-          Result<PlanEvaluation> e = PlanFixed(r, pc);
-          if (e.ok() && e->memory.actor.fits())
-            fitting.push_back({e->step.total.value(), p, schedule, dispatcher, overlap, false});
-        }
+    for (const ExchangeChoice& x : ExchangeChoices(c.request)) {
+      r.recipe.dispatcher = x.dispatcher;
+      r.recipe.a2a_overlap = x.a2a_overlap;
+      const bool published_recipe = x.dispatcher == recipe.dispatcher && x.a2a_overlap == recipe.a2a_overlap;
+      // The layouts Megatron runs with this overlap (CheckPlan).
+      for (const ParallelPlan& p : EnumeratePlans(r)) {
+        if (published_recipe && SameLayout(p, c.request.plan) && schedule == c.request.schedule) continue;
+        r.plan = p;
+        Result<PlanEvaluation> e = PlanFixed(r, pc);
+        if (e.ok() && e->memory.actor.fits())
+          fitting.push_back({e->step.total.value(), p, schedule, x.dispatcher, x.a2a_overlap, false});
       }
+    }
   }
   // Fastest first; ties keep the published layout ahead (it is no worse).
   std::stable_sort(fitting.begin(), fitting.end(), [](const Priced& a, const Priced& b) {

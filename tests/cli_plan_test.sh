@@ -75,6 +75,19 @@ json_check "search: the GPU front, fewest GPUs first and faster each time" searc
   "len(d['search']['front_gpus']) > 0 and all(a['actor_gpus'] < b['actor_gpus'] and a['step_time_s'] > b['step_time_s'] for a, b in zip(d['search']['front_gpus'], d['search']['front_gpus'][1:]))"
 json_check "search: the headroom front, fastest first and roomier each time" search.json \
   "len(d['search']['front_headroom']) > 0 and all(a['step_time_s'] < b['step_time_s'] and a['headroom_bytes'] < b['headroom_bytes'] for a, b in zip(d['search']['front_headroom'], d['search']['front_headroom'][1:]))"
+# MoE: the exchange is searched (alltoall and DeepEP, overlapped or not),
+# an overlapped plan only where Megatron allows it; a flag holds it.
+json_check "search: every plan names its exchange, overlap only where Megatron runs it" search.json \
+  "all(t['settings']['dispatcher'] in ('alltoall', 'deepep') for t in d['search']['top'] + d['search']['front_gpus']) and all(t['plan']['ep'] > 1 and (t['plan']['pp'] == 1 or t['settings']['schedule'] == 'interleaved-1f1b') and t['settings']['recompute'] != 'full' for t in d['search']['top'] + d['search']['front_gpus'] + d['search']['front_headroom'] if t['settings']['a2a_overlap'])"
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --search --top 20 --json > search_all.json
+check "search: more than one exchange among the 20 fastest" python3 -c "
+import json; d = json.load(open('search_all.json'))
+assert len({(t['settings']['dispatcher'], t['settings']['a2a_overlap']) for t in d['search']['top']}) > 1"
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --search --top 20 --dispatcher alltoall --a2a-overlap off --json > search_held.json
+json_check "search: --dispatcher and --a2a-overlap hold the exchange" search_held.json \
+  "all(t['settings']['dispatcher'] == 'alltoall' and not t['settings']['a2a_overlap'] for t in d['search']['top'] + d['search']['front_gpus'] + d['search']['front_headroom']) and d['search']['considered'] * 4 == json.load(open('search_all.json'))['search']['considered']"
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --search --top 3 > search.txt
+check "search table: the exchange column" grep -q "recompute  exchange" search.txt
 # A seed topology that fits nothing on its cluster: the whole space on the
 # fewest more nodes, and the preset's plan beside that best, term by term.
 # Megatron's recompute counts: block 2 keeps more than full and recomputes
