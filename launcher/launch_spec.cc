@@ -1,9 +1,12 @@
 #include "launcher/launch_spec.h"
 
+#include "launcher/native_run.h"
+
 #include <cstdio>
 #include <sstream>
 
 #include "common/text.h"
+#include "launcher/native_run.h"
 #include "launcher/quoting.h"
 #include "planner/schedule_model.h"
 
@@ -81,11 +84,16 @@ Status CheckSplit(const Launch& l) {
                                    m.status().message().substr(std::string("--layer-split: ").size()) +
                                    "; plan it with --layer-split megatron or counts Megatron builds");
   }
-  Result<StageSplit> even = EvenSplit(l.request.model.layers, e.split.num_stages());
-  if (even.ok() && LayerCounts(*even) == LayerCounts(e.split)) return Status::Ok();
-  return Status::InvalidArgument("--layer-split: the native runtime (kimi-plan run) builds the even split only and "
-                                 "takes no split, so it cannot run " + plans +
-                                 "; plan it with --layer-split even or launch with --engine verl");
+  // The native runtime builds any split as given (--layer-split).
+  return Status::Ok();
+}
+
+// The native runtime runs the plan as planned or is not launched.
+Status CheckNativeRun(const Launch& l) {
+  if (l.options.engine != LaunchEngine::kNative) return Status::Ok();
+  PlanRequest r = l.request;
+  r.plan = l.plan();
+  return CheckNativeExecutes(r);
 }
 
 Status CheckSize(const Launch& l) {
@@ -234,6 +242,7 @@ Status CheckLaunch(const Launch& l) {
   KP_RETURN_IF_ERROR(CheckPlanFits(l));
   KP_RETURN_IF_ERROR(CheckEngine(l));
   KP_RETURN_IF_ERROR(CheckSplit(l));
+  KP_RETURN_IF_ERROR(CheckNativeRun(l));
   KP_RETURN_IF_ERROR(CheckTarget(l));
   return CheckSize(l);
 }
@@ -259,9 +268,6 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
   std::vector<std::string> a = {"run"};
   if (nproc > 0) Flag(a, "--nproc", nproc);
   Flag(a, "--model", r.model.name);
-  Flag(a, "--gpu", r.gpu.name);
-  Flag(a, "--nodes", r.nodes);
-  Flag(a, "--gpus-per-node", r.gpus_per_node);
   Flag(a, "--mode", r.mode == TrainMode::kLora ? "lora" : "full");
   if (r.mode == TrainMode::kLora) {
     Flag(a, "--lora-rank", r.lora.rank);
@@ -273,21 +279,21 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
   Flag(a, "--micro-batch", r.micro_batch);
   Flag(a, "--rollout-n", r.rollout_n);
   Flag(a, "--schedule", ScheduleName(r.schedule));
-  Flag(a, "--recompute", RecomputeName(r.recompute));
-  // Plain full recomputation is uniform 1, the flags' defaults.
-  if (r.recompute == Recompute::kFull && (r.recompute_method != RecomputeMethod::kUniform || r.recompute_layers != 1)) {
-    Flag(a, "--recompute-method", RecomputeMethodName(r.recompute_method));
-    Flag(a, "--recompute-num-layers", r.recompute_layers);
+  // What the recomputation executes as (CheckLaunch refused the rest).
+  const Result<LayerCheckpointing> checkpointing = CheckpointingOf(r);
+  if (checkpointing.ok() && checkpointing->enabled) {
+    Flag(a, "--recompute", "full");
+    if (checkpointing->first_layers > 0) {
+      Flag(a, "--recompute-method", "block");
+      Flag(a, "--recompute-num-layers", checkpointing->first_layers);
+    }
   }
-  if (r.placement == Placement::kSplit) {
-    Flag(a, "--placement", "split");
-    Flag(a, "--rollout-gpus", r.rollout_gpus);
-  }
+  Flag(a, "--dtype", "bf16");
   for (const auto& [flag, v] : {std::pair{"--tp", p.tp}, {"--pp", p.pp}, {"--vp", p.vp}, {"--ep", p.ep},
-                                {"--etp", p.etp}, {"--cp", p.cp}, {"--dp", p.dp}, {"--rollout-tp", p.rollout_tp},
-                                {"--rollout-ep", p.rollout_ep}, {"--rollout-dp", p.rollout_dp}})
+                                {"--etp", p.etp}, {"--cp", p.cp}, {"--dp", p.dp}})
     Flag(a, flag, v);
   if (p.tp > 1) Flag(a, "--sequence-parallel", r.sequence_parallel ? "on" : "off");
+  Flag(a, "--layer-split", l.evaluation.layer_split.ToString());
   return a;
 }
 

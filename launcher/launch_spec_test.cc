@@ -10,6 +10,7 @@
 namespace kp {
 namespace {
 
+using testing::NativeStates;
 using testing::MakeLaunch;
 using testing::SeedLaunch;
 using testing::SeedTopology;
@@ -62,7 +63,7 @@ TEST(LaunchSpec, RefusesAJobLargerThanTheTargetAllows) {
   Launch local = SeedLaunch("h200-lora", LaunchTarget::kLocal, LaunchEngine::kNative);
   EXPECT_EQ(CheckLaunch(local).message(),
             "--max-nodes: the job needs 2 nodes (16 GPUs) but the local target allows 1 (this machine)");
-  Launch big = MakeLaunch(SeedTopology("h200-full"), "big", LaunchTarget::kSlurm, LaunchEngine::kNative);
+  Launch big = MakeLaunch(NativeStates(SeedTopology("h200-full")), "big", LaunchTarget::kSlurm, LaunchEngine::kNative);
   big.request.nodes = 65;
   big.options.force = true;
   EXPECT_EQ(CheckLaunch(big).message().rfind("--max-nodes: the job needs 65 nodes (520 GPUs) but the slurm target allows 64", 0),
@@ -91,6 +92,7 @@ TEST(LaunchSpec, RefusesWhatTheEngineCannotRun) {
   EXPECT_TRUE(CheckLaunch(wide).ok());
   // The native engine has no teacher pool, so none of this applies.
   Launch native = zb;
+  native.request = NativeStates(native.request);
   native.options.engine = LaunchEngine::kNative;
   EXPECT_TRUE(CheckLaunch(native).ok());
   EXPECT_EQ(native.job_nodes(), 2);
@@ -102,29 +104,39 @@ Launch DeepGpt(LayerSplitKind split, LaunchEngine engine) {
   r.model = testing::Gpt(128, 1024, 16, 32000);
   r.plan = ParallelPlan{1, 64, 1, 1, 1, 1, 1, 1, 1, 1};
   r.layer_split.kind = split;
-  Launch l = MakeLaunch(r, "gpt", LaunchTarget::kSlurm, engine);
+  Launch l = MakeLaunch(NativeStates(r), "gpt", LaunchTarget::kSlurm, engine);
   l.options.force = true;
   l.options.teacher_nodes = 0;
   return l;
 }
 
-std::string Join(const std::vector<int>& counts) {
-  std::string out;
-  for (int c : counts) out += (out.empty() ? "" : ",") + std::to_string(c);
-  return out;
+// Each engine runs exactly the split the planner sized: Megatron builds any
+// split (the even one, rank 1 three layers and rank 2 two, through a
+// layout), and so does the native runtime, told it by --layer-split.
+TEST(LaunchSpec, EveryEngineBuildsThePlannedSplit) {
+  for (LaunchEngine engine : {LaunchEngine::kVerl, LaunchEngine::kNative})
+    for (LayerSplitKind split : {LayerSplitKind::kEven, LayerSplitKind::kMegatron}) {
+      const Launch l = DeepGpt(split, engine);
+      EXPECT_TRUE(CheckLaunch(l).ok()) << CheckLaunch(l).message();
+    }
+  const std::vector<std::string> args = NativeRunArgs(DeepGpt(LayerSplitKind::kMegatron, LaunchEngine::kNative), 0);
+  ASSERT_GE(args.size(), 2u);
+  EXPECT_EQ(std::vector<std::string>(args.end() - 2, args.end()),
+            (std::vector<std::string>{"--layer-split", "megatron"}));
 }
 
-// Each engine runs exactly the split the planner sized, or the launch is
-// refused: Megatron builds any split (the even one, rank 1 three layers and
-// rank 2 two, through a layout); the native runtime the even split only.
-TEST(LaunchSpec, RefusesASplitTheEngineWouldNotBuild) {
-  EXPECT_TRUE(CheckLaunch(DeepGpt(LayerSplitKind::kMegatron, LaunchEngine::kVerl)).ok());
-  EXPECT_TRUE(CheckLaunch(DeepGpt(LayerSplitKind::kEven, LaunchEngine::kNative)).ok());
-  EXPECT_TRUE(CheckLaunch(DeepGpt(LayerSplitKind::kEven, LaunchEngine::kVerl)).ok());
-  EXPECT_EQ(CheckLaunch(DeepGpt(LayerSplitKind::kMegatron, LaunchEngine::kNative)).message(),
-            "--layer-split: the native runtime (kimi-plan run) builds the even split only and takes no split, so it "
-            "cannot run the plan's megatron split (" + Join(std::vector<int>(64, 2)) +
-                "); plan it with --layer-split even or launch with --engine verl");
+// The native runtime runs the plan as planned or is not launched: the
+// seed's own states (Megatron's mixed precision, the distributed optimizer)
+// are refused by name.
+TEST(LaunchSpec, NativeRefusesWhatTheRuntimeDoesNotExecute) {
+  Launch l = MakeLaunch(SeedTopology("h200-full"), "h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative);
+  l.options.force = true;
+  EXPECT_EQ(CheckLaunch(l).message().rfind("--distributed-optimizer: kimi-plan run does not execute the distributed "
+                                           "optimizer (states sharded over 8 data-parallel ranks) yet", 0), 0u)
+      << CheckLaunch(l).message();
+  l.options.engine = LaunchEngine::kVerl;
+  l.options.teacher_nodes = 0;
+  EXPECT_TRUE(CheckLaunch(l).ok()) << CheckLaunch(l).message();
 }
 
 TEST(LaunchSpec, RefusesWhatModalCannotProvide) {
@@ -154,12 +166,13 @@ TEST(LaunchSpec, RefusesSlurmNamesThatWouldBreakTheHeader) {
 
 TEST(LaunchSpec, NativeRunArgsCarryThePlan) {
   Launch l = SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative);
+  // Selective recomputation of the attention core under flash attention
+  // is priced as none, and runs as none: no --recompute.
   const std::vector<std::string> expected = {
-      "run", "--model", "kimi-k2.6", "--gpu", "h200", "--nodes", "16", "--gpus-per-node", "8", "--mode", "full",
-      "--prompt-length", "2048", "--response-length", "2048", "--global-batch", "128", "--micro-batch", "1",
-      "--rollout-n", "1", "--schedule", "1f1b", "--recompute", "selective", "--tp", "8", "--pp", "2", "--vp", "1",
-      "--ep", "8", "--etp", "1", "--cp", "1", "--dp", "8", "--rollout-tp", "8", "--rollout-ep", "8",
-      "--rollout-dp", "1", "--sequence-parallel", "on"};
+      "run", "--model", "kimi-k2.6", "--mode", "full", "--prompt-length", "2048", "--response-length", "2048",
+      "--global-batch", "128", "--micro-batch", "1", "--rollout-n", "1", "--schedule", "1f1b", "--dtype", "bf16",
+      "--tp", "8", "--pp", "2", "--vp", "1", "--ep", "8", "--etp", "1", "--cp", "1", "--dp", "8",
+      "--sequence-parallel", "on", "--layer-split", "even"};
   EXPECT_EQ(NativeRunArgs(l, 0), expected);
   Launch lora = SeedLaunch("h200-lora", LaunchTarget::kSlurm, LaunchEngine::kNative);
   const std::vector<std::string> args = NativeRunArgs(lora, 16);
@@ -202,7 +215,7 @@ TEST(LaunchSpec, NcclDefaultsAreTheSeeds) {
 }
 
 TEST(LaunchSpec, LocalLaunchIsTheRuntimesCommandLineForEveryRank) {
-  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h100", 1);
+  PlanRequest r = NativeStates(testing::SeedRequest("kimi-k3-debug", "h100", 1));
   r.plan = ParallelPlan{1, 2, 1, 1, 1, 1, 4, 1, 1, 1};
   Launch l = MakeLaunch(r, "custom", LaunchTarget::kLocal, LaunchEngine::kNative);
   auto a = BuildLaunch(l, VerlKeys(), "unused", "./build/kimi-plan");

@@ -40,7 +40,7 @@ TEST(ModalApp, NativeRanksGetTheTorchrunEnvironmentFromTheClusterInfo) {
   EXPECT_TRUE(Has(s, "\"LOCAL_RANK\": str(local_rank),\n"));
   EXPECT_TRUE(Has(s, "\"MASTER_ADDR\": ips[0],\n"));
   EXPECT_TRUE(Has(s, "\"MASTER_PORT\": str(MASTER_PORT),\n"));
-  EXPECT_TRUE(Has(s, "RUN_ARGS = [\n    \"run\",\n    \"--model\", \"kimi-k2.6\",\n    \"--gpu\", \"h200\",\n"));
+  EXPECT_TRUE(Has(s, "RUN_ARGS = [\n    \"run\",\n    \"--model\", \"kimi-k2.6\",\n    \"--mode\", \"full\",\n"));
   EXPECT_TRUE(Has(s, "    \"--tp\", \"8\",\n    \"--pp\", \"2\",\n"));
   EXPECT_TRUE(Has(s, "KIMI_PLAN_BIN = os.environ.get(\"KIMI_PLAN_BIN\", \"/opt/kimi-plan/bin/kimi-plan\")\n"));
   // `kimi-plan run` needs kimi-plan-runtime beside it in the image.

@@ -73,7 +73,7 @@ TEST(SlurmScript, NativeRanksGetTheTorchrunEnvironmentFromSrun) {
                      "LOCAL_WORLD_SIZE=\"$SLURM_NTASKS_PER_NODE\"; exec \"$@\""));
   EXPECT_TRUE(Has(s, "kimi-plan-rank \"$KIMI_PLAN\" \"${RUN_ARGS[@]}\" \"$@\"\n"));
   EXPECT_TRUE(Has(s, "KIMI_PLAN=${KIMI_PLAN:-kimi-plan}\n"));
-  EXPECT_TRUE(Has(s, "RUN_ARGS=(\n  run\n  --model kimi-k2.6\n  --gpu h200\n  --nodes 16\n"));
+  EXPECT_TRUE(Has(s, "RUN_ARGS=(\n  run\n  --model kimi-k2.6\n  --mode full\n"));
   EXPECT_TRUE(Has(s, "  --tp 8\n  --pp 2\n  --vp 1\n  --ep 8\n  --etp 1\n  --cp 1\n  --dp 8\n"));
   EXPECT_FALSE(Has(s, "ray start"));
 }

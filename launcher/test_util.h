@@ -46,9 +46,19 @@ inline Launch MakeLaunch(const PlanRequest& r, const std::string& label, LaunchT
   return l;
 }
 
-/// A seed preset launched with --force, as the seeds do not fit.
+/// `r` with the states the native runtime executes (native_run.h): fp32,
+/// without the distributed optimizer.
+inline PlanRequest NativeStates(PlanRequest r) {
+  r.distributed_optimizer = false;
+  r.state_precision = StatePrecision::kFp32;
+  return r;
+}
+
+/// A seed preset launched with --force, as the seeds do not fit; for the
+/// native engine planned with NativeStates.
 inline Launch SeedLaunch(const std::string& preset, LaunchTarget target, LaunchEngine engine) {
-  Launch l = MakeLaunch(SeedTopology(preset), preset, target, engine);
+  const PlanRequest r = SeedTopology(preset);
+  Launch l = MakeLaunch(engine == LaunchEngine::kNative ? NativeStates(r) : r, preset, target, engine);
   l.options.force = true;
   return l;
 }

@@ -5,12 +5,6 @@
 
 namespace kp {
 
-int StagesPerRank(ScheduleKind kind, int vp) {
-  if (ScheduleTakesVp(kind)) return vp;
-  if (ScheduleIsVShaped(kind)) return 2;
-  return 1;
-}
-
 int PeakInflightChunks(ScheduleKind kind, int p, int v, int m, int r) {
   switch (kind) {
     case ScheduleKind::kGpipe: return m * StagesPerRank(kind, v);

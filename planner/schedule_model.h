@@ -10,10 +10,6 @@
 
 namespace kp {
 
-/// Stages each rank holds under `kind`: vp for interleaved, 2 for the
-/// V-shaped schedules, else 1.
-int StagesPerRank(ScheduleKind kind, int vp);
-
 /// Peak number of stage-chunks (one virtual stage's layers for one
 /// micro-batch) whose activations rank `rank` holds at once.
 ///   gpipe: M v; 1f1b and zb-h1: min(p - r, M);

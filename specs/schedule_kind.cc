@@ -34,6 +34,11 @@ Result<ScheduleKind> ParseSchedule(const std::string& name, const std::string& f
 
 bool ScheduleTakesVp(ScheduleKind k) { return k == ScheduleKind::kInterleaved1F1B; }
 bool ScheduleIsVShaped(ScheduleKind k) { return k == ScheduleKind::kZbv || k == ScheduleKind::kDualPipeV; }
+int StagesPerRank(ScheduleKind kind, int vp) {
+  if (ScheduleTakesVp(kind)) return vp;
+  if (ScheduleIsVShaped(kind)) return 2;
+  return 1;
+}
 bool ScheduleSplitsW(ScheduleKind k) {
   return k == ScheduleKind::kZbH1 || k == ScheduleKind::kZbH2 || k == ScheduleKind::kZbv ||
          k == ScheduleKind::kDualPipeV;

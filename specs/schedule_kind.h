@@ -21,6 +21,9 @@ std::vector<std::string> ScheduleNames();
 /// interleaved schedule, or exactly 2 for the V-shaped ones.
 bool ScheduleTakesVp(ScheduleKind k);
 bool ScheduleIsVShaped(ScheduleKind k);
+/// Stages each rank holds under `kind`: vp for interleaved, 2 for the
+/// V-shaped schedules, else 1.
+int StagesPerRank(ScheduleKind kind, int vp);
 /// Whether the schedule splits backward into B (inputs) and W (weights).
 bool ScheduleSplitsW(ScheduleKind k);
 

@@ -23,13 +23,21 @@ for p in h200-full b200-full h200-lora; do
     has err.txt "kimi-plan launch: --preset $p: the planner marks the plan infeasible (actor: needs"
   check "$p: refusal wrote nothing" test ! -e "launch/$p"
 
+  # The native runtime runs a plan as planned or not at all: the seeds'
+  # distributed optimizer is refused by name, and the seeds planned with
+  # the states it executes launch.
+  "$bin" launch --target slurm --preset "$p" --engine native --force --out "jobs/$p-refused" > out.txt 2> err.txt
+  check "$p native as is: exit 2" test $? -eq 2
+  check "$p native as is: names what run does not execute" has err.txt "kimi-plan launch: --distributed-optimizer: kimi-plan run does not execute the distributed optimizer"
+  check "$p native as is: nothing written" test ! -e "jobs/$p-refused"
   for engine in native verl; do
     teacher=0; [ "$engine" = verl ] && teacher=1
     want=$((nodes[$p] + teacher))
     dir="jobs/$p-$engine"
+    states=(); [ "$engine" = native ] && states=(--distributed-optimizer off --state-precision fp32)
     # As is: with --engine verl the split is the best Megatron builds (for
     # h200-full's 61 layers over pp 2, 31 + 30).
-    "$bin" launch --target slurm --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
+    "$bin" launch --target slurm --preset "$p" --engine "$engine" "${states[@]}" --force --out "$dir" > out.txt 2> err.txt
     check "$p $engine slurm: exit 0" test $? -eq 0
     check "$p $engine slurm: says what it wrote" has out.txt "wrote     $dir/kimi-plan.sbatch"
     check "$p $engine slurm: says how to start it" has out.txt "start it  sbatch $dir/kimi-plan.sbatch"
@@ -40,7 +48,7 @@ for p in h200-full b200-full h200-lora; do
       'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
     check "$p $engine slurm: NCCL defaults" has "$dir/kimi-plan.sbatch" "export NCCL_SOCKET_IFNAME=\${NCCL_SOCKET_IFNAME:-'^lo,docker0'}"
 
-    "$bin" launch --target modal --preset "$p" --engine "$engine" --force --out "$dir" > out.txt 2> err.txt
+    "$bin" launch --target modal --preset "$p" --engine "$engine" "${states[@]}" --force --out "$dir" > out.txt 2> err.txt
     check "$p $engine modal: exit 0" test $? -eq 0
     check "$p $engine modal: says how to start it" has out.txt "start it  modal run --detach $dir/kimi_plan_modal.py"
     check "$p $engine modal: py_compile" python3 -m py_compile "$dir/kimi_plan_modal.py"
@@ -75,7 +83,8 @@ check "uneven ends under verl: both end stages" bash -c \
 even_id=$(plan_of)
 
 # A recorded plan, by id, into the default directory, as JSON.
-plan_id=$("$bin" plan --preset h200-lora --json | python3 -c "import json, sys; print(json.load(sys.stdin)['id'])")
+native_states=(--distributed-optimizer off --state-precision fp32)  # what kimi-plan run executes
+plan_id=$("$bin" plan --preset h200-lora "${native_states[@]}" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['id'])")
 "$bin" launch --target slurm --plan "$plan_id" --force --json > plan.json
 check "--plan: exit 0" test $? -eq 0
 check "--plan: default directory and JSON" python3 - plan.json "$plan_id" <<'PY'
@@ -95,21 +104,21 @@ echo "$@" > "$FAKE_LOG"; echo "Submitted batch job 42"; exit "${FAKE_RC:-0}"
 SH
 cp fakebin/sbatch fakebin/modal
 chmod +x fakebin/sbatch fakebin/modal
-PATH="$PWD/fakebin:$PATH" FAKE_LOG=sbatch.log "$bin" launch --target slurm --preset b200-full --force --out sub --submit > out.txt
+PATH="$PWD/fakebin:$PATH" FAKE_LOG=sbatch.log "$bin" launch --target slurm --preset b200-full "${native_states[@]}" --force --out sub --submit > out.txt
 check "--submit slurm: exit 0" test $? -eq 0
 check "--submit slurm: ran sbatch on the script" test "$(cat sbatch.log)" = "sub/kimi-plan.sbatch"
 check "--submit slurm: says it started" has out.txt "started   sbatch sub/kimi-plan.sbatch"
-PATH="$PWD/fakebin:$PATH" FAKE_LOG=modal.log "$bin" launch --target modal --preset b200-full --force --out sub --submit > /dev/null
+PATH="$PWD/fakebin:$PATH" FAKE_LOG=modal.log "$bin" launch --target modal --preset b200-full "${native_states[@]}" --force --out sub --submit > /dev/null
 check "--submit modal: ran modal run --detach" test "$(cat modal.log)" = "run --detach sub/kimi_plan_modal.py"
-PATH="$PWD/fakebin:$PATH" FAKE_LOG=x.log FAKE_RC=1 "$bin" launch --target slurm --preset b200-full --force --out sub --submit > /dev/null 2> err.txt
+PATH="$PWD/fakebin:$PATH" FAKE_LOG=x.log FAKE_RC=1 "$bin" launch --target slurm --preset b200-full "${native_states[@]}" --force --out sub --submit > /dev/null 2> err.txt
 check "--submit failing sbatch: exit 1" test $? -eq 1
 check "--submit failing sbatch: names the command" has err.txt "--submit: \`sbatch sub/kimi-plan.sbatch\` exited with code 1"
 
 # The local target starts the native runtime here with every rank of the plan.
-local_plan=(--model kimi-k3-debug --gpu h100 --nodes 1 --pp 2)
+local_plan=(--model kimi-k3-debug --gpu h100 --nodes 1 --pp 2 --global-batch 8 --seq-len 16 "${native_states[@]}")
 "$bin" launch --target local "${local_plan[@]}" > out.txt 2> err.txt
 rc=$?
-check "local: ran kimi-plan run with 8 ranks" has out.txt "running   $bin run --nproc 8 --model kimi-k3-debug --gpu h100"
+check "local: ran kimi-plan run with 8 ranks" has out.txt "running   $bin run --nproc 8 --model kimi-k3-debug --mode full"
 if "$bin" run --help > /dev/null 2>&1; then
   # The runtime ran: it trains, or refuses the layout in one line of its own
   # (a layout it does not execute yet, or a model it cannot build) and launch
@@ -144,22 +153,28 @@ check "even plan under verl: exit 0" test $? -eq 0
 check "even plan under verl: its layout" has jobs/gpt-even/kimi-plan.sbatch \
   "override_transformer_config.pipeline_model_parallel_layout='\\''Ett|ttt|(tt|)*61tL'\\''"
 check "even plan under verl: no end-stage keys" bash -c "! grep -q num_layers_in_ jobs/gpt-even/kimi-plan.sbatch"
-bad "native on a megatron plan" "--layer-split: the native runtime (kimi-plan run) builds the even split only" \
+bad "native on a plan with Megatron's states" "--state-precision: kimi-plan run does not execute" \
   --target slurm --engine native --plan "$megatron_id" --force
+# The native runtime builds any split it is given: the Megatron split runs as planned.
+megatron_native_id=$(plan_of --layer-split megatron "${native_states[@]}")
+"$bin" launch --target slurm --engine native --plan "$megatron_native_id" --force --out jobs/gpt-native > out.txt 2> err.txt
+check "native on a megatron plan: exit 0" test $? -eq 0
+check "native on a megatron plan: run is told the split" has jobs/gpt-native/kimi-plan.sbatch "  --layer-split megatron"
+check "native: run gets only flags it executes" bash -c "! grep -qE -- '--(gpu|nodes|gpus-per-node|rollout-tp|placement|recompute-modules) ' jobs/gpt-native/kimi-plan.sbatch" 
 bad "a split for a recorded plan" "--layer-split: a recorded plan keeps the split it was planned with" \
   --target slurm --plan "$even_id" --layer-split megatron --force
 bad "larger than --max-nodes" "--max-nodes: the job needs 16 nodes (128 GPUs) but the modal target allows 8" \
-  --target modal --preset h200-full --force --max-nodes 8
+  --target modal --preset h200-full "${native_states[@]}" --force --max-nodes 8
 bad "larger than Modal's clusters" "--max-nodes: the job needs 64 nodes (512 GPUs) but the modal target allows 32" \
-  --target modal --preset h200-full --force --nodes 64
+  --target modal --preset h200-full "${native_states[@]}" --force --nodes 64
 bad "more than this machine" "--max-nodes: the job needs 2 nodes (16 GPUs) but the local target allows 1 (this machine)" \
-  --target local --preset h200-lora --force
+  --target local --preset h200-lora "${native_states[@]}" --force
 bad "verl here" "--engine: the local target runs the native runtime only, not verl" --target local --engine verl "${local_plan[@]}"
 bad "files for local" "--out: the local target runs here and writes no files" --target local --out x "${local_plan[@]}"
-bad "bad time" '--time: use minutes, HH:MM:SS or D-HH[:MM[:SS]] as sbatch does, got "1h"' --target slurm --preset h200-full --force --time 1h
-bad "modal over 24 h" "--time: Modal functions run at most 1-00:00:00, got 2-00:00:00" --target modal --preset b200-full --force --time 2-00:00:00
-bad "b300 on modal" '--gpu: Modal offers a100-80g, h100, h200 and b200, not "b300"' --target modal --preset b200-full --gpu b300 --force
-bad "partition with a space" '--partition: letters, digits and _.,:@+- only, got "a b"' --target slurm --preset h200-full --force --partition "a b"
+bad "bad time" '--time: use minutes, HH:MM:SS or D-HH[:MM[:SS]] as sbatch does, got "1h"' --target slurm --preset h200-full "${native_states[@]}" --force --time 1h
+bad "modal over 24 h" "--time: Modal functions run at most 1-00:00:00, got 2-00:00:00" --target modal --preset b200-full "${native_states[@]}" --force --time 2-00:00:00
+bad "b300 on modal" '--gpu: Modal offers a100-80g, h100, h200 and b200, not "b300"' --target modal --preset b200-full --gpu b300 "${native_states[@]}" --force
+bad "partition with a space" '--partition: letters, digits and _.,:@+- only, got "a b"' --target slurm --preset h200-full "${native_states[@]}" --force --partition "a b"
 bad "teacher too small" "--teacher-nodes: a teacher replica takes rollout tp x dp = 16 GPUs" \
   --target slurm --engine verl --preset h200-lora --force --rollout-ep 16 --rollout-tp 8 --rollout-dp 2
 

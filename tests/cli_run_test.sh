@@ -17,7 +17,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/test_lib.sh"
 scratch_dir
 q() { sqlite3 kimi-plan.db "$1"; }
-small=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 3 --heads 2)
+tiny=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --layers 3 --heads 2)
+small=("${tiny[@]}" --batch 4 --seq-len 8)
 
 "$bin" run --nproc 2 --dp 2 "${small[@]}" --steps 3 --json > dp.json 2> dp.err
 check "dp 2: exits 0" test $? -eq 0
@@ -55,18 +56,81 @@ check "ep 2: config names the layout" bash -c "sqlite3 kimi-plan.db \"select con
 check "dp 4 x ep 2: exits 0" test $? -eq 0
 json_check "dp 4 x ep 2: layout" dp4.json "d['layout']['dp'] == 4 and d['layout']['ep'] == 2 and d['world'] == 4"
 
-# --plan: the layout of a recorded plan (dp 2, ep 2), the model still small.
-"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 > /dev/null
-"$bin" run --nproc 2 --plan 1 "${small[@]}" --steps 1 --json > plan.json 2> plan.err
+# --plan: the layout, batch and lengths of a recorded plan (dp 2, ep 2,
+# 4 sequences of 8 tokens, micro-batches of 2), the model still small.
+native_states=(--distributed-optimizer off --state-precision fp32)  # the states run executes
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 --global-batch 4 --seq-len 8 --micro-batch 2 "${native_states[@]}" > /dev/null
+"$bin" run --nproc 2 --plan 1 "${tiny[@]}" --steps 1 --json > plan.json 2> plan.err
 check "--plan: exits 0" test $? -eq 0
-json_check "--plan: takes the plan's layout" plan.json "d['layout']['ep'] == 2 and d['layout']['dp'] == 2 and d['layout']['schedule'] == '1f1b'"
+json_check "--plan: takes the plan's layout and micro-batch" plan.json "d['layout']['ep'] == 2 and d['layout']['dp'] == 2 and d['layout']['schedule'] == '1f1b' and d['layout']['micro_batch'] == 2"
 check "--plan: the run records its plan for the report" bash -c "sqlite3 kimi-plan.db \"select config_json from runs order by id desc limit 1\" | grep -q '\"plan_id\":1'"
 check "--plan: the report sets the plan's prediction beside the run" bash -c "'$bin' report \$(sqlite3 kimi-plan.db 'select max(id) from runs') | grep -qi 'predicted'"
-refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${small[@]}" --steps 1
+refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${tiny[@]}" --steps 1
+refused "--plan beside a flag it sets" steps "--tp: --plan 1 sets it" run --nproc 2 --plan 1 --tp 2 "${tiny[@]}" --steps 1
+refused "--plan beside --batch" steps "--batch: --plan 1 sets it" run --nproc 2 --plan 1 "${small[@]}" --steps 1
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 --global-batch 4 --seq-len 8 > /dev/null
+refused "--plan with Megatron's states" steps "--plan 2: --distributed-optimizer: kimi-plan run does not execute" run --nproc 2 --plan 2 "${tiny[@]}" --steps 1
+
+# Any split the planner gives runs as given: a Megatron split (embedding
+# counted as a layer: 1 + 2 layers on pp 2) from a plan, explicit counts,
+# a layout with a stage of the embedding alone. A split moves layers
+# between ranks, not what they compute: every step-1 loss is the even
+# split's, bitwise.
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 2 --global-batch 4 --seq-len 8 --layer-split megatron+embedding "${native_states[@]}" > /dev/null
+"$bin" run --nproc 2 --plan 3 "${tiny[@]}" --steps 1 --json > megatron.json 2> megatron.err
+check "--plan of a Megatron split: exits 0" test $? -eq 0
+json_check "--plan of a Megatron split: its stages" megatron.json "d['layout']['stage_layers'] == [1, 2]"
+"$bin" run --nproc 2 --pp 2 --global-batch 4 --seq-len 8 "${tiny[@]}" --steps 1 --json > even.json 2> even.err
+json_check "the even split: its stages" even.json "d['layout']['stage_layers'] == [2, 1]"
+"$bin" run --nproc 2 --pp 2 --global-batch 4 --seq-len 8 --layer-split 1,2 "${tiny[@]}" --steps 1 --json > counts.json 2> counts.err
+"$bin" run --nproc 2 --pp 2 --global-batch 4 --seq-len 8 --layer-split 'E|t*3L' "${tiny[@]}" --steps 1 --json > layout.json 2> layout.err
+check "every split's step-1 loss is the even split's, bitwise" python3 - <<'PY'
+import json
+runs = {f: json.load(open(f + ".json")) for f in ("megatron", "even", "counts", "layout")}
+assert runs["counts"]["layout"]["stage_layers"] == [1, 2] and runs["layout"]["layout"]["stage_layers"] == [0, 3], runs
+assert len({r["first_loss"] for r in runs.values()}) == 1, {f: r["first_loss"] for f, r in runs.items()}
+PY
+refused "--layer-split auto is the planner's choice" steps "--layer-split: auto is the planner's choice" run --nproc 2 --pp 2 --layer-split auto "${small[@]}" --steps 1
+refused "--layer-split counts that miss a layer" steps "--layer-split: " run --nproc 2 --pp 2 --layer-split 1,1 "${small[@]}" --steps 1
+
+# The planner's flags run executes: the batch by its names (prompts x
+# samples, prompt + response tokens) and micro-batches; the rest refused.
+"$bin" run --nproc 2 "${tiny[@]}" --global-batch 2 --rollout-n 2 --prompt-length 6 --response-length 2 --micro-batch 1 --steps 1 --json > names.json 2> names.err
+check "--global-batch x --rollout-n, --prompt-length + --response-length: exits 0" test $? -eq 0
+check "the planner's names run the same step as --batch 4 --seq-len 8 (micro-batches of 1)" python3 - <<'PY'
+import json
+a = json.load(open("names.json"))["first_loss"]
+b = json.load(open("dp.json"))["first_loss"]
+assert abs(a - b) <= 1e-6 * abs(b), (a, b)
+PY
+# Recomputation as planned: every layer (full), or each stage's first N
+# (block N), each recomputed from its input: the losses are the run's
+# without it, bitwise, and the first stage's peak is lower.
+for rc in none full block; do
+  case $rc in none) flags=();; full) flags=(--recompute full);; block) flags=(--recompute full --recompute-method block --recompute-num-layers 1);; esac
+  "$bin" run --nproc 2 --pp 2 "${small[@]}" --steps 3 "${flags[@]}" --json > "recompute_$rc.json" 2> /dev/null
+done
+check "recomputation: the losses are the run's without it, bitwise; the first stage keeps less" python3 - <<'PY'
+import json
+r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block")}
+assert len({(x["first_loss"], x["last_loss"]) for x in r.values()}) == 1, r
+peak = {k: x["peak_memory_bytes_by_rank"][0] for k, x in r.items()}
+assert peak["full"] < peak["block"] < peak["none"], peak
+PY
+refused "selective is not whole layers" steps "--recompute: run recomputes whole layers" run --nproc 2 "${small[@]}" --recompute selective --steps 1
+refused "uniform groups of layers" steps "--recompute-num-layers: run recomputes each layer from its own input" run --nproc 2 "${small[@]}" --recompute full --recompute-num-layers 2 --steps 1
+refused "a recompute method without full" steps "--recompute-method: needs --recompute full" run --nproc 2 "${small[@]}" --recompute-method block --steps 1
+refused "--batch and --global-batch" steps "--batch: give --batch (sequences) or --global-batch" run --nproc 2 "${small[@]}" --global-batch 4 --steps 1
+refused "a micro-batch that does not divide a replica's rows" steps "--micro-batch: 3 does not divide a replica's 2 sequences" run --nproc 2 "${small[@]}" --micro-batch 3 --steps 1
+for flag in "--global-batch=64 --recompute-modules core_attn" "--distributed-optimizer off" "--state-precision mixed" "--placement split" "--gpu h100" "--flash-attention off"; do
+  name=${flag%% *}; name=${name%%=*}
+  [ "$name" = --global-batch ] && name=--recompute-modules
+  refused "a planner flag run does not execute: $flag" steps "$name: a planner setting kimi-plan run does not execute" run --nproc 2 "${tiny[@]}" $flag --steps 1
+done
 
 refused "world is not pp x dp" steps "--nproc: 3 ranks, but the layout needs pp x dp x cp x tp = 1 x 2 x 1 x 1" run --nproc 3 --dp 2 "${small[@]}" --steps 1
 refused "ep must divide dp" steps "--ep: ep x etp = 3 x 1 must divide tp x dp x cp = 1 x 2 x 1" run --nproc 2 --ep 3 "${small[@]}" --steps 1
-refused "a pipeline replica's batch below pp" steps "--batch: 4 sequences over dp 2 give each replica 2 (one per micro-batch), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
+refused "a pipeline replica's batch below pp" steps "--batch: a pipeline replica runs 2 micro-batches (batch 4 over dp 2), which must be a multiple of pp 4" run --nproc 8 --pp 4 --dp 2 "${small[@]}" --steps 1
 refused "a cp whose 2 x cp chunks do not tile the sequence" steps "--cp: the sequence length 8 does not split into 2 x 3 = 6 equal chunks" \
   run --nproc 3 --cp 3 "${small[@]}" --steps 1
 refused "cp with lora" steps "--cp: context parallelism with --lora-rank is not supported yet" run --nproc 2 --cp 2 --lora-rank 4 "${small[@]}" --steps 1
@@ -112,7 +176,7 @@ killed_peer() {
   echo "     rank 0 said: $(tail -n 1 "${tag}0.err")"
 }
 killed_peer "killed peer" r "${small[@]}"
-check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 from steps where run_id = 6")" = 1
+check "killed peer: the steps so far are kept" test "$(q "select count(*) >= 2 from steps where run_id = (select max(id) from runs)")" = 1
 # Inside a TP group (tp 2 is the whole world) the collectives run inside
 # forward and backward; the failure ends rank 0 the same way.
 killed_peer "killed TP peer" t --tp 2 "${small[@]}" --db tp_kill.db

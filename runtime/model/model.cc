@@ -273,7 +273,11 @@ StageModelImpl::StageModelImpl(const ModelSpec& spec, const ModelOptions& option
   if (stage.embedding) embedding_ = register_module("embedding", std::make_shared<EmbeddingImpl>(spec, options));
   layer_list_ = register_module("layers", std::make_shared<torch::nn::Module>("LayerList"));
   for (int l = stage.first_layer; l < stage.end_layer; ++l) {
-    layers_.push_back(std::make_shared<DecoderLayerImpl>(spec, options, l));
+    ModelOptions layer_options = options;
+    layer_options.activation_checkpointing =
+        options.activation_checkpointing &&
+        (options.checkpoint_first_layers == 0 || l - stage.first_layer < options.checkpoint_first_layers);
+    layers_.push_back(std::make_shared<DecoderLayerImpl>(spec, layer_options, l));
     layer_list_->register_module(std::to_string(l), layers_.back());
   }
   if (stage.head) head_ = register_module("head", std::make_shared<HeadImpl>(spec, options));

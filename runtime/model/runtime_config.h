@@ -35,7 +35,10 @@ struct LoraOptions {
 /// Runtime knobs that do not change the parameter shapes.
 struct ModelOptions {
   DType dtype = DType::kFp32;
-  bool activation_checkpointing = false;  ///< recompute each decoder layer in backward
+  bool activation_checkpointing = false;  ///< recompute decoder layers in backward, each from its input
+  /// With activation_checkpointing: 0, every layer; N > 0, only the first N
+  /// layers of each stage (Megatron's --recompute-method block).
+  int checkpoint_first_layers = 0;
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
   bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
   double route_scale = 2.5;               ///< routed-expert output scale (DeepSeek-V3's routed_scaling_factor)

@@ -11,6 +11,7 @@
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
 #include "runtime/train/trainer_internal.h"
+#include "specs/schedule_kind.h"
 
 namespace kp::runtime {
 
@@ -18,7 +19,29 @@ namespace {
 
 std::string Str(int v) { return std::to_string(v); }
 
+// A given split must have the schedule's stages and the model's layers.
+Status CheckLayoutSplit(const ParallelLayout& l, int layers) {
+  if (l.split.stages.empty()) return Status::Ok();
+  KP_ASSIGN_OR_RETURN(const ScheduleKind kind, ParseSchedule(l.schedule));
+  const int stages = l.pp * StagesPerRank(kind, ScheduleTakesVp(kind) ? l.vp : 1);
+  if (l.split.num_stages() != stages)
+    return Status::InvalidArgument("--layer-split: " + Str(l.split.num_stages()) + " stages, but pp " + Str(l.pp) +
+                                   " under " + l.schedule + " runs " + Str(stages));
+  int total = 0;
+  for (const StageLayers& s : l.split.stages) total += s.layer_count();
+  if (total != layers)
+    return Status::InvalidArgument("--layer-split: the stages hold " + Str(total) + " layers, the model has " +
+                                   Str(layers));
+  return Status::Ok();
+}
+
 }  // namespace
+
+int ParallelLayout::MicroBatches(int batch) const {
+  const int rows = batch / std::max(1, dp);
+  if (micro_batch > 0) return rows / micro_batch;
+  return pp > 1 || vp > 1 ? rows : 1;
+}
 
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) {
   if (l.pp < 1 || l.vp < 1 || l.dp < 1 || l.ep < 1 || l.etp < 1 || l.tp < 1 || l.cp < 1)
@@ -53,12 +76,21 @@ Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) 
   if (l.etp > 1 && c.model.moe.expert_ffn % l.etp != 0)
     return Status::InvalidArgument("--etp: " + Str(l.etp) + " does not divide the expert FFN width " +
                                    Str(c.model.moe.expert_ffn));
+  if (c.model.mtp_layers > 0)
+    return Status::InvalidArgument("--model: " + c.model.name + " has " + Str(c.model.mtp_layers) +
+                                   " MTP layers; the native runtime builds none");
+  KP_RETURN_IF_ERROR(CheckLayoutSplit(l, c.model.layers));
   if (c.batch % l.dp != 0)
     return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences do not split evenly over dp " + Str(l.dp));
-  if ((l.pp > 1 || l.vp > 1) && (c.batch / l.dp) % l.pp != 0)
-    return Status::InvalidArgument("--batch: " + Str(c.batch) + " sequences over dp " + Str(l.dp) + " give each replica " +
-                                   Str(c.batch / l.dp) + " (one per micro-batch), which must be a multiple of pp " +
-                                   Str(l.pp));
+  if (l.micro_batch < 0 || (l.micro_batch > 0 && (c.batch / l.dp) % l.micro_batch != 0))
+    return Status::InvalidArgument("--micro-batch: " + Str(l.micro_batch) + " does not divide a replica's " +
+                                   Str(c.batch / l.dp) + " sequences (batch " + Str(c.batch) + " over dp " +
+                                   Str(l.dp) + ")");
+  if ((l.pp > 1 || l.vp > 1) && l.MicroBatches(c.batch) % l.pp != 0)
+    return Status::InvalidArgument("--batch: a pipeline replica runs " + Str(l.MicroBatches(c.batch)) +
+                                   " micro-batches (batch " + Str(c.batch) + " over dp " + Str(l.dp) +
+                                   (l.micro_batch > 0 ? ", micro-batch " + Str(l.micro_batch) : std::string()) +
+                                   "), which must be a multiple of pp " + Str(l.pp));
   return Status::Ok();
 }
 
@@ -93,8 +125,9 @@ Status DistTrainSession::Impl::BuildPipeline() {
   KP_ASSIGN_OR_RETURN(pc.schedule, ParseSchedule(layout.schedule));
   pc.pp = layout.pp;
   pc.vp = layout.vp;
-  pc.microbatches = Pipelined() ? config.batch / layout.dp : 1;
+  pc.microbatches = layout.MicroBatches(config.batch);
   pc.attnres_cache = layout.attnres_cache;
+  pc.split = layout.split;
   pc.replicas = ReplicasOf(groups, layout.sequence_parallel);
   if (groups.pipeline == nullptr)  // pp 1 with dp > 1: a pipeline of this rank alone
     groups.pipeline = groups.owned.emplace_back(PipelineOfOne()).get();

@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "runtime/comm/rendezvous.h"
 #include "runtime/train/trainer.h"
+#include "specs/stage_split.h"
 
 namespace kp::runtime {
 
@@ -45,7 +46,17 @@ struct ParallelLayout {
   bool sequence_parallel = true;   ///< with tp: the residual stream split along the sequence
   std::string schedule = "1f1b";   ///< the simulator's schedule name
   bool attnres_cache = false;      ///< the cached AttnRes transport of PR #4312
+  /// The decoder layers of each stage (pp x stages per rank of them, the
+  /// embedding on the first and the head on the last, as the planner's
+  /// rule gives them: SplitLayers); empty: torchtitan's even split.
+  StageSplit split;
+  /// Sequences per micro-batch (the planner's --micro-batch): a replica's
+  /// b / dp rows run as b / dp / micro_batch micro-batches. 0: one sequence
+  /// each with a pipeline, the replica's rows at once without.
+  int micro_batch = 0;
   int world() const { return pp * dp * cp * tp; }
+  /// Micro-batches per replica and step of `batch` sequences.
+  int MicroBatches(int batch) const;
 };
 
 /// Checks the layout against the world size, the model and the batch; the
@@ -55,8 +66,11 @@ struct ParallelLayout {
 /// the sequence, each as long as KDA's convolution reaches back; not with
 /// LoRA), --etp (must divide the expert
 /// FFN width), --batch (must split evenly over dp),
-/// --batch (a pipeline replica's b / dp sequences must be a multiple of pp),
-/// --tp / --sequence-parallel (CheckTensorParallelSplit; not with LoRA yet).
+/// --micro-batch (must divide b / dp), --batch (a pipeline replica's
+/// micro-batches must be a multiple of pp),
+/// --tp / --sequence-parallel (CheckTensorParallelSplit; not with LoRA yet),
+/// --layer-split (a split of other than pp x stages per rank stages, or of
+/// other than the model's layers).
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
 
 /// Per step, pipeline stage and direction ("forward" activations, "backward"

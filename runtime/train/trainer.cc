@@ -109,6 +109,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   j["model_name"] = c.model.name;
   j["dtype"] = DTypeName(c.options.dtype);
   j["activation_checkpointing"] = c.options.activation_checkpointing;
+  j["checkpoint_first_layers"] = c.options.checkpoint_first_layers;
   j["kda_chunk"] = c.options.kda_chunk;
   j["route_scale"] = c.options.route_scale;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -186,6 +187,8 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.String("dtype", &dtype));
   KP_ASSIGN_OR_RETURN(c->options.dtype, ParseDType(dtype, f.Name("dtype")));
   KP_RETURN_IF_ERROR(f.Bool("activation_checkpointing", &c->options.activation_checkpointing));
+  KP_RETURN_IF_ERROR(f.Int("checkpoint_first_layers", &c->options.checkpoint_first_layers, 0, limits::kMaxLayers,
+                           /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
   KP_RETURN_IF_ERROR(f.Number("route_scale", &c->options.route_scale, 0, 1e6));
   KP_ASSIGN_OR_RETURN(const nlohmann::json* data, f.Object("data", /*required=*/true));

@@ -1,0 +1,72 @@
+#include "launcher/native_run.h"
+
+#include <string>
+
+namespace kp {
+
+namespace {
+
+Status NotExecuted(const std::string& flag, const std::string& what, const std::string& instead) {
+  return Status::InvalidArgument(flag + ": kimi-plan run does not execute " + what +
+                                 " yet, so a native run would not be this plan; plan it with " + instead +
+                                 ", or launch it with --engine verl");
+}
+
+}  // namespace
+
+Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
+  switch (r.recompute) {
+    case Recompute::kNone: return LayerCheckpointing{};
+    case Recompute::kSelective:
+      // Megatron's default selective recomputation redoes the attention
+      // core; with a fused attention there is nothing it keeps to drop, and
+      // the planner prices the two alike (docs/planner.md).
+      if (r.flash_attention && r.recipe.recompute_modules == std::vector<RecomputeModule>{RecomputeModule::kCoreAttn})
+        return LayerCheckpointing{};
+      if (!r.flash_attention)
+        return NotExecuted("--recompute", "selective recomputation of an eager attention core",
+                           "--recompute none or full, or --flash-attention on");
+      return NotExecuted("--recompute-modules", "recomputation of single modules (" +
+                                                    RecomputeModulesList(r.recipe.recompute_modules) + ")",
+                         "--recompute none or full");
+    case Recompute::kFull:
+      if (r.recompute_method == RecomputeMethod::kBlock) return LayerCheckpointing{true, r.recompute_layers};
+      if (r.recompute_layers == 1) return LayerCheckpointing{true, 0};
+      return NotExecuted("--recompute-num-layers", "uniform groups of " + std::to_string(r.recompute_layers) +
+                                                       " layers (it recomputes each layer from its own input)",
+                         "--recompute-num-layers 1 or --recompute-method block");
+  }
+  return LayerCheckpointing{};
+}
+
+Status CheckNativeExecutes(const PlanRequest& r) {
+  KP_RETURN_IF_ERROR(CheckpointingOf(r).status());
+  if (r.distributed_optimizer && std::int64_t{r.plan.dp} * r.plan.cp > 1)
+    return NotExecuted("--distributed-optimizer", "the distributed optimizer (states sharded over " +
+                                                      std::to_string(r.plan.dp * r.plan.cp) + " data-parallel ranks)",
+                       "--distributed-optimizer off");
+  if (r.mode == TrainMode::kFull && r.state_precision == StatePrecision::kMixed)
+    return NotExecuted("--state-precision", "Megatron's mixed-precision states (bf16 weights, fp32 masters)",
+                       "--state-precision fp32");
+  if (r.recipe.fp8 != Fp8Recipe::kNone)
+    return NotExecuted("--dtype", std::string("FP8 (") + Fp8RecipeName(r.recipe.fp8) + ")", "--dtype bf16");
+  if (!r.bf16) return NotExecuted("--dtype", "fp16", "--dtype bf16");
+  if (r.placement == Placement::kSplit)
+    return NotExecuted("--placement", "the split placement (it trains the actor on every GPU it is given)",
+                       "--placement colocated");
+  if (r.model.mtp_layers > 0)
+    return NotExecuted("--model", "MTP layers", "a model without them");
+  if (r.mode == TrainMode::kLora) {
+    const LoraOptions defaults;
+    if (r.lora.experts != defaults.experts)
+      return NotExecuted("--lora-experts", "per-expert adapters", "--lora-experts shared-outer");
+    if (r.lora.attention != defaults.attention || r.lora.routed_experts != defaults.routed_experts ||
+        r.lora.dense_ffn != defaults.dense_ffn)
+      return NotExecuted("--lora-targets", "adapters on other targets than attention and the routed experts",
+                         "--lora-targets attention,experts");
+    if (r.lora.native_base) return NotExecuted("--lora-native-base", "an INT4 base", "the base in bf16");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kp

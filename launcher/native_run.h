@@ -1,0 +1,42 @@
+// What the native runtime (`kimi-plan run`) executes of a plan. A plan is
+// run as planned or not at all: each setting the runtime does not execute
+// yet is refused by its flag, for `launch --engine native` and for
+// `run --plan ID` alike (docs/launcher.md, "The native runtime's contract").
+// Thread-safety: none needed; pure functions of their arguments.
+#ifndef KIMI_PLAN_LAUNCHER_NATIVE_RUN_H_
+#define KIMI_PLAN_LAUNCHER_NATIVE_RUN_H_
+
+#include "common/status.h"
+#include "planner/plan_request.h"
+
+namespace kp {
+
+/// The recomputation the runtime executes: whole decoder layers, each
+/// recomputed in backward from its input.
+struct LayerCheckpointing {
+  bool enabled = false;
+  /// 0: every layer (Megatron's full / uniform 1); N > 0: the first N
+  /// layers of each pipeline stage (Megatron's block N).
+  int first_layers = 0;
+  bool operator==(const LayerCheckpointing&) const = default;
+};
+
+/// The checkpointing that executes r's recomputation: none; full, uniform
+/// 1 (every layer) or block N; selective of the attention core alone with
+/// flash attention, which the planner prices as none (a fused attention
+/// keeps no scores to drop), as none. Anything else is refused naming
+/// --recompute, --recompute-num-layers or --recompute-modules.
+Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r);
+
+/// Ok when the runtime executes every setting of r: its recomputation
+/// (CheckpointingOf), fp32 states without the distributed optimizer over
+/// more than one data-parallel rank, bf16 products (no FP8, no fp16), the
+/// colocated placement, LoRA's
+/// default targets and experts on a bf16 or fp32 base, no MTP layers.
+/// Else InvalidArgument naming the first flag it does not execute and the
+/// setting that it does.
+Status CheckNativeExecutes(const PlanRequest& r);
+
+}  // namespace kp
+
+#endif  // KIMI_PLAN_LAUNCHER_NATIVE_RUN_H_

@@ -1,0 +1,82 @@
+#include "launcher/native_run.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/test_util.h"
+
+namespace kp {
+namespace {
+
+PlanRequest Executable() {
+  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h100", 1);
+  r.plan = ParallelPlan{1, 2, 1, 1, 1, 1, 4, 1, 1, 1};
+  r.distributed_optimizer = false;
+  r.state_precision = StatePrecision::kFp32;
+  r.recompute = Recompute::kNone;
+  return r;
+}
+
+// Whole layers, each recomputed from its input: none, full as every layer
+// (uniform 1) or as each stage's first N (block N), and Megatron's default
+// selective under flash attention, which the planner prices as none.
+TEST(NativeRun, CheckpointingIsWholeLayers) {
+  PlanRequest r = Executable();
+  EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{false, 0}));
+  r.recompute = Recompute::kSelective;
+  EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{false, 0}));
+  r.recompute = Recompute::kFull;
+  EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{true, 0}));
+  r.recompute_method = RecomputeMethod::kBlock;
+  r.recompute_layers = 3;
+  EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{true, 3}));
+  r.recompute_method = RecomputeMethod::kUniform;
+  EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute-num-layers: kimi-plan run does not execute "
+                                                        "uniform groups of 3 layers", 0), 0u);
+  r.recompute = Recompute::kSelective;
+  r.recipe.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMoeAct};
+  EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute-modules: ", 0), 0u);
+  r.recipe.recompute_modules = {RecomputeModule::kCoreAttn};
+  r.flash_attention = false;
+  EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute: ", 0), 0u);
+}
+
+// Each setting the runtime does not execute is refused by its flag.
+TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
+  EXPECT_TRUE(CheckNativeExecutes(Executable()).ok());
+  struct Case {
+    const char* flag;
+    void (*change)(PlanRequest&);
+  };
+  const Case cases[] = {
+      {"--distributed-optimizer", [](PlanRequest& r) { r.distributed_optimizer = true; }},
+      {"--state-precision", [](PlanRequest& r) { r.state_precision = StatePrecision::kMixed; }},
+      {"--dtype", [](PlanRequest& r) { r.recipe.fp8 = Fp8Recipe::kBlockwise; }},
+      {"--dtype", [](PlanRequest& r) { r.bf16 = false; }},
+      {"--placement", [](PlanRequest& r) { r.placement = Placement::kSplit; }},
+      {"--model", [](PlanRequest& r) { r.model.mtp_layers = 1; }},
+      {"--lora-experts", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.experts = LoraExperts::kPerExpert; }},
+      {"--lora-targets", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.dense_ffn = true; }},
+      {"--lora-native-base", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.native_base = true; }},
+      {"--recompute-num-layers", [](PlanRequest& r) { r.recompute = Recompute::kFull; r.recompute_layers = 2; }},
+  };
+  for (const Case& c : cases) {
+    PlanRequest r = Executable();
+    c.change(r);
+    const Status s = CheckNativeExecutes(r);
+    EXPECT_EQ(s.message().rfind(std::string(c.flag) + ": kimi-plan run does not execute ", 0), 0u) << s.message();
+  }
+  // The distributed optimizer over one data-parallel rank shards nothing.
+  PlanRequest one = Executable();
+  one.plan.dp = 1;
+  one.plan.pp = 8;
+  one.distributed_optimizer = true;
+  EXPECT_TRUE(CheckNativeExecutes(one).ok());
+  // LoRA keeps its frozen base, whatever the full fine-tune's states.
+  PlanRequest lora = Executable();
+  lora.mode = TrainMode::kLora;
+  lora.state_precision = StatePrecision::kMixed;
+  EXPECT_TRUE(CheckNativeExecutes(lora).ok());
+}
+
+}  // namespace
+}  // namespace kp
