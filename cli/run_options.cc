@@ -46,7 +46,7 @@ po::options_description PlannerFlags() {
 constexpr const char* kPlanSets[] = {"tp", "pp", "vp", "ep", "etp", "cp", "dp", "schedule", "sequence-parallel",
                                      "layer-split", "batch", "global-batch", "rollout-n", "micro-batch",
                                      "seq-len", "prompt-length", "response-length", "recompute",
-                                     "recompute-method", "recompute-num-layers"};
+                                     "recompute-method", "recompute-num-layers", "distributed-optimizer"};
 
 bool Given(const po::variables_map& vm, const char* name) { return vm.count(name) && !vm[name].defaulted(); }
 
@@ -160,6 +160,9 @@ po::options_description RunOptions() {
       ("mode", po::value<std::string>(), "full | lora (lora with --lora-rank)")
       ("dtype", po::value<std::string>(), "fp32 | bf16: the activations (default fp32)")
       ("recompute", po::value<std::string>(), "none | full: recompute decoder layers in backward (default none)")
+      ("distributed-optimizer", po::value<std::string>()->implicit_value("on"),
+       "on | off: AdamW's moments sharded over each parameter's data-parallel replicas, the updated parameters "
+       "gathered (Megatron's distributed optimizer; default off)")
       ("recompute-method", po::value<std::string>(),
        "with --recompute full: uniform (every layer) | block (the first --recompute-num-layers of each stage)")
       ("recompute-num-layers", IntFlag(1, limits::kMaxLayers),
@@ -239,6 +242,11 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   KP_ASSIGN_OR_RETURN(const LayerCheckpointing checkpointing, plan ? CheckpointingOf(*plan) : FlagCheckpointing(vm));
   c.options.activation_checkpointing = checkpointing.enabled;
   c.options.checkpoint_first_layers = checkpointing.first_layers;
+  if (plan) {
+    c.distributed_optimizer = plan->distributed_optimizer;
+  } else {
+    KP_ASSIGN_OR_RETURN(c.distributed_optimizer, OnOff(vm, "distributed-optimizer", false));
+  }
   KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(c));
   return c;
 }

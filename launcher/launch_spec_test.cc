@@ -126,13 +126,12 @@ TEST(LaunchSpec, EveryEngineBuildsThePlannedSplit) {
 }
 
 // The native runtime runs the plan as planned or is not launched: the
-// seed's own states (Megatron's mixed precision, the distributed optimizer)
-// are refused by name.
+// seed's own states (Megatron's mixed precision) are refused by name.
 TEST(LaunchSpec, NativeRefusesWhatTheRuntimeDoesNotExecute) {
   Launch l = MakeLaunch(SeedTopology("h200-full"), "h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative);
   l.options.force = true;
-  EXPECT_EQ(CheckLaunch(l).message().rfind("--distributed-optimizer: kimi-plan run does not execute the distributed "
-                                           "optimizer (states sharded over 8 data-parallel ranks) yet", 0), 0u)
+  EXPECT_EQ(CheckLaunch(l).message().rfind("--state-precision: kimi-plan run does not execute Megatron's "
+                                           "mixed-precision states", 0), 0u)
       << CheckLaunch(l).message();
   l.options.engine = LaunchEngine::kVerl;
   l.options.teacher_nodes = 0;
@@ -171,6 +170,7 @@ TEST(LaunchSpec, NativeRunArgsCarryThePlan) {
   const std::vector<std::string> expected = {
       "run", "--model", "kimi-k2.6", "--mode", "full", "--prompt-length", "2048", "--response-length", "2048",
       "--global-batch", "128", "--micro-batch", "1", "--rollout-n", "1", "--schedule", "1f1b", "--dtype", "bf16",
+      "--distributed-optimizer", "off",
       "--tp", "8", "--pp", "2", "--vp", "1", "--ep", "8", "--etp", "1", "--cp", "1", "--dp", "8",
       "--sequence-parallel", "on", "--layer-split", "even"};
   EXPECT_EQ(NativeRunArgs(l, 0), expected);

@@ -41,10 +41,6 @@ Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
 
 Status CheckNativeExecutes(const PlanRequest& r) {
   KP_RETURN_IF_ERROR(CheckpointingOf(r).status());
-  if (r.distributed_optimizer && std::int64_t{r.plan.dp} * r.plan.cp > 1)
-    return NotExecuted("--distributed-optimizer", "the distributed optimizer (states sharded over " +
-                                                      std::to_string(r.plan.dp * r.plan.cp) + " data-parallel ranks)",
-                       "--distributed-optimizer off");
   if (r.mode == TrainMode::kFull && r.state_precision == StatePrecision::kMixed)
     return NotExecuted("--state-precision", "Megatron's mixed-precision states (bf16 weights, fp32 masters)",
                        "--state-precision fp32");

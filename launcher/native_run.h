@@ -29,8 +29,8 @@ struct LayerCheckpointing {
 Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r);
 
 /// Ok when the runtime executes every setting of r: its recomputation
-/// (CheckpointingOf), fp32 states without the distributed optimizer over
-/// more than one data-parallel rank, bf16 products (no FP8, no fp16), the
+/// (CheckpointingOf), fp32 states (sharded by the distributed optimizer or
+/// not), bf16 products (no FP8, no fp16), the
 /// colocated placement, LoRA's
 /// default targets and experts on a bf16 or fp32 base, no MTP layers.
 /// Else InvalidArgument naming the first flag it does not execute and the

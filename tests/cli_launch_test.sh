@@ -23,13 +23,15 @@ for p in h200-full b200-full h200-lora; do
     has err.txt "kimi-plan launch: --preset $p: the planner marks the plan infeasible (actor: needs"
   check "$p: refusal wrote nothing" test ! -e "launch/$p"
 
-  # The native runtime runs a plan as planned or not at all: the seeds'
-  # distributed optimizer is refused by name, and the seeds planned with
-  # the states it executes launch.
-  "$bin" launch --target slurm --preset "$p" --engine native --force --out "jobs/$p-refused" > out.txt 2> err.txt
-  check "$p native as is: exit 2" test $? -eq 2
-  check "$p native as is: names what run does not execute" has err.txt "kimi-plan launch: --distributed-optimizer: kimi-plan run does not execute the distributed optimizer"
-  check "$p native as is: nothing written" test ! -e "jobs/$p-refused"
+  # The native runtime runs a plan as planned or not at all: the full
+  # seeds' mixed-precision states are refused by name, and the seeds planned
+  # with the states it executes launch.
+  if [ "$p" != h200-lora ]; then
+    "$bin" launch --target slurm --preset "$p" --engine native --force --out "jobs/$p-refused" > out.txt 2> err.txt
+    check "$p native as is: exit 2" test $? -eq 2
+    check "$p native as is: names what run does not execute" has err.txt "kimi-plan launch: --state-precision: kimi-plan run does not execute Megatron's mixed-precision states"
+    check "$p native as is: nothing written" test ! -e "jobs/$p-refused"
+  fi
   for engine in native verl; do
     teacher=0; [ "$engine" = verl ] && teacher=1
     want=$((nodes[$p] + teacher))

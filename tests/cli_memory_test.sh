@@ -21,14 +21,15 @@ check "profile: a figure for each of the 17 layers" python3 -c "
 import json; p = json.load(open('profile.json'))
 assert len(p['layers']) == 17 and min(p['layers']) > 0 and p['tokens'] == 16, p"
 
-# layout: nproc schedule vp pp dp tp cp ep etp micro-batches-per-replica
+# layout: nproc schedule vp pp dp tp cp ep etp micro-batches-per-replica [distributed optimizer on|off]
 compare() {
-  local name="$1" n="$2" sched="$3" vp="$4" pp="$5" dp="$6" tp="$7" cp="$8" ep="$9" etp="${10}" mb="${11}"
-  local lay=(--schedule "$sched" --vp "$vp" --pp "$pp" --dp "$dp" --tp "$tp" --cp "$cp" --ep "$ep" --etp "$etp")
+  local name="$1" n="$2" sched="$3" vp="$4" pp="$5" dp="$6" tp="$7" cp="$8" ep="$9" etp="${10}" mb="${11}" opt="${12:-off}"
+  local lay=(--schedule "$sched" --vp "$vp" --pp "$pp" --dp "$dp" --tp "$tp" --cp "$cp" --ep "$ep" --etp "$etp"
+             --distributed-optimizer "$opt")
   local batch=$((dp * mb))
   "$bin" run --nproc "$n" "${lay[@]}" "${model[@]}" --batch "$batch" --steps 2 --db run.db --json > "run-$name.json" 2> "run-$name.err"
   "$bin" plan "${lay[@]}" "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node "$n" --global-batch "$batch" \
-    --micro-batch 1 --rollout-n 1 --recompute none --distributed-optimizer off --state-precision fp32 \
+    --micro-batch 1 --rollout-n 1 --recompute none --state-precision fp32 \
     --grad-bucket-mib 25 --activation-profile profile.json --db plan.db --json > "plan-$name.json" 2> "plan-$name.err"
   check "memory $name: every rank's peak within 10% of the plan" python3 - "$name" "$((dp * tp * cp))" <<'PY'
 import json, sys
@@ -58,6 +59,9 @@ compare pp2-tp2   4 1f1b 1 2 1 2 1 1 1 2
 compare pp2-dp2-ep2 4 1f1b 1 2 2 1 1 2 1 2
 compare dp4-ep2-etp2 4 1f1b 1 1 4 1 1 2 2 1
 compare pp2-dp2-tp2 8 1f1b 1 2 2 2 1 1 1 2
+# The distributed optimizer: the moments sharded over DP (and expert-DP).
+compare dp4-distopt 4 1f1b 1 1 4 1 1 1 1 1 on
+compare pp2-dp2-ep2-distopt 4 1f1b 1 2 2 1 1 2 1 2 on
 
 # Bad input: one line naming the flag, exit 2.
 echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json

@@ -69,7 +69,7 @@ refused "unknown plan" steps "--plan: " run --nproc 2 --plan 99 "${tiny[@]}" --s
 refused "--plan beside a flag it sets" steps "--tp: --plan 1 sets it" run --nproc 2 --plan 1 --tp 2 "${tiny[@]}" --steps 1
 refused "--plan beside --batch" steps "--batch: --plan 1 sets it" run --nproc 2 --plan 1 "${small[@]}" --steps 1
 "$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 --global-batch 4 --seq-len 8 > /dev/null
-refused "--plan with Megatron's states" steps "--plan 2: --distributed-optimizer: kimi-plan run does not execute" run --nproc 2 --plan 2 "${tiny[@]}" --steps 1
+refused "--plan with Megatron's states" steps "--plan 2: --state-precision: kimi-plan run does not execute" run --nproc 2 --plan 2 "${tiny[@]}" --steps 1
 
 # Any split the planner gives runs as given: a Megatron split (embedding
 # counted as a layer: 1 + 2 layers on pp 2) from a plan, explicit counts,
@@ -103,6 +103,24 @@ a = json.load(open("names.json"))["first_loss"]
 b = json.load(open("dp.json"))["first_loss"]
 assert abs(a - b) <= 1e-6 * abs(b), (a, b)
 PY
+# The distributed optimizer: AdamW's moments sharded over the replicas,
+# the updated parameters gathered. The same parameters as the whole
+# optimizer, bitwise, over 20 steps on dp 2 and on pp 2 x dp 2 x ep 2; the
+# ranks keep less.
+for opt in off on; do
+  "$bin" run --nproc 2 --dp 2 "${small[@]}" --steps 20 --distributed-optimizer "$opt" --json > "distopt_dp_$opt.json" 2> /dev/null
+  "$bin" run --nproc 4 --pp 2 --dp 2 --ep 2 "${tiny[@]}" --batch 8 --seq-len 8 --steps 20 --distributed-optimizer "$opt" --json > "distopt_pp_$opt.json" 2> /dev/null
+done
+check "distributed optimizer: every step's loss and norm the whole optimizer's, bitwise; smaller peaks" python3 - <<'PY'
+import json, sqlite3
+db = sqlite3.connect("kimi-plan.db")
+for layout in ("dp", "pp"):
+    off, on = (json.load(open(f"distopt_{layout}_{o}.json")) for o in ("off", "on"))
+    steps = [db.execute("select loss, grad_norm from steps where run_id = ? order by step", (r["run_id"],)).fetchall() for r in (off, on)]
+    assert len(steps[0]) == 20 and steps[0] == steps[1], (layout, steps)
+    assert max(on["peak_memory_bytes_by_rank"]) < max(off["peak_memory_bytes_by_rank"]), (layout, off, on)
+PY
+
 # Recomputation as planned: every layer (full), or each stage's first N
 # (block N), each recomputed from its input: the losses are the run's
 # without it, bitwise, and the first stage's peak is lower.
@@ -122,7 +140,7 @@ refused "uniform groups of layers" steps "--recompute-num-layers: run recomputes
 refused "a recompute method without full" steps "--recompute-method: needs --recompute full" run --nproc 2 "${small[@]}" --recompute-method block --steps 1
 refused "--batch and --global-batch" steps "--batch: give --batch (sequences) or --global-batch" run --nproc 2 "${small[@]}" --global-batch 4 --steps 1
 refused "a micro-batch that does not divide a replica's rows" steps "--micro-batch: 3 does not divide a replica's 2 sequences" run --nproc 2 "${small[@]}" --micro-batch 3 --steps 1
-for flag in "--global-batch=64 --recompute-modules core_attn" "--distributed-optimizer off" "--state-precision mixed" "--placement split" "--gpu h100" "--flash-attention off"; do
+for flag in "--global-batch=64 --recompute-modules core_attn" "--grad-bucket-mib 25" "--state-precision mixed" "--placement split" "--gpu h100" "--flash-attention off"; do
   name=${flag%% *}; name=${name%%=*}
   [ "$name" = --global-batch ] && name=--recompute-modules
   refused "a planner flag run does not execute: $flag" steps "$name: a planner setting kimi-plan run does not execute" run --nproc 2 "${tiny[@]}" $flag --steps 1

@@ -18,6 +18,7 @@
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/model.h"
 #include "runtime/train/data_parallel.h"
+#include "runtime/train/distributed_optimizer.h"
 #include "runtime/train/multi_tensor_adamw.h"
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
@@ -121,6 +122,7 @@ struct PipelineRank::Impl {
   std::vector<int> slots;             // each param's index in the whole model's order
   int global_params = 0;
   std::unique_ptr<MultiTensorAdamW> optimizer;
+  std::unique_ptr<ParameterShards> shards;  ///< with the distributed optimizer: what it updates
   torch::ScalarType act_dtype = torch::kFloat;
   torch::Device device{torch::kCPU};
   SplitParameters split;  // params as dense / expert, for the DP average
@@ -171,6 +173,7 @@ struct PipelineRank::Impl {
   Status EnableLora(const LoraOptions& lora, std::uint64_t seed);
   Status PlaceStages();
   void CollectParameters();
+  void MakeOptimizer();
   Status BeginPhase(const TrainConfig& train);
   ReplicaGroups Replicas() const {
     const PipelineReplicas& r = config.replicas;

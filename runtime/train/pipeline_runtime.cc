@@ -90,9 +90,27 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   KP_RETURN_IF_ERROR(PlaceStages());
   CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
-                                                    torch::optim::AdamWOptions(config.train.lr));
+  MakeOptimizer();
   return Status::Ok();
+}
+
+// AdamW over the whole parameters, or with the distributed optimizer over
+// this rank's shards of them (the dense ones over their DP (x CP) replicas,
+// the experts' over expert-DP).
+void PipelineRank::Impl::MakeOptimizer() {
+  shards.reset();
+  if (!config.train.distributed_optimizer) {
+    optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
+                                                   torch::optim::AdamWOptions(config.train.lr));
+    return;
+  }
+  const ReplicaGroups replicas = Replicas();
+  shards = std::make_unique<ParameterShards>(
+      std::vector<ReplicatedParameters>{{split.dense, replicas.dp}, {split.expert, replicas.expert_dp}});
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const ParameterShards::Slice& s : shards->slices()) (s.matrix ? decay : no_decay).push_back(s.values);
+  optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(decay, no_decay, config.train),
+                                                 torch::optim::AdamWOptions(config.train.lr));
 }
 
 // LoRA adapters on every stage, initialised by name so that every split gets
@@ -180,8 +198,7 @@ Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
   config.train = t;
   CollectParameters();
   KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
-                                                    torch::optim::AdamWOptions(config.train.lr));
+  MakeOptimizer();
   step = 0;
   return Status::Ok();
 }
@@ -320,7 +337,12 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   r.lr = LearningRate(config.train, step);
   for (auto& group : optimizer->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
-  optimizer->zero_grad();
+  // The shards' gradients are views of the whole ones, which go here.
+  if (shards) {
+    for (const torch::Tensor& p : params) p.mutable_grad() = torch::Tensor();
+  } else {
+    optimizer->zero_grad();
+  }
   KP_RETURN_IF_ERROR(RunActions(/*training=*/true));
   KP_RETURN_IF_ERROR(CheckDrained());
   KP_RETURN_IF_ERROR(ReduceOverTensorParallel());
@@ -332,7 +354,12 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); lower --lr");
   // Clipping is folded into the update: one pass over the gradients fewer.
   optimizer->ScaleGradientsInNextStep(ClipScale(r.grad_norm, config.train.grad_clip));
+  if (shards) shards->BindGradients();
   optimizer->step();
+  if (shards) {
+    shards->ReleaseGradients();
+    KP_RETURN_IF_ERROR(shards->Gather());
+  }
   for (auto& [s, module] : modules) {
     if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, DenseReplicas()));
     module->AfterStep(config.train.bias_update_rate);

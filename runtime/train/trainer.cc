@@ -39,6 +39,12 @@ std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<tor
                                                            const TrainConfig& c) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const torch::Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  return ParamGroups(decay, no_decay, c);
+}
+
+std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<torch::Tensor>& decay,
+                                                           const std::vector<torch::Tensor>& no_decay,
+                                                           const TrainConfig& c) {
   auto options = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.adam_eps).weight_decay(wd));
@@ -110,6 +116,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   j["dtype"] = DTypeName(c.options.dtype);
   j["activation_checkpointing"] = c.options.activation_checkpointing;
   j["checkpoint_first_layers"] = c.options.checkpoint_first_layers;
+  j["distributed_optimizer"] = c.distributed_optimizer;
   j["kda_chunk"] = c.options.kda_chunk;
   j["route_scale"] = c.options.route_scale;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -189,6 +196,7 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Bool("activation_checkpointing", &c->options.activation_checkpointing));
   KP_RETURN_IF_ERROR(f.Int("checkpoint_first_layers", &c->options.checkpoint_first_layers, 0, limits::kMaxLayers,
                            /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Bool("distributed_optimizer", &c->distributed_optimizer));  // absent: off
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
   KP_RETURN_IF_ERROR(f.Number("route_scale", &c->options.route_scale, 0, 1e6));
   KP_ASSIGN_OR_RETURN(const nlohmann::json* data, f.Object("data", /*required=*/true));

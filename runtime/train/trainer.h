@@ -48,6 +48,9 @@ struct TrainConfig {
   double grad_clip = 1.0;    ///< max global L2 norm of the gradients
   double bias_update_rate = 1e-3;  ///< router-bias step per optimizer step (0: frozen)
   bool deterministic = true; ///< deterministic algorithms (and cuBLAS workspace on CUDA)
+  /// AdamW's moments sharded over each parameter's replicas (distributed
+  /// runs: distributed_optimizer.h); one process keeps them whole.
+  bool distributed_optimizer = false;
   std::string device = "cpu";
   std::uint64_t seed = 0;    ///< initialisation, data order and LibTorch's RNG
   std::string resume;        ///< a checkpoint file to continue from; empty: start fresh

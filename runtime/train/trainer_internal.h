@@ -24,6 +24,10 @@ inline constexpr std::uint64_t kDataSalt = 0xda7a;
 /// AdamW's parameter groups: matrices decay, vectors do not.
 std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<torch::Tensor>& params,
                                                            const TrainConfig& c);
+/// The same groups, the decayed and the rest given.
+std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const std::vector<torch::Tensor>& decay,
+                                                           const std::vector<torch::Tensor>& no_decay,
+                                                           const TrainConfig& c);
 
 /// The run's token source: the synthetic corpus, or the token file
 /// c.data names (NotFound / InvalidArgument naming --data).

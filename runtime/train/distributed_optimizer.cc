@@ -1,0 +1,87 @@
+#include "runtime/train/distributed_optimizer.h"
+
+#include <algorithm>
+
+namespace kp::runtime {
+
+namespace {
+
+int SizeOf(const Communicator* c) { return c == nullptr ? 1 : c->size(); }
+int RankIn(const Communicator* c) { return c == nullptr ? 0 : c->rank(); }
+
+// The elements of a parameter, flat, without autograd.
+torch::Tensor Flat(const torch::Tensor& p) { return p.detach().view({-1}); }
+
+}  // namespace
+
+ParameterShards::ParameterShards(std::vector<ReplicatedParameters> groups) : groups_(std::move(groups)) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<std::int64_t> starts;
+    std::int64_t total = 0;
+    for (const torch::Tensor& p : groups_[g].params) {
+      TORCH_CHECK(p.is_contiguous(), "the distributed optimizer needs contiguous parameters");
+      TORCH_CHECK(p.scalar_type() == groups_[g].params.front().scalar_type(),
+                  "the distributed optimizer needs one dtype per replica group");
+      starts.push_back(total);
+      total += p.numel();
+    }
+    starts_.push_back(std::move(starts));
+    totals_.push_back(total);
+    const Range mine = Owned(static_cast<int>(g), RankIn(groups_[g].group));
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const torch::Tensor& p = groups_[g].params[i];
+      const std::int64_t lo = std::max(mine.begin, starts_[g][i]), hi = std::min(mine.end, starts_[g][i] + p.numel());
+      if (lo >= hi) continue;
+      slices_.push_back({Flat(p).narrow(0, lo - starts_[g][i], hi - lo), static_cast<int>(g), static_cast<int>(i),
+                         lo - starts_[g][i], p.dim() >= 2});
+    }
+  }
+}
+
+ParameterShards::Range ParameterShards::Owned(int group, int rank) const {
+  const std::int64_t d = SizeOf(groups_[group].group), n = totals_[group];
+  const std::int64_t per = (n + d - 1) / d;
+  return {std::min(n, rank * per), std::min(n, (rank + 1) * per)};
+}
+
+std::int64_t ParameterShards::owned_elements() const {
+  std::int64_t n = 0;
+  for (const Slice& s : slices_) n += s.values.numel();
+  return n;
+}
+
+void ParameterShards::BindGradients() {
+  for (Slice& s : slices_) {
+    const torch::Tensor& p = groups_[s.group].params[s.param];
+    s.values.mutable_grad() =
+        p.grad().defined() ? Flat(p.grad()).narrow(0, s.offset, s.values.numel()) : torch::Tensor();
+  }
+}
+
+void ParameterShards::ReleaseGradients() {
+  for (Slice& s : slices_) s.values.mutable_grad() = torch::Tensor();
+}
+
+Status ParameterShards::Gather() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Communicator* group = groups_[g].group;
+    if (SizeOf(group) == 1) continue;
+    const std::vector<torch::Tensor>& params = groups_[g].params;
+    // Straight into the parameters, part by part: no buffer beside them
+    // (the plan counts none), at one broadcast per part.
+    for (int r = 0; r < group->size(); ++r) {
+      const Range owned = Owned(static_cast<int>(g), r);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const std::int64_t start = starts_[g][i];
+        const std::int64_t lo = std::max(owned.begin, start), hi = std::min(owned.end, start + params[i].numel());
+        if (lo >= hi) continue;
+        torch::Tensor part = Flat(params[i]).narrow(0, lo - start, hi - lo);
+        KP_RETURN_IF_ERROR(group->Broadcast(part, r));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kp::runtime

@@ -1,0 +1,77 @@
+// Megatron's distributed optimizer (--distributed-optimizer on): each
+// replica group's parameters laid end to end in their order, rank d of the
+// group's D owning the elements [d * ceil(N / D), (d + 1) * ceil(N / D)), and
+// AdamW's moments only for what it owns; after the update each rank's owned
+// elements are broadcast to the others, so every rank holds the whole
+// updated parameters again. The dense parameters' group is DP (x CP), the
+// routed experts' expert-DP (replica_groups in data_parallel.h).
+//
+// The update is AdamW's element by element, so on the CPU the parameters
+// equal those of the whole optimizer bit for bit: the gradients were
+// averaged and clipped whole before it, and a broadcast copies bits.
+// Thread-safety: one thread.
+#ifndef KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
+#define KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/status.h"
+#include "runtime/comm/communicator.h"
+
+namespace kp::runtime {
+
+/// Parameters and the replica group whose ranks hold the same values (null
+/// or of one rank: nothing is sharded).
+struct ReplicatedParameters {
+  std::vector<torch::Tensor> params;
+  Communicator* group = nullptr;
+};
+
+class ParameterShards {
+ public:
+  /// Every parameter must be contiguous; one group's share one dtype.
+  explicit ParameterShards(std::vector<ReplicatedParameters> groups);
+
+  /// This rank's owned elements of each parameter, as tensors sharing its
+  /// storage (none for a parameter it owns nothing of), and whether the
+  /// whole parameter is a matrix (the weight-decayed ones).
+  struct Slice {
+    torch::Tensor values;
+    int group = 0;
+    int param = 0;
+    std::int64_t offset = 0;  ///< in the parameter's elements
+    bool matrix = false;
+  };
+  const std::vector<Slice>& slices() const { return slices_; }
+  /// Elements this rank owns (the optimizer's state covers these alone).
+  std::int64_t owned_elements() const;
+
+  /// Points each slice's gradient at its part of the parameter's gradient
+  /// (none where the parameter has none: AdamW leaves it alone).
+  void BindGradients();
+  /// Drops the slices' gradients: a view keeps its whole parameter's
+  /// gradient alive, which would then outlive the step.
+  void ReleaseGradients();
+  /// Broadcasts every rank's owned elements to the rest of its group,
+  /// straight into the parameters (one broadcast per parameter part, no
+  /// buffer). IoError from the communicator.
+  Status Gather();
+
+ private:
+  struct Range {
+    std::int64_t begin = 0, end = 0;  ///< in the group's elements laid end to end
+  };
+  Range Owned(int group, int rank) const;
+
+  std::vector<ReplicatedParameters> groups_;
+  std::vector<std::vector<std::int64_t>> starts_;  ///< per group: each parameter's first element
+  std::vector<std::int64_t> totals_;
+  std::vector<Slice> slices_;
+};
+
+}  // namespace kp::runtime
+
+#endif  // KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
