@@ -8,6 +8,7 @@
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
 //       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
+//       [--recompute none|full|block:N]
 //       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
@@ -67,6 +68,7 @@ struct Args {
   double peak_tflops = 0;  // 0: measure
   bool dry_run = false;
   int memory_trace = 0;  // 1: after the timed steps; 2: alone, no training (a model too large to train here)
+  std::string recompute = "none";  // none | full | block:N (kimi-plan run's --recompute full [--recompute-method block])
 };
 
 Result<Args> ParseArgs(int argc, char** argv) {
@@ -88,6 +90,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
       else if (k == "peak-tflops") a.peak_tflops = std::stod(v);
       else if (k == "dump-dir") a.dump_dir = v;
       else if (k == "profile-out") a.profile_out = v;
+      else if (k == "recompute") a.recompute = v;
       else return Status::InvalidArgument("unknown option --" + k);
     }
   } catch (const std::exception&) {
@@ -98,6 +101,10 @@ Result<Args> ParseArgs(int argc, char** argv) {
     return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup and --profile >= 0");
   if (a.fused != 0 && a.fused != 1) return Status::InvalidArgument("--fused: must be 0 or 1");
   if (a.memory_trace < 0 || a.memory_trace > 2) return Status::InvalidArgument("--memory-trace: must be 0, 1 or 2");
+  if (a.recompute != "none" && a.recompute != "full" &&
+      !(a.recompute.rfind("block:", 0) == 0 && a.recompute.size() > 6 &&
+        a.recompute.find_first_not_of("0123456789", 6) == std::string::npos && std::stoi(a.recompute.substr(6)) > 0))
+    return Status::InvalidArgument("--recompute: must be none, full or block:N (N > 0)");
   return a;
 }
 
@@ -245,6 +252,8 @@ int Run(const Args& args) {
   kp::runtime::ModelOptions options;
   options.kda_chunk = args.kda_chunk;
   options.fused_kernels = args.fused == 1;
+  options.activation_checkpointing = args.recompute != "none";
+  options.checkpoint_first_layers = args.recompute.rfind("block:", 0) == 0 ? std::stoi(args.recompute.substr(6)) : 0;
   if (!args.dump_dir.empty()) {
     if (Status s = DumpForCheck(fs, spec, options, args.dump_dir); !s.ok()) {
       std::cerr << s.message() << "\n";

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on a machine with one CUDA GPU and PyTorch: builds the runtime-only
+# tree (scripts/gpu_build.sh), then times kimi-wide's training step at
+# 4096-token sequences without recomputation and with the recomputation
+# `kimi-plan run --recompute full [--recompute-method block]` executes
+# (whole layers, each from its input): the step time, tokens/s and peak
+# memory of each, beside a batch that fits only with it.
+#
+#   scripts/gpu_recompute_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
+# Writes OUTDIR/recompute-<setting>-<batch>.txt and build.log.
+set -u -o pipefail
+out=${1:?usage: gpu_recompute_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
+json_inc=${2:-}
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/.." && pwd)
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/machine.txt"
+source "$root/scripts/gpu_build.sh"
+gpu_build "$out" "$json_inc" 16 kimi-plan-train-bench || exit 1
+# setting, sequences per step
+runs=("none 16" "full 16" "block:2 16" "none 32" "full 32")
+for run in "${runs[@]}"; do
+  read -r setting batch <<<"$run"
+  echo "== kimi-wide, 4096-token sequences x $batch, recompute $setting"
+  timeout 300 "$build/kimi-plan-train-bench" --shape "$root/bench/kimi-wide.json" --seq-len 4096 --batch "$batch" \
+    --device cuda --dtype bf16 --fused 1 --kda-chunk 32 --warmup 2 --steps 5 --recompute "$setting" \
+    > "$out/recompute-${setting/:/}-$batch.txt" 2>&1
+  echo "rc $?"
+  grep -E "RESULT|out of memory|CUDA error" "$out/recompute-${setting/:/}-$batch.txt" | head -3
+done
