@@ -23,7 +23,7 @@ doc["name"] = sys.argv[2]
 print(json.dumps(doc))
 PY
 "$bin" launch --target slurm --model-file model.json --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 \
-  --rollout-tp 1 --rollout-ep 2 --force --out job > launch.out 2> launch.err
+  --rollout-tp 1 --rollout-ep 2 --state-precision fp32 --force --out job > launch.out 2> launch.err
 check "launch of a name full of shell syntax: exit 0" test $? -eq 0
 check "the script parses" bash -n job/kimi-plan.sbatch
 mkdir stubs
@@ -69,7 +69,7 @@ check "a line break in a name: no script" test ! -e job2
 # The Modal app holds the name only as text: it compiles, and the name's
 # words are nowhere but inside string literals.
 "$bin" launch --target modal --model-file model.json --gpu h100 --nodes 1 --tp 1 --pp 1 \
-  --rollout-tp 1 --rollout-ep 8 --force --out modal > modal.out 2> modal.err
+  --rollout-tp 1 --rollout-ep 8 --state-precision fp32 --force --out modal > modal.out 2> modal.err
 check "launch --target modal of the name: exit 0" test $? -eq 0
 check "the Modal app is valid Python; the name is one string of RUN_ARGS, unchanged" \
   python3 - modal/kimi_plan_modal.py "$name" <<'PY'

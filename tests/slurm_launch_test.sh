@@ -14,7 +14,7 @@ cd "$work"
 source "$here/test_lib.sh"
 
 "$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 \
-  --rollout-tp 1 --rollout-ep 2 --json > plan.json
+  --rollout-tp 1 --rollout-ep 2 --global-batch 4 --seq-len 8 --state-precision fp32 --json > plan.json
 plan_id=$(python3 -c "import json; print(json.load(open('plan.json'))['id'])")
 "$bin" launch --target slurm --plan "$plan_id" --out job > launch.txt
 check "launch wrote the sbatch script" test -f job/kimi-plan.sbatch
@@ -25,7 +25,7 @@ check "a one-node Slurm starts" bash "$here/slurm_cluster.sh" start "$cluster"
 export SLURM_CONF="$cluster/slurm.conf"
 export KIMI_PLAN="$bin" MASTER_PORT=$((30000 + RANDOM % 20000))
 timeout 300 sbatch --wait -o job.out job/kimi-plan.sbatch \
-  --steps 2 --hidden 32 --experts 4 --vocab 64 --batch 4 --seq-len 8 --layers 3 --heads 2 --db "$work/runs.db" > sbatch.txt
+  --steps 2 --hidden 32 --experts 4 --vocab 64 --layers 3 --heads 2 --db "$work/runs.db" > sbatch.txt
 check "the job finishes" test $? -eq 0
 check "srun started two ranks" grep -q "on 2 ranks (gloo, pp 1 dp 2 ep 1 etp 1 cp 1 tp 1)" job.out
 check "both steps are in the store" test "$(sqlite3 runs.db "select count(*) from steps")" = 2
