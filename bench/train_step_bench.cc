@@ -8,7 +8,7 @@
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
 //       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
-//       [--recompute none|full|block:N]
+//       [--recompute none|full|block:N] [--states fp32|mixed]
 //       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
@@ -69,6 +69,7 @@ struct Args {
   bool dry_run = false;
   int memory_trace = 0;  // 1: after the timed steps; 2: alone, no training (a model too large to train here)
   std::string recompute = "none";  // none | full | block:N (kimi-plan run's --recompute full [--recompute-method block])
+  std::string states = "fp32";     // fp32 | mixed (kimi-plan run's --state-precision)
 };
 
 Result<Args> ParseArgs(int argc, char** argv) {
@@ -91,6 +92,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
       else if (k == "dump-dir") a.dump_dir = v;
       else if (k == "profile-out") a.profile_out = v;
       else if (k == "recompute") a.recompute = v;
+      else if (k == "states") a.states = v;
       else return Status::InvalidArgument("unknown option --" + k);
     }
   } catch (const std::exception&) {
@@ -105,6 +107,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
       !(a.recompute.rfind("block:", 0) == 0 && a.recompute.size() > 6 &&
         a.recompute.find_first_not_of("0123456789", 6) == std::string::npos && std::stoi(a.recompute.substr(6)) > 0))
     return Status::InvalidArgument("--recompute: must be none, full or block:N (N > 0)");
+  if (a.states != "fp32" && a.states != "mixed") return Status::InvalidArgument("--states: must be fp32 or mixed");
   return a;
 }
 
@@ -254,6 +257,8 @@ int Run(const Args& args) {
   options.fused_kernels = args.fused == 1;
   options.activation_checkpointing = args.recompute != "none";
   options.checkpoint_first_layers = args.recompute.rfind("block:", 0) == 0 ? std::stoi(args.recompute.substr(6)) : 0;
+  // Megatron's mixed precision: bf16 weights, fp32 main gradients and masters.
+  if (args.states == "mixed") options.weight_dtype = kp::runtime::DType::kBf16;
   if (!args.dump_dir.empty()) {
     if (Status s = DumpForCheck(fs, spec, options, args.dump_dir); !s.ok()) {
       std::cerr << s.message() << "\n";
@@ -300,9 +305,10 @@ int Run(const Args& args) {
     std::cerr << session.status().message() << "\n";
     return 2;
   }
-  std::printf("runtime parameters: %lld (all trainable, fp32 master weights), dtype %s, %d x %d tokens per step, "
+  std::printf("runtime parameters: %lld (all trainable, %s states), dtype %s, %d x %d tokens per step, "
               "KDA chunk %d, fused kernels %s (built: %s)\n",
-              static_cast<long long>((*session)->parameter_count()), args.dtype.c_str(), args.batch, args.seq_len,
+              static_cast<long long>((*session)->parameter_count()), args.states.c_str(), args.dtype.c_str(), args.batch,
+              args.seq_len,
               args.kda_chunk, args.fused ? "on" : "off", kp::runtime::CudaKernelsBuilt() ? "yes" : "no");
   std::vector<double> seconds;
   double last_loss = 0, peak_mem = 0;

@@ -79,7 +79,7 @@ Status ProfileCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(config.options.dtype, runtime::ParseDType(vm["dtype"].as<std::string>()));
   config.options.seed = config.seed;
   PrepareDevice(config, env);
-  KP_RETURN_IF_ERROR(CheckTrainMemory(config, 1, env));
+  KP_RETURN_IF_ERROR(CheckTrainMemory(config, env));
   KP_ASSIGN_OR_RETURN(const runtime::ActivationTrace t,
                       runtime::MeasureActivationProfile(config.model, config.options, vm["batch"].as<int>(),
                                                         vm["seq-len"].as<int>(), config.device));

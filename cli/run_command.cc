@@ -74,11 +74,12 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
                  const runtime::Rendezvous& rv, runtime::DistTrainSession& session, Store* store,
                  const RunRecord& run, CliEnv& env) {
   const int log_every = vm["log-every"].as<int>();
-  std::vector<double> losses, rank_peaks;
+  std::vector<double> losses, rank_peaks, build_peaks;
   while (session.step() < config.steps) {
     KP_ASSIGN_OR_RETURN(runtime::DistStepMetrics d, session.Step());
     losses.push_back(d.step.loss);
     rank_peaks = d.rank_peak_memory_bytes;
+    build_peaks = d.rank_build_peak_memory_bytes;
     if (!store) continue;
     KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
     if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
@@ -88,7 +89,7 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
   json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
                  {"backend", session.backend()}, {"layout", LayoutJson(layout)}, {"steps", config.steps},
                  {"first_loss", losses.front()}, {"last_loss", losses.back()},
-                 {"peak_memory_bytes_by_rank", rank_peaks}};
+                 {"peak_memory_bytes_by_rank", rank_peaks}, {"build_peak_memory_bytes_by_rank", build_peaks}};
   if (vm.count("json")) env.out << result.dump(2) << "\n";
   else
     env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
@@ -158,7 +159,7 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
     // Everything a rank would refuse is refused here, before any starts.
     KP_ASSIGN_OR_RETURN(const ParallelLayout layout, BuildRunLayout(vm, nproc, config.model, plan));
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, nproc, config));
-    KP_RETURN_IF_ERROR(CheckTrainMemory(config, nproc, env));
+    KP_RETURN_IF_ERROR(CheckRankShares(vm, config, layout, env));
     KP_RETURN_IF_ERROR(runtime::CheckDeviceAndBackend(C10dFromFlags(vm, config.device, env)));
     return LaunchLocalRanks("run", args, nproc, vm["db"].as<std::string>(), env);
   }

@@ -134,6 +134,16 @@ Result<LayerCheckpointing> FlagCheckpointing(const po::variables_map& vm) {
   return CheckpointingOf(r);
 }
 
+// Megatron's mixed precision: the plan's states, else --state-precision
+// (default fp32, the runtime's own).
+Result<bool> MixedPrecision(const po::variables_map& vm, const std::optional<PlanRequest>& plan) {
+  if (plan) return plan->state_precision == StatePrecision::kMixed;
+  const std::string s = vm.count("state-precision") ? vm["state-precision"].as<std::string>() : "fp32";
+  if (s != "mixed" && s != "fp32")
+    return Status::InvalidArgument("--state-precision: must be fp32 or mixed, got \"" + s + "\"");
+  return s == "mixed";
+}
+
 }  // namespace
 
 po::options_description RunOptions() {
@@ -148,7 +158,7 @@ po::options_description RunOptions() {
       ("plan", Int64Flag(1, INT64_MAX),
        "run this recorded plan: its layout, split, schedule, batch, micro-batch and lengths (--model still picks "
        "the model)")
-      ("max-params", NumberFlag(1, 1e15)->default_value(2e9), "refuse a model with more parameters (every rank builds it whole)")
+      ("max-params", NumberFlag(1, 1e15)->default_value(2e9), "refuse a layout where a rank builds more parameters (its stages, TP shard and EP x ETP share of the experts)")
       ("batch", IntFlag(1, limits::kMaxBatch), "sequences per step, split evenly over dp (default 8)")
       ("global-batch", IntFlag(1, limits::kMaxBatch), "the planner's prompts per step: --global-batch x --rollout-n sequences")
       ("rollout-n", IntFlag(1, limits::kMaxBatch), "with --global-batch: samples per prompt (default 1)")
@@ -158,7 +168,11 @@ po::options_description RunOptions() {
       ("prompt-length", IntFlag(0, limits::kMaxSequence), "with --response-length: tokens per sequence, their sum")
       ("response-length", IntFlag(0, limits::kMaxSequence), "with --prompt-length: tokens per sequence, their sum")
       ("mode", po::value<std::string>(), "full | lora (lora with --lora-rank)")
-      ("dtype", po::value<std::string>(), "fp32 | bf16: the activations (default fp32)")
+      ("dtype", po::value<std::string>(), "fp32 | bf16: the activations (default fp32; with --plan, bf16)")
+      ("state-precision", po::value<std::string>(),
+       "fp32 | mixed: fp32 weights, gradients and AdamW states (default; with --plan, the plan's), or Megatron's "
+       "mixed precision: bf16 weight matrices, fp32 main gradients, fp32 master weights and moments (with --dtype "
+       "bf16)")
       ("recompute", po::value<std::string>(), "none | full: recompute decoder layers in backward (default none)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"),
        "on | off: AdamW's moments sharded over each parameter's data-parallel replicas, the updated parameters "
@@ -193,7 +207,7 @@ Status RefuseUnexecutedFlags(const std::vector<std::string>& args) {
     if (planner.find_nothrow(name, false) && !run.find_nothrow(name, false))
       return Status::InvalidArgument("--" + name + ": a planner setting kimi-plan run does not execute (it would run "
                                      "another plan than the one asked for); run executes the model, mode, layout, "
-                                     "split, schedule, batch, micro-batch, lengths and dtype");
+                                     "split, schedule, batch, micro-batch, lengths, dtype, states and recomputation");
   }
   return Status::Ok();
 }
@@ -216,13 +230,6 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
                                    const std::optional<PlanRequest>& plan) {
   TrainConfig c;
   KP_ASSIGN_OR_RETURN(c.model, ResolveScaledModel(vm, env));
-  const double params = CountParams(c.model).total, max_params = vm["max-params"].as<double>();
-  if (params > max_params) {
-    std::ostringstream o;
-    o << "--model: " << c.model.name << " has " << std::setprecision(3) << params << " parameters, more than "
-      << "--max-params " << max_params << " lets every rank build (take kimi-k3-debug, or scale with --layers --hidden)";
-    return Status::InvalidArgument(o.str());
-  }
   KP_RETURN_IF_ERROR(ReadTrainOptions(vm, &c));
   if (plan) {
     if (plan->sequences() > limits::kMaxBatch)
@@ -238,7 +245,18 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
     c.lora.alpha = vm.count("lora-alpha") ? vm["lora-alpha"].as<double>() : 2.0 * c.lora.rank;
   }
   c.bias_update_rate = c.lora.enabled() ? 0.0 : 1e-3;
-  KP_ASSIGN_OR_RETURN(c.options.dtype, runtime::ParseDType(vm.count("dtype") ? vm["dtype"].as<std::string>() : "fp32"));
+  // The frozen base of a LoRA run is stored in bf16, as the planner prices
+  // it (and Megatron and Verl keep it); the adapters train in fp32.
+  if (c.lora.enabled()) c.options.weight_dtype = runtime::DType::kBf16;
+  KP_ASSIGN_OR_RETURN(c.options.dtype,
+                      runtime::ParseDType(vm.count("dtype") ? vm["dtype"].as<std::string>() : plan ? "bf16" : "fp32"));
+  KP_ASSIGN_OR_RETURN(const bool mixed, MixedPrecision(vm, plan));
+  if (mixed && !c.lora.enabled()) {
+    if (c.options.dtype != runtime::DType::kBf16)
+      return Status::InvalidArgument("--state-precision: mixed keeps bf16 weights for bf16 activations; give --dtype "
+                                     "bf16 (or --state-precision fp32)");
+    c.options.weight_dtype = runtime::DType::kBf16;
+  }
   KP_ASSIGN_OR_RETURN(const LayerCheckpointing checkpointing, plan ? CheckpointingOf(*plan) : FlagCheckpointing(vm));
   c.options.activation_checkpointing = checkpointing.enabled;
   c.options.checkpoint_first_layers = checkpointing.first_layers;
@@ -282,6 +300,27 @@ Result<ParallelLayout> BuildRunLayout(const po::variables_map& vm, int world, co
   }
   KP_RETURN_IF_ERROR(SetSplit(rule, model, "--", l));
   return l;
+}
+
+}  // namespace kp
+
+namespace kp {
+
+Status CheckRankShares(const po::variables_map& vm, const runtime::TrainConfig& config,
+                       const runtime::ParallelLayout& layout, const CliEnv& env) {
+  KP_ASSIGN_OR_RETURN(const std::vector<std::int64_t> counts, runtime::ParametersPerPipelineRank(layout, config));
+  const double max_params = vm["max-params"].as<double>();
+  double on_host = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    on_host += static_cast<double>(counts[r]) * (layout.world() / layout.pp);
+    if (static_cast<double>(counts[r]) <= max_params) continue;
+    std::ostringstream o;
+    o << std::setprecision(3) << "--max-params: pipeline rank " << r << " builds " << double(counts[r])
+      << " parameters of " << config.model.name << "'s " << CountParams(config.model).total << ", more than "
+      << max_params << "; split it further (--pp, --tp, --ep, --etp) or scale it with --layers --hidden";
+    return Status::InvalidArgument(o.str());
+  }
+  return CheckTrainMemory(config, on_host, env);
 }
 
 }  // namespace kp

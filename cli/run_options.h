@@ -36,8 +36,7 @@ Status RefuseUnexecutedFlags(const std::vector<std::string>& args);
 /// lengths) is refused naming it.
 Result<std::optional<PlanRequest>> RunPlan(const po::variables_map& vm, const CliEnv& env);
 
-/// The training configuration: the model (scaled by flags, under
-/// --max-params), the training flags, and the step's sequences and their
+/// The training configuration: the model (scaled by flags), the training flags, and the step's sequences and their
 /// length: --plan's (its global batch x rollout n sequences of prompt +
 /// response tokens), else --global-batch x --rollout-n or --batch, and
 /// --prompt-length + --response-length or --seq-len.
@@ -48,6 +47,12 @@ Result<runtime::TrainConfig> BuildRunConfig(const po::variables_map& vm, const C
 /// built as is) and micro-batch; dp defaults to the world over pp x cp x tp.
 Result<runtime::ParallelLayout> BuildRunLayout(const po::variables_map& vm, int world, const ModelSpec& model,
                                                const std::optional<PlanRequest>& plan);
+
+/// What the layout's ranks build, before any starts: every pipeline rank's
+/// share under --max-params (InvalidArgument naming it and the rank), and
+/// all of them together against this machine's memory (CheckTrainMemory).
+Status CheckRankShares(const po::variables_map& vm, const runtime::TrainConfig& config,
+                       const runtime::ParallelLayout& layout, const CliEnv& env);
 
 }  // namespace kp
 

@@ -102,24 +102,27 @@ Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c) {
   return Status::Ok();
 }
 
-Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env) {
+Status CheckTrainMemory(const runtime::TrainConfig& config, double parameters, const CliEnv& env) {
   if (config.device != "cpu") return Status::Ok();
   const ModelSpec& model = config.model;
   const double param_bytes = config.options.dtype == runtime::DType::kBf16 ? 2 : 4;
   const bool frozen_base = config.lora.enabled();
   const std::optional<double> available = ProcKilobytes(env.fs, "/proc/meminfo", "MemAvailable");
   if (!available) return Status::Ok();
-  const double params = CountParams(model).total;
   const double per_param = param_bytes * (frozen_base ? 1 : 4);
-  const double need = params * per_param * copies;
+  const double need = parameters * per_param;
   if (need <= *available) return Status::Ok();
   std::ostringstream o;
   o.precision(3);
-  o << "--model: " << model.name << " needs at least " << FormatGB(need) << " to train here (" << params
-    << " parameters x " << per_param << " bytes" << (frozen_base ? " of weights" : " of weights, gradients and AdamW")
-    << (copies > 1 ? " x " + std::to_string(copies) + " ranks" : std::string()) << "), more than the "
+  o << "--model: " << model.name << " needs at least " << FormatGB(need) << " to train here (" << parameters
+    << " parameters on this host's ranks x " << per_param << " bytes"
+    << (frozen_base ? " of weights" : " of weights, gradients and AdamW") << "), more than the "
     << FormatGB(*available) << " this machine has available; scale it with --layers --hidden or take kimi-k3-debug";
   return Status::InvalidArgument(o.str());
+}
+
+Status CheckTrainMemory(const runtime::TrainConfig& config, const CliEnv& env) {
+  return CheckTrainMemory(config, CountParams(config.model).total, env);
 }
 
 void PrepareDevice(const runtime::TrainConfig& config, const CliEnv& env) {

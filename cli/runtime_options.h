@@ -37,15 +37,18 @@ Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c);
 runtime::C10dOptions C10dFromFlags(const po::variables_map& vm, const std::string& device, const CliEnv& env);
 
 /// Refuses, before anything is allocated, a training whose model cannot fit
-/// this machine's memory on CPU: `copies` processes (ranks on this host)
-/// each holding every parameter in the run's dtype and, without LoRA, its
+/// this machine's memory on CPU: the processes on this host together holding
+/// `parameters` (every rank's share summed; the whole model for one process),
+/// each and, without LoRA, its
 /// gradient and AdamW's two moments in the same dtype (LibTorch keeps
 /// optimizer state like its parameter). Activations are left out, so the
 /// estimate is a lower bound and a refused model cannot fit. Compared with
 /// MemAvailable of /proc/meminfo (read through env.fs); skipped on CUDA and
 /// where that file cannot be read. InvalidArgument naming --model with both
 /// numbers.
-Status CheckTrainMemory(const runtime::TrainConfig& config, int copies, const CliEnv& env);
+Status CheckTrainMemory(const runtime::TrainConfig& config, double parameters, const CliEnv& env);
+/// CheckTrainMemory of one process holding the whole model.
+Status CheckTrainMemory(const runtime::TrainConfig& config, const CliEnv& env);
 
 /// Before anything touches the device: a deterministic run on CUDA has
 /// cuBLAS's workspace fixed (kDeterministicCublas, through env.setenv); any

@@ -357,7 +357,7 @@ Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env) {
     env.out << nlohmann::ordered_json::parse(runtime::SdpoConfigJson(config)).dump(2) << "\n";
     return Status::Ok();
   }
-  KP_RETURN_IF_ERROR(CheckTrainMemory(config.train, 1, env));
+  KP_RETURN_IF_ERROR(CheckTrainMemory(config.train, env));
   KP_RETURN_IF_ERROR(runtime::CheckTaskContexts(config, env.fs));
   PrepareDevice(config.train, env);
   if (config.placement == runtime::Placement::kColocated) return RunLoggedLoop(vm, config, nullptr, env);

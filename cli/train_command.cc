@@ -205,7 +205,7 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "data", "resume", "save-adapters"}));
   KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));
   PrepareDevice(config, env);
-  KP_RETURN_IF_ERROR(CheckTrainMemory(config, 1, env));
+  KP_RETURN_IF_ERROR(CheckTrainMemory(config, env));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session, runtime::TrainSession::Create(config, env.fs));
   KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(vm["db"].as<std::string>(), env.clock));
   RunRecord run;

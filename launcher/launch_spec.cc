@@ -289,6 +289,7 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
     }
   }
   Flag(a, "--dtype", "bf16");
+  Flag(a, "--state-precision", r.state_precision == StatePrecision::kMixed ? "mixed" : "fp32");
   Flag(a, "--distributed-optimizer", r.distributed_optimizer ? "on" : "off");
   for (const auto& [flag, v] : {std::pair{"--tp", p.tp}, {"--pp", p.pp}, {"--vp", p.vp}, {"--ep", p.ep},
                                 {"--etp", p.etp}, {"--cp", p.cp}, {"--dp", p.dp}})

@@ -126,13 +126,20 @@ TEST(LaunchSpec, EveryEngineBuildsThePlannedSplit) {
 }
 
 // The native runtime runs the plan as planned or is not launched: the
-// seed's own states (Megatron's mixed precision) are refused by name.
+// seed's own states (Megatron's mixed precision) run and are passed on; what
+// it does not execute (the split placement) is refused by name.
 TEST(LaunchSpec, NativeRefusesWhatTheRuntimeDoesNotExecute) {
   Launch l = MakeLaunch(SeedTopology("h200-full"), "h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative);
   l.options.force = true;
-  EXPECT_EQ(CheckLaunch(l).message().rfind("--state-precision: kimi-plan run does not execute Megatron's "
-                                           "mixed-precision states", 0), 0u)
+  EXPECT_TRUE(CheckLaunch(l).ok()) << CheckLaunch(l).message();
+  const std::vector<std::string> args = NativeRunArgs(l, 8);
+  const auto at = std::find(args.begin(), args.end(), "--state-precision");
+  ASSERT_NE(at, args.end());
+  EXPECT_EQ(*(at + 1), "mixed");
+  l.request.placement = Placement::kSplit;
+  EXPECT_EQ(CheckLaunch(l).message().rfind("--placement: kimi-plan run does not execute ", 0), 0u)
       << CheckLaunch(l).message();
+  l.request.placement = Placement::kColocated;
   l.options.engine = LaunchEngine::kVerl;
   l.options.teacher_nodes = 0;
   EXPECT_TRUE(CheckLaunch(l).ok()) << CheckLaunch(l).message();
@@ -169,7 +176,7 @@ TEST(LaunchSpec, NativeRunArgsCarryThePlan) {
   // is priced as none, and runs as none: no --recompute.
   const std::vector<std::string> expected = {
       "run", "--model", "kimi-k2.6", "--mode", "full", "--prompt-length", "2048", "--response-length", "2048",
-      "--global-batch", "128", "--micro-batch", "1", "--rollout-n", "1", "--schedule", "1f1b", "--dtype", "bf16",
+      "--global-batch", "128", "--micro-batch", "1", "--rollout-n", "1", "--schedule", "1f1b", "--dtype", "bf16", "--state-precision", "fp32",
       "--distributed-optimizer", "off",
       "--tp", "8", "--pp", "2", "--vp", "1", "--ep", "8", "--etp", "1", "--cp", "1", "--dp", "8",
       "--sequence-parallel", "on", "--layer-split", "even"};

@@ -41,9 +41,6 @@ Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
 
 Status CheckNativeExecutes(const PlanRequest& r) {
   KP_RETURN_IF_ERROR(CheckpointingOf(r).status());
-  if (r.mode == TrainMode::kFull && r.state_precision == StatePrecision::kMixed)
-    return NotExecuted("--state-precision", "Megatron's mixed-precision states (bf16 weights, fp32 masters)",
-                       "--state-precision fp32");
   if (r.recipe.fp8 != Fp8Recipe::kNone)
     return NotExecuted("--dtype", std::string("FP8 (") + Fp8RecipeName(r.recipe.fp8) + ")", "--dtype bf16");
   if (!r.bf16) return NotExecuted("--dtype", "fp16", "--dtype bf16");

@@ -48,7 +48,6 @@ TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
     void (*change)(PlanRequest&);
   };
   const Case cases[] = {
-      {"--state-precision", [](PlanRequest& r) { r.state_precision = StatePrecision::kMixed; }},
       {"--dtype", [](PlanRequest& r) { r.recipe.fp8 = Fp8Recipe::kBlockwise; }},
       {"--dtype", [](PlanRequest& r) { r.bf16 = false; }},
       {"--placement", [](PlanRequest& r) { r.placement = Placement::kSplit; }},
@@ -64,9 +63,11 @@ TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
     const Status s = CheckNativeExecutes(r);
     EXPECT_EQ(s.message().rfind(std::string(c.flag) + ": kimi-plan run does not execute ", 0), 0u) << s.message();
   }
-  // The distributed optimizer runs (distributed_optimizer.h).
+  // The distributed optimizer runs (distributed_optimizer.h), and so do
+  // Megatron's mixed-precision states.
   PlanRequest sharded = Executable();
   sharded.distributed_optimizer = true;
+  sharded.state_precision = StatePrecision::kMixed;
   EXPECT_TRUE(CheckNativeExecutes(sharded).ok());
   // LoRA keeps its frozen base, whatever the full fine-tune's states.
   PlanRequest lora = Executable();

@@ -298,6 +298,12 @@ double ExpertBytesPerParam(const ModelSpec& m) {
 
 namespace {
 
+// kimi-plan run's fp32 states keep fp32 weights, which a bf16 run copies to
+// bf16 at use; Megatron's mixed states and a LoRA base are bf16 already.
+bool KeepsFp32Weights(const PlanRequest& req) {
+  return req.mode == TrainMode::kFull && req.state_precision == StatePrecision::kFp32;
+}
+
 // Megatron-LM accumulates and reduces gradients in fp32 under bf16
 // (accumulate_allreduce_grads_in_fp32 is forced on), in the parameters' fp16
 // under fp16; the fp32 copy the fp16 optimizer makes at its step is transient.
@@ -348,9 +354,12 @@ class LayerBytes {
     if (!one) one = Terms(layer, ParallelPlan{}, /*sequence_parallel=*/false, Recompute::kNone);
     const ActivationProfile& a = *req_.activation_profile;
     const double per_token = a.layers[layer] * req_.seq_length() * req_.micro_batch * (*slot / *one);
-    // What a layer keeps whatever its tokens (a bf16 run's weight copies) is
-    // as large as its parameters on the rank, and gone when it is recomputed.
-    const double fixed = r == Recompute::kFull ? 0.0 : a.layers_fixed[layer] * ParamShare(layer);
+    // What a layer keeps whatever its tokens (a bf16 run's bf16 copies of
+    // fp32 weights) is as large as its parameters on the rank, and gone when
+    // it is recomputed or when the weights are bf16 already (mixed states,
+    // a LoRA base).
+    const bool copies = r != Recompute::kFull && KeepsFp32Weights(req_);
+    const double fixed = copies ? a.layers_fixed[layer] * ParamShare(layer) : 0.0;
     return Bytes(per_token + fixed);
   }
 
@@ -377,7 +386,8 @@ Bytes LogitsBytes(const PlanRequest& req, const ParallelPlan& p) {
   const double tokens = double(req.seq_length()) * req.micro_batch / p.cp;
   // Measured: the head and the loss split by vocabulary over TP.
   if (req.activation_profile)
-    return Bytes((req.activation_profile->head * tokens + req.activation_profile->head_fixed) / p.tp);
+    return Bytes((req.activation_profile->head * tokens +
+                  (KeepsFp32Weights(req) ? req.activation_profile->head_fixed : 0.0)) / p.tp);
   // fp32 logits for the vocabulary-parallel cross entropy and their bf16 gradient.
   return Bytes(tokens * req.model.vocab / p.tp * (kFp32 + kBf16));
 }

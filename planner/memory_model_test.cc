@@ -309,6 +309,7 @@ TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
   r.global_batch = 1;
   r.rollout_n = 1;
   r.recompute = Recompute::kNone;
+  r.state_precision = StatePrecision::kFp32;  // fp32 weights: a bf16 run's copies of them are the fixed part
   auto profile = std::make_shared<ActivationProfile>();
   profile->dtype = "fp32";
   profile->layers.assign(r.model.layers, 0.0);
@@ -334,6 +335,14 @@ TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
               1e-9);
   EXPECT_LT(shrink, 0.6);
   EXPECT_LT(on_rank / lp.total(), 0.6);
+  // Weights kept in bf16 (Megatron's mixed states, a LoRA base) are not
+  // copied: the per-token part alone.
+  r.state_precision = StatePrecision::kMixed;
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens);
+  r.mode = TrainMode::kLora;
+  r.state_precision = StatePrecision::kFp32;
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens);
+  r.mode = TrainMode::kFull;
   // Recomputed whole, a layer keeps neither.
   r.recompute = Recompute::kFull;
   EXPECT_LT(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens * 0.2);

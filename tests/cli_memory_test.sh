@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The planner's memory per rank against what `kimi-plan run` allocates, on
-# kimi-k3-debug (fp32, 16-token sequences, one sequence per micro-batch)
+# kimi-k3-debug (fp32 activations, bf16 under mixed states; 16-token
+# sequences, one sequence per micro-batch)
 # over Gloo processes: `kimi-plan profile` measures what each layer keeps for
 # the backward on one process; `kimi-plan plan` prices every layout from it
-# with the runtime's fp32 states (--state-precision fp32, no distributed
-# optimizer) and its 25 MiB gradient buckets; every rank's measured peak
-# (the counting CPU allocator's, after the model is built) must be within
+# with the states the run keeps (fp32, or Megatron's mixed precision; the
+# distributed optimizer off or on) and its 25 MiB gradient buckets; every
+# rank's measured peak (the counting CPU allocator's, after the model is
+# built) must be within
 # 10% of the planner's figure for its pipeline rank less the CUDA/NCCL
 # reserve, over PP, interleaved PP, TP with SP, EP, ETP, CP and their
 # compositions up to 8 ranks. Bad profile input is one line and exit 2.
@@ -21,16 +23,22 @@ check "profile: a figure for each of the 17 layers" python3 -c "
 import json; p = json.load(open('profile.json'))
 assert len(p['layers']) == 17 and min(p['layers']) > 0 and p['tokens'] == 16, p"
 
+# Megatron's mixed precision runs bf16 activations: their profile.
+check "profile: bf16 activations measured" "$bin" profile "${model[@]}" --batch 1 --dtype bf16 --out profile-bf16.json
+
 # layout: nproc schedule vp pp dp tp cp ep etp micro-batches-per-replica [distributed optimizer on|off]
+# [states fp32|mixed]
 compare() {
   local name="$1" n="$2" sched="$3" vp="$4" pp="$5" dp="$6" tp="$7" cp="$8" ep="$9" etp="${10}" mb="${11}" opt="${12:-off}"
+  local states="${13:-fp32}" profile=profile.json dtype=fp32
+  [ "$states" = mixed ] && profile=profile-bf16.json dtype=bf16
   local lay=(--schedule "$sched" --vp "$vp" --pp "$pp" --dp "$dp" --tp "$tp" --cp "$cp" --ep "$ep" --etp "$etp"
-             --distributed-optimizer "$opt")
+             --distributed-optimizer "$opt" --state-precision "$states")
   local batch=$((dp * mb))
-  "$bin" run --nproc "$n" "${lay[@]}" "${model[@]}" --batch "$batch" --steps 2 --db run.db --json > "run-$name.json" 2> "run-$name.err"
+  "$bin" run --nproc "$n" "${lay[@]}" "${model[@]}" --dtype "$dtype" --batch "$batch" --steps 2 --db run.db --json > "run-$name.json" 2> "run-$name.err"
   "$bin" plan "${lay[@]}" "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node "$n" --global-batch "$batch" \
-    --micro-batch 1 --rollout-n 1 --recompute none --state-precision fp32 \
-    --grad-bucket-mib 25 --activation-profile profile.json --db plan.db --json > "plan-$name.json" 2> "plan-$name.err"
+    --micro-batch 1 --rollout-n 1 --recompute none \
+    --grad-bucket-mib 25 --activation-profile "$profile" --db plan.db --json > "plan-$name.json" 2> "plan-$name.err"
   check "memory $name: every rank's peak within 10% of the plan" python3 - "$name" "$((dp * tp * cp))" <<'PY'
 import json, sys
 name, per_stage = sys.argv[1], int(sys.argv[2])
@@ -62,6 +70,10 @@ compare pp2-dp2-tp2 8 1f1b 1 2 2 2 1 1 1 2
 # The distributed optimizer: the moments sharded over DP (and expert-DP).
 compare dp4-distopt 4 1f1b 1 1 4 1 1 1 1 1 on
 compare pp2-dp2-ep2-distopt 4 1f1b 1 2 2 1 1 2 1 2 on
+# Megatron's mixed precision: bf16 weights, fp32 main gradients, fp32
+# masters and moments (sharded with the distributed optimizer).
+compare dp2-mixed 2 1f1b 1 1 2 1 1 1 1 1 off mixed
+compare pp2-dp2-ep2-distopt-mixed 4 1f1b 1 2 2 1 1 2 1 2 on mixed
 
 # Bad input: one line naming the flag, exit 2.
 echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json

@@ -185,7 +185,9 @@ class C10dCommunicator : public Communicator {
   Result<std::unique_ptr<PendingOp>> StartBroadcast(torch::Tensor& t, int root) override {
     KP_RETURN_IF_ERROR(CheckPeer("broadcast", root, /*self_ok=*/true));
     KP_RETURN_IF_ERROR(WaitSends(pending_.size()));
-    std::vector<at::Tensor> v{t};
+    // Gloo has neither bf16 nor int16; a broadcast copies bits, so it moves
+    // them as bytes.
+    std::vector<at::Tensor> v{t.scalar_type() == torch::kBFloat16 ? t.view(torch::kByte) : t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = g_.timeout;
@@ -289,8 +291,12 @@ Status C10dCommunicator::AllToAll(const std::vector<torch::Tensor>& in, std::vec
     opts.timeout = g_.timeout;
     // c10d may move the split vectors into its work object: give it copies.
     std::vector<std::int64_t> out_arg = out_split, in_arg = in_split;
+    // A pure data movement: bf16 (which Gloo lacks) goes as its bytes, the
+    // rows staying rows.
+    const bool bits = input.scalar_type() == torch::kBFloat16 && input.dim() > 0;
+    at::Tensor send = bits ? input.view(torch::kByte) : input, recv = bits ? output.view(torch::kByte) : output;
     KP_RETURN_IF_ERROR(Wait("alltoall", AnyPeer(),
-                            [&] { return g_.pg->alltoall_base(output, input, out_arg, in_arg, opts); }));
+                            [&] { return g_.pg->alltoall_base(recv, send, out_arg, in_arg, opts); }));
     std::int64_t offset = 0;
     for (int r = 0; r < n; ++r) {
       out[r].copy_(output.narrow(0, offset, out_split[r]));

@@ -766,7 +766,8 @@ torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tenso
 
 bool LinearCrossEntropyKernelApplies(const torch::Tensor& x, const torch::Tensor& weight) {
   return FloatOrBf16OnCuda(x) && x.dim() == 2 && weight.dim() == 2 && weight.size(1) == x.size(1) &&
-         weight.size(0) > 0 && weight.scalar_type() == torch::kFloat && weight.device() == x.device();
+         weight.size(0) > 0 && (weight.scalar_type() == torch::kFloat || weight.scalar_type() == torch::kBFloat16) &&
+         weight.device() == x.device();
 }
 
 torch::Tensor LinearCrossEntropyKernel(const torch::Tensor& x, const torch::Tensor& weight,

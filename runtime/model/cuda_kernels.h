@@ -132,7 +132,7 @@ torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tenso
 
 /// True when LinearCrossEntropyKernel takes rows x [N, D] and the weight
 /// [V, D]: built, x fp32 or bf16 on a Hopper or newer GPU, the weight fp32
-/// on the same device.
+/// or bf16 on the same device.
 bool LinearCrossEntropyKernelApplies(const torch::Tensor& x, const torch::Tensor& weight);
 
 /// The sum over rows of CrossEntropyKernel(torch::linear(x, weight cast to

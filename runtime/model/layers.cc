@@ -1,13 +1,10 @@
 #include "runtime/model/layers.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <cmath>
 #include <stdexcept>
 
 #include <torch/version.h>
 
-#include "common/splitmix.h"
 #include "runtime/comm/device.h"
 #include "runtime/model/cuda_kernels.h"
 #include "runtime/model/expert_parallel.h"
@@ -23,21 +20,16 @@ namespace kp::runtime {
 
 namespace F = torch::nn::functional;
 
-// ------------------------------------------------------------------ Init
-
-Init::Init(std::uint64_t seed) : generator_(at::detail::createCPUGenerator(seed)) {}
-
-Init::Init(std::uint64_t seed, std::uint64_t stream) : Init(Mix64(Mix64(seed) ^ Mix64(stream + 0x51ed))) {}
-
-torch::Tensor Init::Normal(at::IntArrayRef shape, double std) {
-  return torch::empty(shape, torch::kFloat).normal_(0.0, std, generator_);
-}
-
-torch::Tensor Init::Uniform(at::IntArrayRef shape, double lo, double hi) {
-  return torch::empty(shape, torch::kFloat).uniform_(lo, hi, generator_);
-}
-
 // ------------------------------------------------------------------ Proj
+
+namespace {
+
+// Adapters train in fp32 on a bf16 base, in the base's dtype otherwise.
+torch::TensorOptions AdapterOptions(const torch::Tensor& base) {
+  return base.options().dtype(base.scalar_type() == torch::kBFloat16 ? torch::kFloat : base.scalar_type());
+}
+
+}  // namespace
 
 torch::Tensor CastWeight(const torch::Tensor& w, c10::ScalarType dtype) {
   if (w.scalar_type() != dtype && CastKernelApplies(w, dtype)) return CastKernel(w, dtype);
@@ -61,7 +53,7 @@ void ProjImpl::AddLora(const LoraOptions& lora, Init& init) {
   if (!lora_target_ || has_lora()) return;
   const std::int64_t in = weight_.size(1), out = weight_.size(0);
   lora_a_ = register_parameter("lora_a", init.Normal({lora.rank, in}, 1.0 / std::sqrt(double(in))).to(weight_.device()));
-  lora_b_ = register_parameter("lora_b", torch::zeros({out, lora.rank}, weight_.options()));
+  lora_b_ = register_parameter("lora_b", torch::zeros({out, lora.rank}, AdapterOptions(weight_)));
   lora_scale_ = lora.alpha / lora.rank;
 }
 
@@ -168,7 +160,7 @@ Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, 
 
 RouterImpl::RouterImpl(std::int64_t dim, std::int64_t num_experts, int top_k, double scale, Init& init)
     : top_k_(top_k), scale_(scale) {
-  weight_ = register_parameter("weight", init.Normal({num_experts, dim}, 0.02));
+  weight_ = register_parameter("weight", init.Normal({num_experts, dim}, 0.02, torch::kFloat));
   bias_ = register_buffer("bias", torch::zeros({num_experts}));
   load_ = register_buffer("load", torch::zeros({num_experts}));
 }
@@ -307,21 +299,21 @@ void ExpertBankImpl::KeepExperts(std::int64_t first, std::int64_t count) {
   torch::NoGradGuard no_grad;
   // set_data keeps the registered parameter objects, so names, the module
   // tree and anything holding the tensors stay valid.
-  for (Matrix* m : {&gate_, &up_, &down_}) m->weight.set_data(m->weight.narrow(0, first, count).clone());
+  for (Matrix* m : {&gate_, &up_, &down_}) m->weight.set_data(KeepSlice(m->weight, 0, first, count));
   num_experts_ = count;
 }
 
 void ExpertBankImpl::KeepFfnShard(std::int64_t first, std::int64_t count) {
   torch::NoGradGuard no_grad;
-  gate_.weight.set_data(gate_.weight.narrow(1, first, count).clone());
-  up_.weight.set_data(up_.weight.narrow(1, first, count).clone());
-  down_.weight.set_data(down_.weight.narrow(2, first, count).clone());
+  gate_.weight.set_data(KeepSlice(gate_.weight, 1, first, count));
+  up_.weight.set_data(KeepSlice(up_.weight, 1, first, count));
+  down_.weight.set_data(KeepSlice(down_.weight, 2, first, count));
 }
 
 void ExpertBankImpl::AddLoraTo(Matrix& m, const char* name, bool shared_a, bool shared_b, std::int64_t rank,
                                Init& init) {
   const std::int64_t out = m.weight.size(1), in = m.weight.size(2);
-  const auto opts = m.weight.options();
+  const auto opts = AdapterOptions(m.weight);
   torch::Tensor a = shared_a ? init.Normal({rank, in}, 1.0 / std::sqrt(double(in)))
                              : init.Normal({num_experts_, rank, in}, 1.0 / std::sqrt(double(in)));
   m.lora_a = register_parameter(std::string(name) + "_lora_a", a.to(m.weight.device()));

@@ -1,11 +1,12 @@
-// The building blocks of the runtime's model, in LibTorch: initialisation,
-// linear maps with LoRA, RMSNorm, the Block Attention Residual depth read, the
+// The building blocks of the runtime's model, in LibTorch (initialised by
+// init.h): linear maps with LoRA, RMSNorm, the Block Attention Residual depth read, the
 // SwiGLU FFN and the mixture of experts with its auxiliary-loss-free router.
 // Every formula is written out in docs/runtime.md; section numbers (§) below
 // refer to it.
 //
-// Precision: parameters are fp32 (the master weights); a map casts its weight
-// to the activation's dtype at use, so autograd returns fp32 gradients.
+// Precision: parameters are fp32 (the master weights), or the weight
+// matrices bf16 for a frozen LoRA base (ModelOptions::weight_dtype); a map
+// casts its weight to the activation's dtype at use.
 // Norms, softmaxes, the depth read and the router run in fp32.
 // Thread-safety: modules are used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_MODEL_LAYERS_H_
@@ -18,26 +19,13 @@
 #include <torch/torch.h>
 
 #include "runtime/model/expert_parallel.h"
+#include "runtime/model/init.h"
 #include "runtime/model/runtime_config.h"
 #include "runtime/model/tensor_parallel.h"
 
 namespace kp::runtime {
 
 class Communicator;
-
-/// A parameter initialiser with its own CPU generator, so a module's initial
-/// weights depend only on (seed, stream), not on what was built before it:
-/// a pipeline stage built alone gets the same weights as the whole model.
-class Init {
- public:
-  explicit Init(std::uint64_t seed);
-  Init(std::uint64_t seed, std::uint64_t stream);
-  torch::Tensor Normal(at::IntArrayRef shape, double std);
-  torch::Tensor Uniform(at::IntArrayRef shape, double lo, double hi);
-
- private:
-  at::Generator generator_;
-};
 
 /// What a module whose maps take LoRA adapters implements (§8).
 class LoraAdaptable {

@@ -12,6 +12,10 @@ constexpr double kInitStd = 0.02;
 constexpr std::uint64_t kHeadStream = 1'000'000;
 constexpr std::uint64_t kLoraSalt = 0x10a10a10aULL;
 
+torch::Dtype WeightDtype(const ModelOptions& options) {
+  return options.weight_dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat;
+}
+
 // FNV-1a: a platform-independent string hash for per-module seeds.
 std::uint64_t HashName(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
@@ -118,7 +122,7 @@ class LayerBoundary : public torch::autograd::Function<LayerBoundary> {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& options, int layer)
     : index_(layer), block_(spec.attn_res_block), checkpoint_(options.activation_checkpointing) {
-  Init init(options.seed, 1 + static_cast<std::uint64_t>(layer));
+  Init init(options.seed, 1 + static_cast<std::uint64_t>(layer), options.deferred_init, WeightDtype(options));
   const std::int64_t d = spec.hidden;
   const double out_std = OutputStd(spec);
   // Layer 0's attention read would be over the embedding alone, which is the
@@ -147,6 +151,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& op
     ffn_ = register_module("ffn", std::make_shared<SwiGluImpl>(d, spec.dense_ffn, spec.gated_ffn, kInitStd, out_std,
                                                                init, options.fused_kernels));
   }
+  deferred_ = init.TakeDeferred();
 }
 
 torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial,
@@ -210,14 +215,17 @@ void DecodeCache::Repeat(std::int64_t n) {
 
 EmbeddingImpl::EmbeddingImpl(const ModelSpec& spec, const ModelOptions& options)
     : bf16_(options.dtype == DType::kBf16) {
-  Init init(options.seed, 0);
+  Init init(options.seed, 0, options.deferred_init, WeightDtype(options));
   weight_ = register_parameter("weight", init.Normal({spec.vocab, spec.hidden}, 1.0));
+  deferred_ = init.TakeDeferred();
 }
 
 ResidualStream EmbeddingImpl::forward(const torch::Tensor& tokens) {
   const torch::Tensor e =
       region_.active() ? VocabParallelEmbedding(region_, weight_, tokens) : torch::embedding(weight_, tokens);
-  return ResidualStream{bf16_ ? e.to(torch::kBFloat16) : e, {}};
+  // bf16 weights under fp32 activations: the stream starts in fp32.
+  const bool up = !bf16_ && e.scalar_type() == torch::kBFloat16;
+  return ResidualStream{bf16_ ? e.to(torch::kBFloat16) : up ? e.to(torch::kFloat) : e, {}};
 }
 
 void EmbeddingImpl::ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split) {
@@ -226,13 +234,14 @@ void EmbeddingImpl::ShardVocab(const TensorParallelRegion& region, TensorParalle
 }
 
 HeadImpl::HeadImpl(const ModelSpec& spec, const ModelOptions& options) {
-  Init init(options.seed, kHeadStream);
+  Init init(options.seed, kHeadStream, options.deferred_init, WeightDtype(options));
   if (spec.attn_res_block > 0)
     output_res_ = register_module("output_res", std::make_shared<AttnResImpl>(spec.hidden, options.norm_eps,
                                                                                 options.fused_kernels));
   norm_ = register_module("norm", std::make_shared<RmsNormImpl>(spec.hidden, options.norm_eps, options.fused_kernels));
   lm_head_ = register_module("lm_head", std::make_shared<ProjImpl>(spec.hidden, spec.vocab,
                                                                    1.0 / std::sqrt(double(spec.hidden)), init, false));
+  deferred_ = init.TakeDeferred();
 }
 
 torch::Tensor HeadImpl::Normed(const ResidualStream& in) {
@@ -281,6 +290,18 @@ StageModelImpl::StageModelImpl(const ModelSpec& spec, const ModelOptions& option
     layer_list_->register_module(std::to_string(l), layers_.back());
   }
   if (stage.head) head_ = register_module("head", std::make_shared<HeadImpl>(spec, options));
+  auto take = [&](std::vector<DeferredNormal> part) {
+    deferred_.insert(deferred_.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  };
+  if (embedding_) take(embedding_->TakeDeferred());
+  for (const auto& layer : layers_) take(layer->TakeDeferred());
+  if (head_) take(head_->TakeDeferred());
+}
+
+Status StageModelImpl::Materialize() {
+  KP_RETURN_IF_ERROR(kp::runtime::Materialize(*this, deferred_));
+  deferred_.clear();
+  return Status::Ok();
 }
 
 ResidualStream StageModelImpl::Embed(const torch::Tensor& tokens) {

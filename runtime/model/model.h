@@ -70,6 +70,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   /// partial sum. With `cache` the attention runs incrementally over it.
   torch::Tensor Body(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial, bool record_load,
                      LayerCache* cache = nullptr);
+  /// The initialiser's deferred weights (ModelOptions::deferred_init), for
+  /// the stage to materialise; this piece forgets them.
+  std::vector<DeferredNormal> TakeDeferred() { return std::move(deferred_); }
   int index() const { return index_; }
   bool commits_block() const { return block_ > 0 && index_ % block_ == 0; }
   void set_checkpointing(bool on) { checkpoint_ = on; }
@@ -91,6 +94,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<TokenMixer> attention_;
   std::shared_ptr<ChannelMixer> ffn_;
   MoeImpl* moe_ = nullptr;
+  std::vector<DeferredNormal> deferred_;
   // Pushes `out.hidden` to the stack when this layer opens a block; returns
   // the partial sum Body reads (undefined then).
   torch::Tensor Commit(ResidualStream& out) const;
@@ -107,11 +111,15 @@ class EmbeddingImpl : public torch::nn::Module {
   /// and looks tokens up through the region from now on
   /// (VocabParallelEmbedding). Requires n to divide V.
   void ShardVocab(const TensorParallelRegion& region, TensorParallelSplit* split);
+  /// The initialiser's deferred weights (ModelOptions::deferred_init), for
+  /// the stage to materialise; this piece forgets them.
+  std::vector<DeferredNormal> TakeDeferred() { return std::move(deferred_); }
 
  private:
   TensorParallelRegion region_;
   torch::Tensor weight_;
   bool bf16_;  // otherwise the activations keep the weights' dtype (fp32, or fp64 in tests)
+  std::vector<DeferredNormal> deferred_;
 };
 
 /// The head (§2, last paragraph): one more depth read over the whole stack
@@ -138,12 +146,16 @@ class HeadImpl : public torch::nn::Module {
   AttnResImpl* output_res() { return output_res_.get(); }  ///< null without blocks
   RmsNormImpl& norm() { return *norm_; }
   ProjImpl& lm_head() { return *lm_head_; }
+  /// The initialiser's deferred weights (ModelOptions::deferred_init), for
+  /// the stage to materialise; this piece forgets them.
+  std::vector<DeferredNormal> TakeDeferred() { return std::move(deferred_); }
 
  private:
   std::shared_ptr<AttnResImpl> output_res_;
   std::shared_ptr<RmsNormImpl> norm_;
   std::shared_ptr<ProjImpl> lm_head_;
   TensorParallelRegion region_;
+  std::vector<DeferredNormal> deferred_;
   torch::Tensor Normed(const ResidualStream& in);  // the final norm's output, before the LM head
 };
 
@@ -181,6 +193,11 @@ class StageModelImpl : public torch::nn::Module {
   EmbeddingImpl* embedding() { return embedding_.get(); }  ///< null unless stage().embedding
   HeadImpl* head() { return head_.get(); }                 ///< null unless stage().head
   void SetActivationCheckpointing(bool on);
+  /// Built with ModelOptions::deferred_init, the large weights are meta
+  /// tensors until this call: shard them first (views, init.h KeepSlice),
+  /// then Materialize gives each what the whole model holds there. A no-op
+  /// for a model built whole.
+  Status Materialize();
   /// Every layer's token mixer runs over `cp`'s sequence (context_parallel.h).
   void SetContextParallel(const ContextShard& cp);
   /// The auxiliary-loss-free bias update of every router (§7); call after
@@ -205,6 +222,7 @@ class StageModelImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<DecoderLayerImpl>> layers_;
   std::shared_ptr<HeadImpl> head_;
   bool fused_kernels_;
+  std::vector<DeferredNormal> deferred_;
 };
 
 /// Validates the spec for the runtime and builds the stage; LibTorch errors

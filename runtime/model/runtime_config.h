@@ -35,6 +35,10 @@ struct LoraOptions {
 /// Runtime knobs that do not change the parameter shapes.
 struct ModelOptions {
   DType dtype = DType::kFp32;
+  /// How the weight matrices (projections, expert banks, embedding, LM head)
+  /// are stored; norms, gates, convolutions and routers stay fp32. bf16: a
+  /// LoRA run's frozen base, as the planner prices it.
+  DType weight_dtype = DType::kFp32;
   bool activation_checkpointing = false;  ///< recompute decoder layers in backward, each from its input
   /// With activation_checkpointing: 0, every layer; N > 0, only the first N
   /// layers of each stage (Megatron's --recompute-method block).
@@ -45,6 +49,9 @@ struct ModelOptions {
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;
   std::uint64_t seed = 0;                 ///< parameter initialisation seed
+  /// Build the large weights as meta tensors, to be sharded and then made by
+  /// StageModelImpl::Materialize (sharded construction, model.h).
+  bool deferred_init = false;
 };
 
 /// Overrides that scale a preset (all optional). Widths that follow the

@@ -185,7 +185,7 @@ void TensorParallelSplit::Keep(const std::string& name, torch::Tensor& param, st
   shards[name] = ParameterShard{dim, first, count, param.size(dim)};
   torch::NoGradGuard no_grad;
   // set_data keeps the registered parameter object, as KeepExperts does.
-  param.set_data(param.narrow(dim, first, count).clone());
+  param.set_data(KeepSlice(param, dim, first, count));
 }
 
 void TensorParallelSplit::KeepShare(const std::string& name, torch::Tensor& param, std::int64_t dim,

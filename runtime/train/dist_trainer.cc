@@ -4,6 +4,7 @@
 
 #include "runtime/comm/c10d_communicator.h"
 #include "runtime/comm/device.h"
+#include "runtime/comm/in_process_communicator.h"
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/context_parallel.h"
 #include "runtime/model/expert_parallel.h"
@@ -11,6 +12,7 @@
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
 #include "runtime/train/trainer_internal.h"
+#include "simulator/schedule_generators.h"
 #include "specs/schedule_kind.h"
 
 namespace kp::runtime {
@@ -94,6 +96,32 @@ Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c) 
   return Status::Ok();
 }
 
+Result<std::vector<std::int64_t>> ParametersPerPipelineRank(const ParallelLayout& l, const TrainConfig& c) {
+  KP_ASSIGN_OR_RETURN(const ScheduleKind kind, ParseSchedule(l.schedule));
+  KP_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
+                      GenerateSchedule(kind, l.pp, ScheduleTakesVp(kind) ? l.vp : 1, l.pp));
+  StageSplit split = l.split;
+  if (split.stages.empty()) {
+    KP_ASSIGN_OR_RETURN(split, EvenSplit(c.model.layers, schedule.num_stages));
+  }
+  split.stages.front().embedding = true;
+  split.stages.back().head = true;
+  // Rank 0 of each group stands for all: the shards are equal. Sharding
+  // only asks a group its rank and size; nothing is sent.
+  auto group = [](int n) { return n > 1 ? MakeInProcessCommunicator(MakeInProcessWorld(n), 0) : nullptr; };
+  const std::unique_ptr<Communicator> tp = group(l.tp), ep = group(l.ep), etp = group(l.etp);
+  ModelOptions options = c.options;
+  options.deferred_init = true;
+  std::vector<std::int64_t> counts(l.pp, 0);
+  for (int s = 0; s < schedule.num_stages; ++s) {
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildStage(c.model, options, split.stages[s]));
+    KP_RETURN_IF_ERROR(ShardExperts(*model, ExpertGroups{ep.get(), etp.get()}));
+    if (tp) KP_RETURN_IF_ERROR(ShardTensorParallel(*model, *tp, l.sequence_parallel, c.seq_len / l.cp).status());
+    counts[schedule.stage_to_rank[s]] += CountElements(model->parameters());
+  }
+  return counts;
+}
+
 // The rank's stages run as a PipelineRank (the one step) over its
 // replica's pipeline group; without a pipeline that group is this rank
 // alone and the whole model is its one stage.
@@ -112,6 +140,7 @@ struct DistTrainSession::Impl {
   Result<std::vector<TrafficRow>> GatherTraffic(const std::vector<PipelineTraffic>& mine);
   Result<std::vector<double>> GatherPeaks(double mine);
   Result<DistStepMetrics> Step();
+  double build_peak_bytes = 0;
 };
 
 // The simulator's action lists for this rank over its replica's pipeline
@@ -179,6 +208,7 @@ Result<DistStepMetrics> DistTrainSession::Impl::Step() {
   // Read after the traffic's exchange, so that every rank's peak covers the
   // same work.
   KP_ASSIGN_OR_RETURN(out.rank_peak_memory_bytes, GatherPeaks(PeakMemoryBytes(device, *fs)));
+  KP_ASSIGN_OR_RETURN(out.rank_build_peak_memory_bytes, GatherPeaks(build_peak_bytes));
   out.step = StepMetricsOf(r, config,
                            *std::max_element(out.rank_peak_memory_bytes.begin(), out.rank_peak_memory_bytes.end()));
   return out;
@@ -212,8 +242,9 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());
   }
-  // The steps' peak is training's: building cuts this rank's shards out of
-  // the whole model, a transient the planner's figures leave out.
+  // The steps' peak is training's; building's (each shard made in fp32,
+  // then stored) is kept apart, a transient the planner's figures leave out.
+  impl->build_peak_bytes = PeakMemoryBytes(impl->device, *impl->fs);
   ResetPeakMemory(impl->device);
   return std::unique_ptr<DistTrainSession>(new DistTrainSession(std::move(impl)));
 }

@@ -73,6 +73,13 @@ struct ParallelLayout {
 /// other than the model's layers).
 Status ValidateLayout(const ParallelLayout& l, int world, const TrainConfig& c);
 
+/// The parameters each pipeline rank builds, rank 0 first: its stages, its
+/// TP shard of each, its EP x ETP share of the routed experts (the same on
+/// every TP, CP and DP rank of it; LoRA adapters not counted). Counted by the
+/// runtime's own sharding on deferred (meta) weights, so nothing is made.
+/// Requires a layout ValidateLayout accepts.
+Result<std::vector<std::int64_t>> ParametersPerPipelineRank(const ParallelLayout& l, const TrainConfig& c);
+
 /// Per step, pipeline stage and direction ("forward" activations, "backward"
 /// gradients): the AttnRes block entries and the bytes this rank sent.
 struct TrafficRow {
@@ -89,6 +96,9 @@ struct DistStepMetrics {
   /// the model's construction is left out), in world-rank order, the same
   /// on every rank; step.peak_memory_bytes is their largest.
   std::vector<double> rank_peak_memory_bytes;
+  /// Every rank's peak while it built its part of the model (sharded
+  /// construction: its own shards only), in world-rank order.
+  std::vector<double> rank_build_peak_memory_bytes;
 };
 
 class DistTrainSession {

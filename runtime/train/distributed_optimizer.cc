@@ -20,8 +20,9 @@ ParameterShards::ParameterShards(std::vector<ReplicatedParameters> groups) : gro
     std::int64_t total = 0;
     for (const torch::Tensor& p : groups_[g].params) {
       TORCH_CHECK(p.is_contiguous(), "the distributed optimizer needs contiguous parameters");
-      TORCH_CHECK(p.scalar_type() == groups_[g].params.front().scalar_type(),
-                  "the distributed optimizer needs one dtype per replica group");
+      TORCH_CHECK(p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kBFloat16 ||
+                      p.scalar_type() == torch::kDouble,
+                  "the optimizer's shards take fp32 (fp64 in tests) or bf16 parameters");
       starts.push_back(total);
       total += p.numel();
     }
@@ -32,8 +33,9 @@ ParameterShards::ParameterShards(std::vector<ReplicatedParameters> groups) : gro
       const torch::Tensor& p = groups_[g].params[i];
       const std::int64_t lo = std::max(mine.begin, starts_[g][i]), hi = std::min(mine.end, starts_[g][i] + p.numel());
       if (lo >= hi) continue;
-      slices_.push_back({Flat(p).narrow(0, lo - starts_[g][i], hi - lo), static_cast<int>(g), static_cast<int>(i),
-                         lo - starts_[g][i], p.dim() >= 2});
+      const torch::Tensor stored = Flat(p).narrow(0, lo - starts_[g][i], hi - lo);
+      const torch::Tensor values = stored.scalar_type() == torch::kBFloat16 ? stored.to(torch::kFloat) : stored;
+      slices_.push_back({values, stored, static_cast<int>(g), static_cast<int>(i), lo - starts_[g][i], p.dim() >= 2});
     }
   }
 }
@@ -60,6 +62,19 @@ void ParameterShards::BindGradients() {
 
 void ParameterShards::ReleaseGradients() {
   for (Slice& s : slices_) s.values.mutable_grad() = torch::Tensor();
+}
+
+void ParameterShards::StoreMasters() {
+  torch::NoGradGuard no_grad;
+  for (Slice& s : slices_)
+    if (!s.values.is_same(s.stored)) s.stored.copy_(s.values);
+}
+
+std::int64_t ParameterShards::master_elements() const {
+  std::int64_t n = 0;
+  for (const Slice& s : slices_)
+    if (!s.values.is_same(s.stored)) n += s.values.numel();
+  return n;
 }
 
 Status ParameterShards::Gather() {

@@ -9,6 +9,13 @@
 // The update is AdamW's element by element, so on the CPU the parameters
 // equal those of the whole optimizer bit for bit: the gradients were
 // averaged and clipped whole before it, and a broadcast copies bits.
+//
+// Megatron's mixed precision: a bf16 parameter's owned elements get an fp32
+// master copy, which the optimizer updates (its gradient: the parameter's
+// fp32 main gradient, see PipelineRank); StoreMasters rounds the masters
+// into the parameter, and Gather broadcasts the bf16 elements. fp32
+// parameters are their own masters. With a group of one rank this is the
+// whole optimizer with fp32 masters.
 // Thread-safety: one thread.
 #ifndef KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
 #define KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
@@ -32,14 +39,17 @@ struct ReplicatedParameters {
 
 class ParameterShards {
  public:
-  /// Every parameter must be contiguous; one group's share one dtype.
+  /// Every parameter must be contiguous, fp32 or bf16 (fp64 in tests).
   explicit ParameterShards(std::vector<ReplicatedParameters> groups);
 
-  /// This rank's owned elements of each parameter, as tensors sharing its
-  /// storage (none for a parameter it owns nothing of), and whether the
-  /// whole parameter is a matrix (the weight-decayed ones).
+  /// This rank's owned elements of each parameter, as the tensors the
+  /// optimizer updates: views of the parameter's storage, or for a bf16
+  /// parameter its fp32 master copy (none for a parameter it owns nothing
+  /// of), and whether the whole parameter is a matrix (the weight-decayed
+  /// ones).
   struct Slice {
     torch::Tensor values;
+    torch::Tensor stored;  ///< the owned elements in the parameter (values itself but for bf16)
     int group = 0;
     int param = 0;
     std::int64_t offset = 0;  ///< in the parameter's elements
@@ -55,6 +65,11 @@ class ParameterShards {
   /// Drops the slices' gradients: a view keeps its whole parameter's
   /// gradient alive, which would then outlive the step.
   void ReleaseGradients();
+  /// Rounds every fp32 master into its bf16 parameter (after the update,
+  /// before Gather); nothing for fp32 parameters.
+  void StoreMasters();
+  /// Elements that have an fp32 master copy beside their parameter.
+  std::int64_t master_elements() const;
   /// Broadcasts every rank's owned elements to the rest of its group,
   /// straight into the parameters (one broadcast per parameter part, no
   /// buffer). IoError from the communicator.

@@ -18,6 +18,7 @@
 #include <cstdlib>
 
 #include "runtime/comm/dist_test_util.h"
+#include "runtime/train/dist_trainer.h"
 #include "runtime/train/pipeline_test_util.h"
 
 namespace kp::runtime {
@@ -284,6 +285,35 @@ TEST(PipelineProcess, Step1GradientsBitwiseOverGlooCacheOn) {
 TEST(PipelineProcess, Step1ComposedWithDataAndExpertParallelOverGloo) {
   if (testing::IsRankProcess()) GTEST_SKIP();
   RunShapes({"pp2xdp2", "pp2xdp2xep2"});
+}
+
+// What --max-params checks, against counts made independently: the
+// pipeline ranks together hold the whole model, and EP x ETP divides
+// exactly the routed experts' banks.
+TEST(ShardedConstructionTest, ParametersPerPipelineRankAddUpToTheModel) {
+  TrainConfig c;
+  c.model = DebugSpec(5);
+  c.seq_len = 8;
+  auto whole = BuildModel(c.model, ModelOptions{});
+  ASSERT_TRUE(whole.ok());
+  const std::int64_t total = CountElements((*whole)->parameters());
+  ParallelLayout pp3;
+  pp3.pp = 3;
+  auto counts = ParametersPerPipelineRank(pp3, c);
+  ASSERT_TRUE(counts.ok()) << counts.status().message();
+  ASSERT_EQ(counts->size(), 3u);
+  EXPECT_EQ((*counts)[0] + (*counts)[1] + (*counts)[2], total);
+  for (std::int64_t n : *counts) EXPECT_GT(n, 0);
+
+  ParallelLayout ep;
+  ep.dp = 4, ep.ep = 2, ep.etp = 2;
+  counts = ParametersPerPipelineRank(ep, c);
+  ASSERT_TRUE(counts.ok()) << counts.status().message();
+  std::int64_t experts = 0;
+  for (const auto& p : (*whole)->named_parameters())
+    if (p.key().find(".moe.experts.") != std::string::npos) experts += p.value().numel();
+  ASSERT_GT(experts, 0);
+  EXPECT_EQ(counts->at(0), total - experts + experts / 4);
 }
 
 }  // namespace

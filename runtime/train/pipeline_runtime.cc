@@ -52,7 +52,15 @@ Status ValidateConfig(const PipelineRankConfig& c, const Communicator& comm) {
                                    std::to_string(c.train.batch) + " over dp " + std::to_string(dp) + ")");
   if (c.replicas.tp != nullptr && c.replicas.tp->size() > 1 && c.train.lora.enabled())
     return Status::InvalidArgument("--tp: tensor parallelism with LoRA adapters is not supported yet");
+  for (const auto& [group, flag] : {std::pair{c.replicas.ep, "--ep"}, std::pair{c.replicas.etp, "--etp"}})
+    if (group != nullptr && group->size() > 1 && c.train.lora.enabled())
+      return Status::InvalidArgument(std::string(flag) + ": splitting experts with LoRA adapters is not supported yet");
   return ValidateTrainConfig(c.train);
+}
+
+bool HasBf16(const std::vector<torch::Tensor>& params) {
+  return std::any_of(params.begin(), params.end(),
+                     [](const torch::Tensor& p) { return p.scalar_type() == torch::kBFloat16; });
 }
 
 }  // namespace
@@ -79,7 +87,11 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
   KP_ASSIGN_OR_RETURN(routes, Routes(config, schedule));
   if (!factory)
     factory = [this](int, const StageLayers& layers) {
-      return MakeModelStage(config.train.model, config.train.options, layers);
+      // Sharded construction: PlaceStages cuts this rank's shards from the
+      // deferred weights before any is made.
+      ModelOptions options = config.train.options;
+      options.deferred_init = true;
+      return MakeModelStage(config.train.model, options, layers);
     };
   for (int s = 0; s < schedule.num_stages; ++s) {
     if (RankOf(s) != rank()) continue;
@@ -96,17 +108,20 @@ Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
 
 // AdamW over the whole parameters, or with the distributed optimizer over
 // this rank's shards of them (the dense ones over their DP (x CP) replicas,
-// the experts' over expert-DP).
+// the experts' over expert-DP). bf16 parameters (Megatron's mixed
+// precision) always go through the shards, which keep their fp32 masters;
+// without the distributed optimizer each rank owns all of them.
 void PipelineRank::Impl::MakeOptimizer() {
   shards.reset();
-  if (!config.train.distributed_optimizer) {
+  if (!config.train.distributed_optimizer && !HasBf16(params)) {
     optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
                                                    torch::optim::AdamWOptions(config.train.lr));
     return;
   }
   const ReplicaGroups replicas = Replicas();
-  shards = std::make_unique<ParameterShards>(
-      std::vector<ReplicatedParameters>{{split.dense, replicas.dp}, {split.expert, replicas.expert_dp}});
+  const bool sharded = config.train.distributed_optimizer;
+  shards = std::make_unique<ParameterShards>(std::vector<ReplicatedParameters>{
+      {split.dense, sharded ? replicas.dp : nullptr}, {split.expert, sharded ? replicas.expert_dp : nullptr}});
   std::vector<torch::Tensor> decay, no_decay;
   for (const ParameterShards::Slice& s : shards->slices()) (s.matrix ? decay : no_decay).push_back(s.values);
   optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(decay, no_decay, config.train),
@@ -127,11 +142,12 @@ Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t see
   return Status::Ok();
 }
 
-// The adapters a run starts with, then each model stage's experts sharded
-// over EP and ETP, the stage split over TP, its mixers put on the CP group
-// and the stage moved to the device.
+// Each model stage's experts sharded over EP and ETP, the stage split over
+// TP (while its weights are still deferred, so only this rank's shards are
+// ever made), its mixers put on the CP group, its weights made, then the
+// adapters a run starts with (never with a split: ValidateConfig), and the
+// stage moved to the device.
 Status PipelineRank::Impl::PlaceStages() {
-  if (config.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(config.train.lora, config.train.seed));
   for (auto& [s, module] : modules) {
     StageModelImpl* model = ModelOfStage(*module);
     if (model == nullptr) {
@@ -144,8 +160,11 @@ Status PipelineRank::Impl::PlaceStages() {
                                                             config.replicas.sequence_parallel, config.train.seq_len / CpSize()));
     }
     if (ContextParallel()) model->SetContextParallel(ContextShard(config.replicas.cp));
-    model->to(device);
+    KP_RETURN_IF_ERROR(model->Materialize());
   }
+  if (config.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(config.train.lora, config.train.seed));
+  for (auto& [s, module] : modules)
+    if (StageModelImpl* model = ModelOfStage(*module)) model->to(device);
   return Status::Ok();
 }
 
@@ -337,9 +356,13 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   r.lr = LearningRate(config.train, step);
   for (auto& group : optimizer->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
-  // The shards' gradients are views of the whole ones, which go here.
+  // The shards' gradients are views of the whole ones, which go here. A
+  // bf16 parameter's gradient is its fp32 main gradient, in place before
+  // the backward, which accumulates into it (Megatron's main_grad).
   if (shards) {
-    for (const torch::Tensor& p : params) p.mutable_grad() = torch::Tensor();
+    for (const torch::Tensor& p : params)
+      p.mutable_grad() = p.scalar_type() == torch::kBFloat16 ? torch::zeros(p.sizes(), p.options().dtype(torch::kFloat))
+                                                              : torch::Tensor();
   } else {
     optimizer->zero_grad();
   }
@@ -357,6 +380,7 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   if (shards) shards->BindGradients();
   optimizer->step();
   if (shards) {
+    shards->StoreMasters();
     shards->ReleaseGradients();
     KP_RETURN_IF_ERROR(shards->Gather());
   }

@@ -57,10 +57,13 @@ void CheckStep1(const Shape& shape, bool cache, double tolerance) {
 // per-stage partial sums folded at the collecting stage; the reference folds
 // layer by layer from the head down), which no collect order can reproduce
 // without shipping the partial sums back over the wire, i.e. the naive
-// payload. Measured worst relative difference (max |diff| / max |grad| per
-// tensor): 8.1e-6 at pp2 x vp2, 1.2e-5 at pp4 x vp4. The loss is bitwise;
-// the integer-valued test below shows the routing itself is exact.
-constexpr double kCachedTolerance = 2e-5;
+// payload. The worst relative difference (max |diff| / max |grad| per
+// tensor) depends on the weights' rounding: measured 8.1e-6 and 1.2e-5 at
+// pp2 x vp2 and pp4 x vp4 with one initialisation, 2.6e-5 at pp4 x vp4 with
+// another. The bound leaves room for other machines' rounding and is still
+// far below a misrouted deposit (order 1). The loss is bitwise; the
+// integer-valued test below shows the routing itself is exact.
+constexpr double kCachedTolerance = 1e-4;
 
 const Shape kPp2{"pp2", ScheduleKind::k1F1B, 2, 1, 8, ""};
 const Shape kZbH1{"pp2 zb-h1 (W folded into I)", ScheduleKind::kZbH1, 2, 1, 8, ""};

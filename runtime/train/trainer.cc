@@ -114,6 +114,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   nlohmann::json j = nlohmann::json::parse(ModelShapeJson(c.model, c.lora));
   j["model_name"] = c.model.name;
   j["dtype"] = DTypeName(c.options.dtype);
+  j["weight_dtype"] = DTypeName(c.options.weight_dtype);
   j["activation_checkpointing"] = c.options.activation_checkpointing;
   j["checkpoint_first_layers"] = c.options.checkpoint_first_layers;
   j["distributed_optimizer"] = c.distributed_optimizer;
@@ -193,6 +194,9 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   std::string dtype;
   KP_RETURN_IF_ERROR(f.String("dtype", &dtype));
   KP_ASSIGN_OR_RETURN(c->options.dtype, ParseDType(dtype, f.Name("dtype")));
+  std::string weight_dtype = "fp32";  // absent: fp32
+  KP_RETURN_IF_ERROR(f.String("weight_dtype", &weight_dtype, /*required=*/false));
+  KP_ASSIGN_OR_RETURN(c->options.weight_dtype, ParseDType(weight_dtype, f.Name("weight_dtype")));
   KP_RETURN_IF_ERROR(f.Bool("activation_checkpointing", &c->options.activation_checkpointing));
   KP_RETURN_IF_ERROR(f.Int("checkpoint_first_layers", &c->options.checkpoint_first_layers, 0, limits::kMaxLayers,
                            /*required=*/false));
