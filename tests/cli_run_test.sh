@@ -134,7 +134,7 @@ PY
 # distributed optimizer on or off the same, bitwise (the masters update
 # element by element); against the fp32 states, every step's loss within
 # 1% over 20 steps (bf16 weights round each to 2^-9 relative; measured
-# 0.03%), side by side in `report --compare`.
+# 0.08%), side by side in `report --compare`.
 for states in fp32 mixed-off mixed-on; do
   precision=${states%%-*}; opt=${states#*-}; [ "$states" = fp32 ] && opt=off
   "$bin" run --nproc 2 --dp 2 "${small[@]}" --dtype bf16 --steps 20 --state-precision "$precision" \
