@@ -8,6 +8,7 @@
 #include "common/limits.h"
 #include "common/text.h"
 #include "planner/constraints.h"
+#include "planner/plan_json.h"
 #include "specs/presets.h"
 
 namespace kp {
@@ -154,17 +155,10 @@ Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
   if (vm.count("engine") && vm["engine"].as<std::string>() == "verl")
     r.recipe.expert_activations = ExpertActivations::kMegatron;
   if (vm.count("recompute")) {
-    const std::string v = vm["recompute"].as<std::string>();
-    if (v == "none") r.recompute = Recompute::kNone;
-    else if (v == "selective") r.recompute = Recompute::kSelective;
-    else if (v == "full") r.recompute = Recompute::kFull;
-    else return Status::InvalidArgument("--recompute: must be none, selective or full, got \"" + v + "\"");
+    KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(vm["recompute"].as<std::string>()));
   }
   if (vm.count("recompute-method")) {
-    const std::string v = vm["recompute-method"].as<std::string>();
-    if (v == "uniform") r.recompute_method = RecomputeMethod::kUniform;
-    else if (v == "block") r.recompute_method = RecomputeMethod::kBlock;
-    else return Status::InvalidArgument("--recompute-method: must be uniform or block, got \"" + v + "\"");
+    KP_ASSIGN_OR_RETURN(r.recompute_method, ParseRecomputeMethod(vm["recompute-method"].as<std::string>()));
     if (r.recompute != Recompute::kFull)
       return Status::InvalidArgument("--recompute-method: needs --recompute full");
   }
@@ -355,6 +349,22 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
                      ? p.rollout_ep / p.rollout_tp : 1;
   Override(vm, "rollout-dp", &p.rollout_dp);
   return r;
+}
+
+Result<RecordedPlan> ReadRecordedPlan(const std::string& db, std::int64_t id, const CliEnv& env) {
+  if (!env.fs.Exists(db)) return Status::InvalidArgument("--db: " + db + " does not exist (needed by --plan)");
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(db, env.clock, StoreMode::kRead));
+  RecordedPlan out;
+  KP_ASSIGN_OR_RETURN(out.record, store->GetPlan(id));
+  Result<PlanRequest> req = Status::Internal("unparsed");
+  try {
+    req = RequestFromJson(nlohmann::json::parse(out.record.request_json));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("--plan: plan " + std::to_string(id) + " has an unreadable request: " + e.what());
+  }
+  if (!req.ok()) return Status::InvalidArgument("--plan: " + req.status().message());
+  out.request = std::move(*req);
+  return out;
 }
 
 }  // namespace kp

@@ -7,6 +7,7 @@
 
 #include "cli/options.h"
 #include "planner/plan_request.h"
+#include "store/store.h"
 
 namespace kp {
 
@@ -26,6 +27,16 @@ Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm);
 /// The request those options describe, validated; *preset receives the
 /// topology's name when one was used. dp and rollout dp are derived unless given.
 Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& env, std::string* preset);
+
+/// A plan `kimi-plan plan` recorded in the store at `db`: its row and the
+/// request read back from it. Errors name --db (a store that does not
+/// exist: nothing is created) or --plan (no such plan, an unreadable
+/// request).
+struct RecordedPlan {
+  PlanRecord record;
+  PlanRequest request;
+};
+Result<RecordedPlan> ReadRecordedPlan(const std::string& db, std::int64_t id, const CliEnv& env);
 
 }  // namespace kp
 

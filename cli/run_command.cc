@@ -141,8 +141,8 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const Par
 }  // namespace
 
 Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
-  KP_RETURN_IF_ERROR(RefuseUnexecutedFlags(args));
   const po::options_description desc = RunOptions();
+  KP_RETURN_IF_ERROR(RefuseUnexecutedFlags(args, desc));
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();

@@ -54,21 +54,6 @@ int IntOr(const po::variables_map& vm, const char* name, int fallback) {
   return vm.count(name) ? vm[name].as<int>() : fallback;
 }
 
-Result<PlanRequest> LoadPlan(const po::variables_map& vm, const CliEnv& env, std::int64_t id) {
-  const std::string db = vm["db"].as<std::string>();
-  if (!env.fs.Exists(db)) return Status::InvalidArgument("--db: " + db + " does not exist (needed by --plan)");
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(db, env.clock, StoreMode::kRead));
-  KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(id));
-  Result<PlanRequest> req = Status::Internal("unparsed");
-  try {
-    req = RequestFromJson(nlohmann::json::parse(rec.request_json));
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument("--plan: plan " + std::to_string(id) + " has an unreadable request: " + e.what());
-  }
-  if (!req.ok()) return Status::InvalidArgument("--plan: " + req.status().message());
-  return req;
-}
-
 // The step's sequences and tokens per sequence from the flags.
 Status ReadWorkload(const po::variables_map& vm, TrainConfig& c) {
   if (Given(vm, "batch") && Given(vm, "global-batch"))
@@ -106,31 +91,22 @@ Status SetSplit(const LayerSplit& rule, const ModelSpec& model, const std::strin
 }
 
 // The recomputation of --recompute (none | full) and Megatron's method
-// flags: whole layers, each from its input.
+// flags, as the planner reads them; what run executes of them is
+// CheckpointingOf's (launcher/native_run.h), the same as for a plan.
 Result<LayerCheckpointing> FlagCheckpointing(const po::variables_map& vm) {
-  const std::string rc = vm.count("recompute") ? vm["recompute"].as<std::string>() : "none";
-  const bool method_given = vm.count("recompute-method") || vm.count("recompute-num-layers");
-  if (rc == "none" || rc == "selective") {
-    if (rc == "selective")
-      return Status::InvalidArgument("--recompute: run recomputes whole layers (none or full); selective "
-                                     "recomputes the attention core alone");
-    if (method_given)
-      return Status::InvalidArgument(std::string("--") + (vm.count("recompute-method") ? "recompute-method" :
-                                     "recompute-num-layers") + ": needs --recompute full");
-    return LayerCheckpointing{};
-  }
-  if (rc != "full") return Status::InvalidArgument("--recompute: must be none or full, got \"" + rc + "\"");
   PlanRequest r;
-  r.recompute = Recompute::kFull;
-  const std::string method = vm.count("recompute-method") ? vm["recompute-method"].as<std::string>() : "uniform";
-  if (method != "uniform" && method != "block")
-    return Status::InvalidArgument("--recompute-method: must be uniform or block, got \"" + method + "\"");
-  r.recompute_method = method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+  r.recompute = Recompute::kNone;
+  if (vm.count("recompute")) {
+    KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(vm["recompute"].as<std::string>()));
+  }
+  const bool method_given = vm.count("recompute-method") || vm.count("recompute-num-layers");
+  if (r.recompute != Recompute::kFull && method_given)
+    return Status::InvalidArgument(std::string("--") + (vm.count("recompute-method") ? "recompute-method" :
+                                   "recompute-num-layers") + ": needs --recompute full");
+  if (vm.count("recompute-method")) {
+    KP_ASSIGN_OR_RETURN(r.recompute_method, ParseRecomputeMethod(vm["recompute-method"].as<std::string>()));
+  }
   r.recompute_layers = IntOr(vm, "recompute-num-layers", 1);
-  if (r.recompute_method == RecomputeMethod::kUniform && r.recompute_layers > 1)
-    return Status::InvalidArgument("--recompute-num-layers: run recomputes each layer from its own input (uniform "
-                                   "1) or a stage's first N (--recompute-method block), not uniform groups of " +
-                                   std::to_string(r.recompute_layers));
   return CheckpointingOf(r);
 }
 
@@ -173,7 +149,9 @@ po::options_description RunOptions() {
        "fp32 | mixed: fp32 weights, gradients and AdamW states (default; with --plan, the plan's), or Megatron's "
        "mixed precision: bf16 weight matrices, fp32 main gradients, fp32 master weights and moments (with --dtype "
        "bf16)")
-      ("recompute", po::value<std::string>(), "none | full: recompute decoder layers in backward (default none)")
+      ("recompute", po::value<std::string>(),
+       "none | full: recompute decoder layers in backward (default none); selective: Megatron's attention core, "
+       "which a fused attention keeps nothing of (runs as none, as the planner prices it)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"),
        "on | off: AdamW's moments sharded over each parameter's data-parallel replicas, the updated parameters "
        "gathered (Megatron's distributed optimizer; default off)")
@@ -199,8 +177,8 @@ po::options_description RunOptions() {
   return desc;
 }
 
-Status RefuseUnexecutedFlags(const std::vector<std::string>& args) {
-  const po::options_description planner = PlannerFlags(), run = RunOptions();
+Status RefuseUnexecutedFlags(const std::vector<std::string>& args, const po::options_description& run) {
+  const po::options_description planner = PlannerFlags();
   for (const std::string& a : args) {
     if (a.rfind("--", 0) != 0) continue;
     const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
@@ -220,7 +198,8 @@ Result<std::optional<PlanRequest>> RunPlan(const po::variables_map& vm, const Cl
       return Status::InvalidArgument(std::string("--") + flag + ": --plan " + std::to_string(id) +
                                      " sets it (its layout, split, schedule, batch and lengths); give one or the "
                                      "other");
-  KP_ASSIGN_OR_RETURN(PlanRequest req, LoadPlan(vm, env, id));
+  KP_ASSIGN_OR_RETURN(RecordedPlan recorded, ReadRecordedPlan(vm["db"].as<std::string>(), id, env));
+  PlanRequest req = std::move(recorded.request);
   if (Status s = CheckNativeExecutes(req); !s.ok())
     return Status::InvalidArgument("--plan " + std::to_string(id) + ": " + s.message());
   return std::optional<PlanRequest>(std::move(req));

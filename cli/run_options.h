@@ -27,9 +27,9 @@ namespace kp {
 po::options_description RunOptions();
 
 /// InvalidArgument naming the first of `args` that is a planner flag `run`
-/// does not execute (--recompute, --global-batch's kin are executed; e.g.
-/// --distributed-optimizer, --placement, --gpu are not).
-Status RefuseUnexecutedFlags(const std::vector<std::string>& args);
+/// (its options `run`, RunOptions()) does not execute (e.g. --placement,
+/// --gpu, --grad-bucket-mib).
+Status RefuseUnexecutedFlags(const std::vector<std::string>& args, const po::options_description& run);
 
 /// The recorded plan of --plan, or nullopt without it. Errors name --db or
 /// --plan; a flag --plan also sets (the layout, split, schedule, batch and

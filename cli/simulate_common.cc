@@ -21,12 +21,10 @@ Result<PricedPlan> LoadPlan(const po::variables_map& vm, const CliEnv& env) {
                                      "--layer-split to `kimi-plan plan`");
     p.plan_id = vm["plan"].as<std::int64_t>();
     if (p.plan_id <= 0) return Status::InvalidArgument("--plan: must be a positive plan id");
-    KP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
-                        Store::Open(vm["db"].as<std::string>(), env.clock, StoreMode::kRead));
-    KP_ASSIGN_OR_RETURN(PlanRecord rec, store->GetPlan(p.plan_id));
-    if (!rec.feasible && rec.step_time_s == 0)
+    KP_ASSIGN_OR_RETURN(RecordedPlan recorded, ReadRecordedPlan(vm["db"].as<std::string>(), p.plan_id, env));
+    if (!recorded.record.feasible && recorded.record.step_time_s == 0)
       return Status::InvalidArgument("--plan: plan " + std::to_string(p.plan_id) + " is a search that found no feasible layout");
-    KP_ASSIGN_OR_RETURN(p.request, RequestFromJson(nlohmann::json::parse(rec.request_json)));
+    p.request = std::move(recorded.request);
   } else {
     std::string preset;
     KP_ASSIGN_OR_RETURN(p.request, BuildPlanRequest(vm, env, &preset));

@@ -423,8 +423,11 @@ Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const Stage
   return Bytes(bytes);
 }
 
-// The largest group (uniform) or layer (block) full recomputation redoes at
-// once in one stage, with every activation.
+// What full recomputation adds in one stage beyond the chunk it keeps: the
+// largest group (uniform) or layer (block) it redoes at once, with every
+// activation. The backward recomputes a group once every later layer's
+// activations are freed; under block those are the layers it keeps whole
+// (N onwards), so only what the recomputed layer holds beyond them counts.
 Bytes StageWorkingSet(const PlanRequest& req, const StageLayers& st, LayerBytes& layer) {
   if (req.recompute != Recompute::kFull) return Bytes(0);
   // Uniform redoes a group at a time; block one layer at a time.
@@ -437,7 +440,9 @@ Bytes StageWorkingSet(const PlanRequest& req, const StageLayers& st, LayerBytes&
     for (int l = g; l < std::min(end, g + group); ++l) sum += layer(l, Recompute::kNone);
     most = std::max(most, sum);
   }
-  return most;
+  Bytes freed;
+  for (int l = end; l < st.end_layer; ++l) freed += layer(l, Recompute::kNone);
+  return most > freed ? most - freed : Bytes(0);
 }
 
 }  // namespace

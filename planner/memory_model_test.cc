@@ -84,7 +84,9 @@ TEST_F(RecomputeMethodTest, BlockKeepsTheInputsOfTheFirstNAndEverythingOfTheRest
   for (int n : {1, 3, 7}) {
     Set(RecomputeMethod::kBlock, n);
     EXPECT_DOUBLE_EQ(Stage(), n * input + (L - n) * full) << n;
-    EXPECT_DOUBLE_EQ(Working(), full) << n;  // one layer recomputed at a time
+    // One layer recomputed at a time, once the backward has freed the L - n
+    // layers kept whole: nothing beyond the chunk.
+    EXPECT_DOUBLE_EQ(Working(), 0) << n;
   }
   // N at or beyond the stage's layers recomputes them all: plain full.
   for (int n : {8, 20}) {
@@ -108,15 +110,16 @@ TEST_F(RecomputeMethodTest, UniformKeepsOneInputPerGroupAndRecomputesAGroupAtATi
 }
 
 // The actor's activations on one rank without a pipeline: one micro-batch
-// in flight, the recompute working set once, and the head's fp32 logits
-// with their bf16 gradient (s b V / t x 6 bytes).
+// in flight, the recompute working set once (none under block: the layers
+// kept whole are freed before the first N are recomputed), and the head's
+// fp32 logits with their bf16 gradient (s b V / t x 6 bytes).
 TEST_F(RecomputeMethodTest, TheActorAddsTheWorkingSetOnceBesideItsChunks) {
   r.nodes = 1;
   r.gpus_per_node = 8;
   const ParamCount pc = CountParams(r.model);
   const double logits = s * b * V / t * 6;
   Set(RecomputeMethod::kBlock, 3);
-  EXPECT_DOUBLE_EQ(EstimateMemory(r, r.plan, split, pc).actor.activations.value(), 3 * input + 5 * full + full + logits);
+  EXPECT_DOUBLE_EQ(EstimateMemory(r, r.plan, split, pc).actor.activations.value(), 3 * input + 5 * full + logits);
   Set(RecomputeMethod::kUniform, 4);
   EXPECT_DOUBLE_EQ(EstimateMemory(r, r.plan, split, pc).actor.activations.value(), 2 * input + 4 * full + logits);
 }

@@ -17,6 +17,18 @@ const char* RecomputeMethodName(RecomputeMethod m) {
   return m == RecomputeMethod::kUniform ? "uniform" : "block";
 }
 
+Result<Recompute> ParseRecompute(const std::string& s, const std::string& field) {
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+    if (s == RecomputeName(r)) return r;
+  return Status::InvalidArgument(field + ": must be none, selective or full, got \"" + s + "\"");
+}
+
+Result<RecomputeMethod> ParseRecomputeMethod(const std::string& s, const std::string& field) {
+  for (RecomputeMethod m : {RecomputeMethod::kUniform, RecomputeMethod::kBlock})
+    if (s == RecomputeMethodName(m)) return m;
+  return Status::InvalidArgument(field + ": must be uniform or block, got \"" + s + "\"");
+}
+
 std::string RecomputeLabel(Recompute r, RecomputeMethod method, int layers) {
   if (r != Recompute::kFull || (method == RecomputeMethod::kUniform && layers == 1)) return RecomputeName(r);
   return std::string("full ") + RecomputeMethodName(method) + " " + std::to_string(layers);

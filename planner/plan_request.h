@@ -151,6 +151,11 @@ struct PlanRequest {
 const char* RecomputeName(Recompute r);
 const char* StatePrecisionName(StatePrecision p);
 const char* RecomputeMethodName(RecomputeMethod m);
+/// RecomputeName's words back; InvalidArgument naming `field` and what is
+/// allowed otherwise.
+Result<Recompute> ParseRecompute(const std::string& s, const std::string& field = "--recompute");
+/// RecomputeMethodName's words back, the same way.
+Result<RecomputeMethod> ParseRecomputeMethod(const std::string& s, const std::string& field = "--recompute-method");
 /// The setting as one word or phrase: "none", "selective", "full" (uniform
 /// groups of one layer), "full uniform N" or "full block N".
 std::string RecomputeLabel(Recompute r, RecomputeMethod method, int layers);

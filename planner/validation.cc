@@ -51,13 +51,6 @@ Result<ModelSpec> GptModel(const json& m, const std::string& id, std::int64_t* s
   return s;
 }
 
-Result<Recompute> ParseRecompute(const std::string& r) {
-  if (r == "none") return Recompute::kNone;
-  if (r == "selective") return Recompute::kSelective;
-  if (r == "full") return Recompute::kFull;
-  return Status::InvalidArgument("recompute: must be none, selective or full");
-}
-
 // A measured figure: {"value": > 0, "kind": ..., and a note on how}.
 Status ParseMeasured(const json& j, const std::string& name, std::optional<double>* value, std::string* kind) {
   if (!j.is_object()) return Status::InvalidArgument(name + ": must be an object {\"value\": ..., \"kind\": ...}");
@@ -145,7 +138,7 @@ Result<ValidationCase> ParseCase(const json& c, const PresetCatalog& catalog) {
   // fork, whose own schedules send asynchronously).
   r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
   KP_RETURN_IF_ERROR(f.Name("recompute", &recompute));
-  KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(recompute));
+  KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(recompute, "recompute"));
   std::string modules;
   KP_RETURN_IF_ERROR(f.Name("recompute_modules", &modules, /*required=*/false));
   if (!modules.empty()) {

@@ -24,13 +24,12 @@ for p in h200-full b200-full h200-lora; do
   check "$p: refusal wrote nothing" test ! -e "launch/$p"
 
   # The native runtime runs a plan as planned or not at all: the full
-  # seeds' mixed-precision states are refused by name, and the seeds planned
-  # with the states it executes launch.
+  # seeds' mixed-precision states run as they are (passed on to run), and
+  # the seeds planned with the fp32 states launch with those.
   if [ "$p" != h200-lora ]; then
-    "$bin" launch --target slurm --preset "$p" --engine native --force --out "jobs/$p-refused" > out.txt 2> err.txt
-    check "$p native as is: exit 2" test $? -eq 2
-    check "$p native as is: names what run does not execute" has err.txt "kimi-plan launch: --state-precision: kimi-plan run does not execute Megatron's mixed-precision states"
-    check "$p native as is: nothing written" test ! -e "jobs/$p-refused"
+    "$bin" launch --target slurm --preset "$p" --engine native --force --out "jobs/$p-mixed" > out.txt 2> err.txt
+    check "$p native as is: exit 0" test $? -eq 0
+    check "$p native as is: run keeps Megatron's mixed-precision states" grep -rq -- "--state-precision mixed" "jobs/$p-mixed"
   fi
   for engine in native verl; do
     teacher=0; [ "$engine" = verl ] && teacher=1
@@ -155,8 +154,10 @@ check "even plan under verl: exit 0" test $? -eq 0
 check "even plan under verl: its layout" has jobs/gpt-even/kimi-plan.sbatch \
   "override_transformer_config.pipeline_model_parallel_layout='\\''Ett|ttt|(tt|)*61tL'\\''"
 check "even plan under verl: no end-stage keys" bash -c "! grep -q num_layers_in_ jobs/gpt-even/kimi-plan.sbatch"
-bad "native on a plan with Megatron's states" "--state-precision: kimi-plan run does not execute" \
-  --target slurm --engine native --plan "$megatron_id" --force
+# Megatron's states run natively; fp16 does not.
+fp16_id=$(plan_of --engine verl --dtype fp16)
+bad "native on an fp16 plan" "--dtype: kimi-plan run does not execute fp16" \
+  --target slurm --engine native --plan "$fp16_id" --force
 # The native runtime builds any split it is given: the Megatron split runs as planned.
 megatron_native_id=$(plan_of --layer-split megatron "${native_states[@]}")
 "$bin" launch --target slurm --engine native --plan "$megatron_native_id" --force --out jobs/gpt-native > out.txt 2> err.txt
