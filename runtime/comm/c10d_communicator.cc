@@ -174,6 +174,17 @@ class C10dCommunicator : public Communicator {
     return Wait("allreduce", AnyPeer(), [&] { return g_.pg->allreduce(v, opts); });
   }
 
+  Status ReduceSum(torch::Tensor& t, int root) override {
+    KP_RETURN_IF_ERROR(CheckPeer("reduce", root, /*self_ok=*/true));
+    KP_RETURN_IF_ERROR(WaitSends(pending_.size()));
+    std::vector<at::Tensor> v{t};
+    c10d::ReduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.rootRank = root;
+    opts.timeout = g_.timeout;
+    return Wait("reduce", AnyPeer(), [&] { return g_.pg->reduce(v, opts); });
+  }
+
   Status Broadcast(torch::Tensor& t, int root) override {
     KP_ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> op, StartBroadcast(t, root));
     return op->Wait();

@@ -54,6 +54,10 @@ class Communicator {
   /// Sums `t` over the group in place, in an order that does not depend on
   /// timing (so a reduction is reproducible run to run).
   virtual Status AllReduceSum(torch::Tensor& t) = 0;
+  /// Sums `t` over the group into root's `t`, in an order that does not
+  /// depend on timing; the other ranks' `t` is left unspecified (Gloo
+  /// reduces through it). The distributed optimizer's reduce-scatter.
+  virtual Status ReduceSum(torch::Tensor& t, int root) = 0;
   /// Copies root's `t` to every rank.
   virtual Status Broadcast(torch::Tensor& t, int root) = 0;
   /// Broadcast(t, root) started and left in flight: `t` must stay alive and

@@ -116,6 +116,26 @@ class InProcessCommunicator : public Communicator {
     return Fetch(t, 0, tag, "AllReduceSum");
   }
 
+  // Rank order at the root, as AllReduceSum sums: the same bits.
+  Status ReduceSum(torch::Tensor& t, int root) override {
+    if (root < 0 || root >= size())
+      return Status::InvalidArgument("ReduceSum: root " + std::to_string(root) + " is not a rank of " +
+                                     std::to_string(size()));
+    const int tag = NextCollectiveTag();
+    if (rank_ != root) return Post(t, root, tag);
+    torch::Tensor sum;
+    for (int r = 0; r < size(); ++r) {
+      torch::Tensor part = t;
+      if (r != root) {
+        part = torch::empty_like(t);
+        KP_RETURN_IF_ERROR(Fetch(part, r, tag, "ReduceSum"));
+      }
+      sum = r == 0 ? part.clone() : sum.add_(part);
+    }
+    t.copy_(sum);
+    return Status::Ok();
+  }
+
   Status Broadcast(torch::Tensor& t, int root) override {
     if (root < 0 || root >= size())
       return Status::InvalidArgument("Broadcast: root " + std::to_string(root) + " is not a rank of " +

@@ -77,24 +77,66 @@ std::int64_t ParameterShards::master_elements() const {
   return n;
 }
 
+template <typename F, typename Of>
+Status ParameterShards::ForEachOwnedPart(int g, const Of& of, const F& f) const {
+  const std::vector<torch::Tensor>& params = groups_[g].params;
+  for (int r = 0; r < SizeOf(groups_[g].group); ++r) {
+    const Range owned = Owned(g, r);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const std::int64_t start = starts_[g][i];
+      const std::int64_t lo = std::max(owned.begin, start), hi = std::min(owned.end, start + params[i].numel());
+      if (lo >= hi) continue;
+      KP_RETURN_IF_ERROR(f(r, static_cast<int>(i), Flat(of(params[i])).narrow(0, lo - start, hi - lo)));
+    }
+  }
+  return Status::Ok();
+}
+
+bool ParameterShards::sharded() const {
+  for (const ReplicatedParameters& g : groups_)
+    if (SizeOf(g.group) > 1) return true;
+  return false;
+}
+
+Status ParameterShards::ReduceScatterGradients(int divisor) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (const torch::Tensor& p : groups_[g].params)
+      if (!p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::zeros_like(p);
+    Communicator* group = groups_[g].group;
+    const int mine = RankIn(group);
+    // Megatron's reduce-scatter, part by part: each owner receives the sum
+    // of its part alone, as one all-reduce of the part would give it.
+    KP_RETURN_IF_ERROR(ForEachOwnedPart(
+        static_cast<int>(g), [](const torch::Tensor& p) { return p.grad(); },
+        [&](int owner, int, torch::Tensor part) -> Status {
+          if (SizeOf(group) > 1) KP_RETURN_IF_ERROR(group->ReduceSum(part, owner));
+          if (owner == mine && divisor != 1) part.div_(divisor);
+          return Status::Ok();
+        }));
+  }
+  return Status::Ok();
+}
+
+torch::Tensor ParameterShards::OwnedGradient(int group, int param) const {
+  for (const Slice& s : slices_)
+    if (s.group == group && s.param == param) {
+      const torch::Tensor& p = groups_[group].params[param];
+      return p.grad().defined() ? Flat(p.grad()).narrow(0, s.offset, s.values.numel()) : torch::Tensor();
+    }
+  return torch::Tensor();
+}
+
 Status ParameterShards::Gather() {
   torch::NoGradGuard no_grad;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Communicator* group = groups_[g].group;
     if (SizeOf(group) == 1) continue;
-    const std::vector<torch::Tensor>& params = groups_[g].params;
     // Straight into the parameters, part by part: no buffer beside them
     // (the plan counts none), at one broadcast per part.
-    for (int r = 0; r < group->size(); ++r) {
-      const Range owned = Owned(static_cast<int>(g), r);
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const std::int64_t start = starts_[g][i];
-        const std::int64_t lo = std::max(owned.begin, start), hi = std::min(owned.end, start + params[i].numel());
-        if (lo >= hi) continue;
-        torch::Tensor part = Flat(params[i]).narrow(0, lo - start, hi - lo);
-        KP_RETURN_IF_ERROR(group->Broadcast(part, r));
-      }
-    }
+    KP_RETURN_IF_ERROR(ForEachOwnedPart(
+        static_cast<int>(g), [](const torch::Tensor& p) { return p; },
+        [&](int owner, int, torch::Tensor part) { return group->Broadcast(part, owner); }));
   }
   return Status::Ok();
 }

@@ -3,12 +3,15 @@
 // group's D owning the elements [d * ceil(N / D), (d + 1) * ceil(N / D)), and
 // AdamW's moments only for what it owns; after the update each rank's owned
 // elements are broadcast to the others, so every rank holds the whole
-// updated parameters again. The dense parameters' group is DP (x CP), the
+// updated parameters again. The gradients are reduce-scattered before it:
+// each part summed into the rank that owns it alone (ReduceScatterGradients),
+// and the gradient norm is taken from the owned parts. The dense parameters' group is DP (x CP), the
 // routed experts' expert-DP (replica_groups in data_parallel.h).
 //
-// The update is AdamW's element by element, so on the CPU the parameters
-// equal those of the whole optimizer bit for bit: the gradients were
-// averaged and clipped whole before it, and a broadcast copies bits.
+// The update is AdamW's element by element and a reduction to one rank sums
+// in the order an all-reduce does (of two ranks, one order), so on the CPU
+// the parameters equal those of the whole optimizer but for the clipping
+// coefficient, whose norm adds the owned parts' squares (a rounding apart).
 //
 // Megatron's mixed precision: a bf16 parameter's owned elements get an fp32
 // master copy, which the optimizer updates (its gradient: the parameter's
@@ -59,6 +62,18 @@ class ParameterShards {
   /// Elements this rank owns (the optimizer's state covers these alone).
   std::int64_t owned_elements() const;
 
+  /// Sums each parameter's gradient part over its group into the part's
+  /// owner and divides the owned parts by `divisor` (the replicas' mean);
+  /// the parts a rank does not own are left unspecified. Gradients not yet
+  /// made become zeros first. One reduction per owned part, no buffer (the
+  /// gather's layout). IoError from the communicator.
+  Status ReduceScatterGradients(int divisor);
+  /// Whether a group of more than one rank shards its parameters (only
+  /// then do the gradients need ReduceScatterGradients).
+  bool sharded() const;
+  /// This rank's owned part of parameter `param` of group `group`'s
+  /// gradient (undefined where it owns none of it or it has none).
+  torch::Tensor OwnedGradient(int group, int param) const;
   /// Points each slice's gradient at its part of the parameter's gradient
   /// (none where the parameter has none: AdamW leaves it alone).
   void BindGradients();
@@ -80,6 +95,11 @@ class ParameterShards {
     std::int64_t begin = 0, end = 0;  ///< in the group's elements laid end to end
   };
   Range Owned(int group, int rank) const;
+  /// Calls f(rank, param, part) for each owner's part of each parameter of
+  /// group `g`, owners in rank order (the order every rank's collectives
+  /// must follow); `part` views the flat elements of `of(param)`.
+  template <typename F, typename Of>
+  Status ForEachOwnedPart(int g, const Of& of, const F& f) const;
 
   std::vector<ReplicatedParameters> groups_;
   std::vector<std::vector<std::int64_t>> starts_;  ///< per group: each parameter's first element

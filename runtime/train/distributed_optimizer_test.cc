@@ -1,8 +1,12 @@
 // ParameterShards' fp32 masters (Megatron's mixed precision), against the
-// parameters and dtypes themselves: one rank owning everything.
+// parameters and dtypes themselves: one rank owning everything; and the
+// reduce-scatter and gather over three in-process ranks, against the
+// ownership ranges worked out by hand.
 #include "runtime/train/distributed_optimizer.h"
 
 #include <gtest/gtest.h>
+
+#include "runtime/comm/in_process_communicator.h"
 
 namespace kp::runtime {
 namespace {
@@ -41,6 +45,36 @@ TEST(ParameterShardsTest, Bf16ParametersTrainThroughFp32MastersAndFp32AreTheirOw
   EXPECT_TRUE(torch::allclose(norm, torch::linspace(0.5, 1.5, 4) + 1e-4));
   shards.ReleaseGradients();
   EXPECT_FALSE(w.values.grad().defined());
+}
+
+// Two parameters of 5 and 4 elements over 3 ranks: ceil(9 / 3) = 3 each, so
+// rank 0 owns p[0..3), rank 1 p[3..5) and q[0..1), rank 2 q[1..4).
+TEST(ParameterShardsTest, ReduceScatterGivesEachOwnerTheMeanOfItsPartAndGatherRestoresTheWhole) {
+  const std::vector<Status> statuses = RunRanks(3, [](Communicator& comm) -> Status {
+    const double r = comm.rank();
+    torch::Tensor p = torch::zeros({5}, torch::kDouble), q = torch::zeros({2, 2}, torch::kDouble);
+    // Rank r's gradients: (r + 1) x base; the mean over ranks is 2 x base.
+    const torch::Tensor base_p = torch::arange(1, 6, torch::kDouble), base_q = torch::arange(6, 10, torch::kDouble);
+    p.mutable_grad() = base_p * (r + 1);
+    q.mutable_grad() = base_q.reshape({2, 2}) * (r + 1);
+    ParameterShards shards({{{p, q}, &comm}});
+    EXPECT_TRUE(shards.sharded());
+    KP_RETURN_IF_ERROR(shards.ReduceScatterGradients(3));
+    const std::int64_t owned_p[3][2] = {{0, 3}, {3, 2}, {0, 0}}, owned_q[3][2] = {{0, 0}, {0, 1}, {1, 3}};
+    const int me = comm.rank();
+    const torch::Tensor gp = shards.OwnedGradient(0, 0), gq = shards.OwnedGradient(0, 1);
+    EXPECT_EQ(gp.defined(), owned_p[me][1] > 0);
+    EXPECT_EQ(gq.defined(), owned_q[me][1] > 0);
+    if (gp.defined()) EXPECT_TRUE(torch::equal(gp, 2 * base_p.narrow(0, owned_p[me][0], owned_p[me][1]))) << me;
+    if (gq.defined()) EXPECT_TRUE(torch::equal(gq, 2 * base_q.narrow(0, owned_q[me][0], owned_q[me][1]))) << me;
+    // Each rank writes its rank + 1 into what it owns; the gather spreads it.
+    for (const ParameterShards::Slice& s : shards.slices()) s.values.fill_(r + 1);
+    KP_RETURN_IF_ERROR(shards.Gather());
+    EXPECT_TRUE(torch::equal(p, torch::tensor({1.0, 1.0, 1.0, 2.0, 2.0}, torch::kDouble))) << me;
+    EXPECT_TRUE(torch::equal(q.view({-1}), torch::tensor({2.0, 3.0, 3.0, 3.0}, torch::kDouble))) << me;
+    return Status::Ok();
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.message();
 }
 
 }  // namespace

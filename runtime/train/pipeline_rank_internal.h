@@ -196,6 +196,7 @@ struct PipelineRank::Impl {
   Status SetTokens(const std::vector<std::int64_t>& tokens);
   Result<double> ReduceLoss();
   Result<double> ReduceGradNorm();
+  Result<std::vector<double>> GradientSquares() const;
   Status SumSquaresOver(Communicator* group, const std::vector<int>& at, std::vector<double>& squares) const;
   Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);
   Result<double> EvalStep(const std::vector<std::int64_t>& tokens);

@@ -298,10 +298,33 @@ Status PipelineRank::Impl::ReduceOverTensorParallel() {
 }
 
 // The replicas' gradients averaged (the dense ones over DP, the experts'
-// over expert-DP); every parameter has a gradient afterwards.
+// over expert-DP); every parameter has a gradient afterwards. With the
+// distributed optimizer each rank gets the average of its owned parts alone.
 Status PipelineRank::Impl::AverageOverReplicas() {
   if (DenseSize() == 1 && config.replicas.expert_dp == nullptr) return Status::Ok();
+  if (shards && shards->sharded()) return shards->ReduceScatterGradients(Replicas().dp_size);
   return AverageGradients(split, Replicas());
+}
+
+// Each parameter's squared gradient norm. Reduce-scattered gradients are
+// whole only in their owners' parts: a parameter's square is the sum of its
+// owned parts' over the replica group (group 0 of the shards holds the
+// dense parameters, group 1 the experts', in `params` order).
+Result<std::vector<double>> PipelineRank::Impl::GradientSquares() const {
+  if (!shards || !shards->sharded()) return GradSquares(params);
+  std::vector<torch::Tensor> owned;
+  std::vector<int> dense_at, expert_at_all;
+  int index[2] = {0, 0};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const int g = split.is_expert[i] ? 1 : 0;
+    (g == 1 ? expert_at_all : dense_at).push_back(static_cast<int>(i));
+    owned.push_back(shards->OwnedGradient(g, index[g]++));
+  }
+  std::vector<double> squares = SquaredNorms(owned);
+  const ReplicaGroups replicas = Replicas();
+  KP_RETURN_IF_ERROR(SumSquaresOver(replicas.dp, dense_at, squares));
+  KP_RETURN_IF_ERROR(SumSquaresOver(replicas.expert_dp, expert_at_all, squares));
+  return squares;
 }
 
 // The squares at `at` summed over `group` in place (a parameter split over
@@ -325,7 +348,7 @@ Status PipelineRank::Impl::SumSquaresOver(Communicator* group, const std::vector
 // shard's over its TP group. The TP ranks of a stage hold the same slots
 // and add the same squares: the pipeline group has one rank per stage.
 Result<double> PipelineRank::Impl::ReduceGradNorm() {
-  std::vector<double> mine = GradSquares(params);
+  KP_ASSIGN_OR_RETURN(std::vector<double> mine, GradientSquares());
   KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.expert_shards, expert_at, mine));
   KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.tp, tp_shard_at, mine));
   torch::Tensor host = torch::zeros({global_params}, torch::kDouble);

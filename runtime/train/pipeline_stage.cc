@@ -59,12 +59,18 @@ StageModelImpl* ModelOfStage(PipelineStageModule& module) {
 // One norm kernel per gradient, in its own dtype (no fp64 copy of every
 // gradient), the norms brought over in one copy and squared in fp64 here.
 std::vector<double> GradSquares(const std::vector<torch::Tensor>& params) {
-  if (params.empty()) return {};
+  std::vector<torch::Tensor> grads;
+  grads.reserve(params.size());
+  for (const torch::Tensor& p : params) grads.push_back(p.grad());
+  return SquaredNorms(grads);
+}
+
+std::vector<double> SquaredNorms(const std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return {};
   std::vector<torch::Tensor> norms;
-  norms.reserve(params.size());
-  for (const torch::Tensor& p : params)
-    norms.push_back(p.grad().defined() ? p.grad().norm().to(torch::kFloat)
-                                       : torch::zeros({}, p.options().dtype(torch::kFloat)));
+  norms.reserve(tensors.size());
+  for (const torch::Tensor& t : tensors)
+    norms.push_back(t.defined() ? t.norm().to(torch::kFloat) : torch::zeros({}, torch::kFloat));
   const torch::Tensor host = torch::stack(norms).to(torch::kDouble).cpu().contiguous();
   const double* d = host.data_ptr<double>();
   std::vector<double> squares(d, d + host.numel());

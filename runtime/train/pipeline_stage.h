@@ -66,6 +66,8 @@ StageModelImpl* ModelOfStage(PipelineStageModule& module);
 /// gradient is undefined): the norm reduced on the device in the gradient's
 /// dtype, squared in fp64.
 std::vector<double> GradSquares(const std::vector<torch::Tensor>& params);
+/// GradSquares of the tensors themselves (0 where one is undefined).
+std::vector<double> SquaredNorms(const std::vector<torch::Tensor>& tensors);
 /// The fixed-order fp64 sum of GradSquares over the whole model's parameter
 /// order: the pipeline reduces exactly this, so a single process and any
 /// split get the same norm bit for bit.

@@ -118,6 +118,9 @@ std::string TrainConfigJson(const TrainConfig& c) {
   j["activation_checkpointing"] = c.options.activation_checkpointing;
   j["checkpoint_first_layers"] = c.options.checkpoint_first_layers;
   j["distributed_optimizer"] = c.distributed_optimizer;
+  // Written only when on, so configurations recorded before them read alike.
+  if (c.options.recompute_moe) j["recompute_moe"] = true;
+  if (c.options.recompute_mlp) j["recompute_mlp"] = true;
   j["kda_chunk"] = c.options.kda_chunk;
   j["route_scale"] = c.options.route_scale;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -201,6 +204,8 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Int("checkpoint_first_layers", &c->options.checkpoint_first_layers, 0, limits::kMaxLayers,
                            /*required=*/false));
   KP_RETURN_IF_ERROR(f.Bool("distributed_optimizer", &c->distributed_optimizer));  // absent: off
+  KP_RETURN_IF_ERROR(f.Bool("recompute_moe", &c->options.recompute_moe));
+  KP_RETURN_IF_ERROR(f.Bool("recompute_mlp", &c->options.recompute_mlp));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
   KP_RETURN_IF_ERROR(f.Number("route_scale", &c->options.route_scale, 0, 1e6));
   KP_ASSIGN_OR_RETURN(const nlohmann::json* data, f.Object("data", /*required=*/true));
