@@ -46,7 +46,8 @@ po::options_description PlannerFlags() {
 constexpr const char* kPlanSets[] = {"tp", "pp", "vp", "ep", "etp", "cp", "dp", "schedule", "sequence-parallel",
                                      "layer-split", "batch", "global-batch", "rollout-n", "micro-batch",
                                      "seq-len", "prompt-length", "response-length", "recompute",
-                                     "recompute-method", "recompute-num-layers", "distributed-optimizer"};
+                                     "recompute-method", "recompute-num-layers", "recompute-modules",
+                                     "distributed-optimizer"};
 
 bool Given(const po::variables_map& vm, const char* name) { return vm.count(name) && !vm[name].defaulted(); }
 
@@ -107,6 +108,11 @@ Result<LayerCheckpointing> FlagCheckpointing(const po::variables_map& vm) {
     KP_ASSIGN_OR_RETURN(r.recompute_method, ParseRecomputeMethod(vm["recompute-method"].as<std::string>()));
   }
   r.recompute_layers = IntOr(vm, "recompute-num-layers", 1);
+  if (vm.count("recompute-modules")) {
+    if (r.recompute != Recompute::kSelective)
+      return Status::InvalidArgument("--recompute-modules: needs --recompute selective");
+    KP_ASSIGN_OR_RETURN(r.recipe.recompute_modules, ParseRecomputeModules(vm["recompute-modules"].as<std::string>()));
+  }
   return CheckpointingOf(r);
 }
 
@@ -150,8 +156,12 @@ po::options_description RunOptions() {
        "mixed precision: bf16 weight matrices, fp32 main gradients, fp32 master weights and moments (with --dtype "
        "bf16)")
       ("recompute", po::value<std::string>(),
-       "none | full: recompute decoder layers in backward (default none); selective: Megatron's attention core, "
-       "which a fused attention keeps nothing of (runs as none, as the planner prices it)")
+       "none | full: recompute decoder layers in backward (default none); selective: the modules of "
+       "--recompute-modules")
+      ("recompute-modules", po::value<std::string>(),
+       "with --recompute selective, Megatron's modules recomputed in backward, comma-separated: core_attn (the "
+       "default; a fused attention keeps nothing of it, so nothing is redone, as the planner prices it), moe (an "
+       "MoE layer's whole MoE block), mlp (a dense layer's MLP)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"),
        "on | off: AdamW's moments sharded over each parameter's data-parallel replicas, the updated parameters "
        "gathered (Megatron's distributed optimizer; default off)")
@@ -239,6 +249,8 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   KP_ASSIGN_OR_RETURN(const LayerCheckpointing checkpointing, plan ? CheckpointingOf(*plan) : FlagCheckpointing(vm));
   c.options.activation_checkpointing = checkpointing.enabled;
   c.options.checkpoint_first_layers = checkpointing.first_layers;
+  c.options.recompute_moe = checkpointing.moe;
+  c.options.recompute_mlp = checkpointing.mlp;
   if (plan) {
     c.distributed_optimizer = plan->distributed_optimizer;
   } else {

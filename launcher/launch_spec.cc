@@ -288,6 +288,12 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
       Flag(a, "--recompute-num-layers", checkpointing->first_layers);
     }
   }
+  if (checkpointing.ok() && (checkpointing->moe || checkpointing->mlp)) {
+    Flag(a, "--recompute", "selective");
+    Flag(a, "--recompute-modules", std::string(checkpointing->moe ? "moe" : "") +
+                                       (checkpointing->moe && checkpointing->mlp ? "," : "") +
+                                       (checkpointing->mlp ? "mlp" : ""));
+  }
   Flag(a, "--dtype", "bf16");
   Flag(a, "--state-precision", r.state_precision == StatePrecision::kMixed ? "mixed" : "fp32");
   Flag(a, "--distributed-optimizer", r.distributed_optimizer ? "on" : "off");

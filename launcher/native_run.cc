@@ -17,18 +17,23 @@ Status NotExecuted(const std::string& flag, const std::string& what, const std::
 Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
   switch (r.recompute) {
     case Recompute::kNone: return LayerCheckpointing{};
-    case Recompute::kSelective:
+    case Recompute::kSelective: {
       // Megatron's default selective recomputation redoes the attention
       // core; with a fused attention there is nothing it keeps to drop, and
       // the planner prices the two alike (docs/planner.md).
-      if (r.flash_attention && r.recipe.recompute_modules == std::vector<RecomputeModule>{RecomputeModule::kCoreAttn})
-        return LayerCheckpointing{};
-      if (!r.flash_attention)
-        return NotExecuted("--recompute", "selective recomputation of an eager attention core",
-                           "--recompute none or full, or --flash-attention on");
-      return NotExecuted("--recompute-modules", "recomputation of single modules (" +
-                                                    RecomputeModulesList(r.recipe.recompute_modules) + ")",
-                         "--recompute none or full");
+      LayerCheckpointing c;
+      for (RecomputeModule m : r.recipe.recompute_modules) {
+        if (m == RecomputeModule::kMoe) c.moe = true;
+        else if (m == RecomputeModule::kMlp) c.mlp = true;
+        else if (m == RecomputeModule::kCoreAttn && !r.flash_attention)
+          return NotExecuted("--recompute", "selective recomputation of an eager attention core",
+                             "--recompute none or full, or --flash-attention on");
+        else if (m != RecomputeModule::kCoreAttn)
+          return NotExecuted("--recompute-modules", "recomputation of " + RecomputeModulesList({m}),
+                             "--recompute-modules of core_attn, moe and mlp");
+      }
+      return c;
+    }
     case Recompute::kFull:
       if (r.recompute_method == RecomputeMethod::kBlock) return LayerCheckpointing{true, r.recompute_layers};
       if (r.recompute_layers == 1) return LayerCheckpointing{true, 0};

@@ -18,13 +18,18 @@ struct LayerCheckpointing {
   /// 0: every layer (Megatron's full / uniform 1); N > 0: the first N
   /// layers of each pipeline stage (Megatron's block N).
   int first_layers = 0;
+  /// Selective recomputation of single modules (Megatron's
+  /// --recompute-modules moe and mlp): an MoE layer's MoE block, a dense
+  /// layer's MLP.
+  bool moe = false;
+  bool mlp = false;
   bool operator==(const LayerCheckpointing&) const = default;
 };
 
 /// The checkpointing that executes r's recomputation: none; full, uniform
-/// 1 (every layer) or block N; selective of the attention core alone with
-/// flash attention, which the planner prices as none (a fused attention
-/// keeps no scores to drop), as none. Anything else is refused naming
+/// 1 (every layer) or block N; selective of the modules core_attn (with
+/// flash attention, which the planner prices as nothing: a fused attention
+/// keeps no scores to drop), moe and mlp. Anything else is refused naming
 /// --recompute, --recompute-num-layers or --recompute-modules.
 Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r);
 

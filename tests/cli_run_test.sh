@@ -111,28 +111,32 @@ a = json.load(open("names.json"))["first_loss"]
 b = json.load(open("dp.json"))["first_loss"]
 assert abs(a - b) <= 1e-6 * abs(b), (a, b)
 PY
-# The distributed optimizer: AdamW's moments sharded over the replicas,
-# the updated parameters gathered. The same parameters as the whole
-# optimizer, bitwise, over 20 steps on dp 2 and on pp 2 x dp 2 x ep 2; the
-# ranks keep less.
+# The distributed optimizer: gradients reduce-scattered, AdamW's moments
+# sharded over the replicas, the updated parameters gathered. The same
+# losses and norms as the whole optimizer within 1e-6 relative (the norm
+# adds the owned parts' squares: a rounding apart) over 20 steps on dp 2
+# and on pp 2 x dp 2 x ep 2; the ranks keep less.
 for opt in off on; do
   "$bin" run --nproc 2 --dp 2 "${small[@]}" --steps 20 --distributed-optimizer "$opt" --json > "distopt_dp_$opt.json" 2> /dev/null
   "$bin" run --nproc 4 --pp 2 --dp 2 --ep 2 "${tiny[@]}" --batch 8 --seq-len 8 --steps 20 --distributed-optimizer "$opt" --json > "distopt_pp_$opt.json" 2> /dev/null
 done
-check "distributed optimizer: every step's loss and norm the whole optimizer's, bitwise; smaller peaks" python3 - <<'PY'
+check "distributed optimizer: every step's loss and norm the whole optimizer's within 1e-6; smaller peaks" python3 - <<'PY'
 import json, sqlite3
 db = sqlite3.connect("kimi-plan.db")
 for layout in ("dp", "pp"):
     off, on = (json.load(open(f"distopt_{layout}_{o}.json")) for o in ("off", "on"))
     steps = [db.execute("select loss, grad_norm from steps where run_id = ? order by step", (r["run_id"],)).fetchall() for r in (off, on)]
-    assert len(steps[0]) == 20 and steps[0] == steps[1], (layout, steps)
+    assert len(steps[0]) == 20 and len(steps[1]) == 20, (layout, steps)
+    worst = max(abs(a - b) / abs(a) for x, y in zip(*steps) for a, b in zip(x, y))
+    print(f"{layout}: worst relative difference of a loss or norm, distributed optimizer on against off: {worst:.1e}")
+    assert worst <= 1e-6, (layout, steps)
     assert max(on["peak_memory_bytes_by_rank"]) < max(off["peak_memory_bytes_by_rank"]), (layout, off, on)
 PY
 
 # Megatron's mixed precision (--state-precision mixed): bf16 weight
 # matrices, fp32 main gradients, fp32 masters and moments. With the
-# distributed optimizer on or off the same, bitwise (the masters update
-# element by element); against the fp32 states, every step's loss within
+# distributed optimizer on or off the same within 1e-6 (the masters update
+# element by element, the norm a rounding apart); against the fp32 states, every step's loss within
 # 1% over 20 steps (bf16 weights round each to 2^-9 relative; measured
 # 0.08%), side by side in `report --compare`.
 for states in fp32 mixed-off mixed-on; do
@@ -142,14 +146,15 @@ for states in fp32 mixed-off mixed-on; do
   "$bin" run --nproc 4 --pp 2 --dp 2 --ep 2 "${tiny[@]}" --batch 8 --seq-len 8 --dtype bf16 --steps 20 \
     --state-precision "$precision" --distributed-optimizer "$opt" --json > "states_pp_$states.json" 2> /dev/null
 done
-check "mixed precision: optimizer sharded or not bitwise; within 1% of the fp32 states' losses" python3 - <<'PY'
+check "mixed precision: optimizer sharded or not within 1e-6; within 1% of the fp32 states' losses" python3 - <<'PY'
 import json, sqlite3
 db = sqlite3.connect("kimi-plan.db")
 for layout in ("dp", "pp"):
     runs = [json.load(open(f"states_{layout}_{s}.json")) for s in ("fp32", "mixed-off", "mixed-on")]
     fp32, off, on = (db.execute("select loss, grad_norm from steps where run_id = ? order by step",
                                 (r["run_id"],)).fetchall() for r in runs)
-    assert len(off) == 20 and off == on, (layout, off, on)
+    assert len(off) == 20 and len(on) == 20, (layout, off, on)
+    assert max(abs(a - b) / abs(a) for x, y in zip(off, on) for a, b in zip(x, y)) <= 1e-6, (layout, off, on)
     worst = max(abs(a[0] - b[0]) / a[0] for a, b in zip(fp32, off))
     print(f"{layout}: worst relative loss difference, mixed against fp32 states: {worst:.2e}")
     assert 0 < worst < 1e-2, (layout, worst)
@@ -162,18 +167,20 @@ check "mixed precision: report --compare sets its losses beside the fp32 states'
 refused "mixed states without bf16 activations" steps "--state-precision: mixed keeps bf16 weights for bf16 activations" run --nproc 2 "${small[@]}" --state-precision mixed --steps 1
 
 # Recomputation as planned: every layer (full), or each stage's first N
-# (block N), each recomputed from its input: the losses are the run's
-# without it, bitwise, and the first stage's peak is lower.
-for rc in none full block; do
-  case $rc in none) flags=();; full) flags=(--recompute full);; block) flags=(--recompute full --recompute-method block --recompute-num-layers 1);; esac
+# (block N), each recomputed from its input, or Megatron's modules (the MoE
+# blocks and the dense MLP): the losses are the run's without it, bitwise,
+# and the first stage's peak is lower.
+for rc in none full block modules; do
+  case $rc in none) flags=();; full) flags=(--recompute full);; block) flags=(--recompute full --recompute-method block --recompute-num-layers 1);;
+    modules) flags=(--recompute selective --recompute-modules moe,mlp);; esac
   "$bin" run --nproc 2 --pp 2 "${small[@]}" --steps 3 "${flags[@]}" --json > "recompute_$rc.json" 2> /dev/null
 done
 check "recomputation: the losses are the run's without it, bitwise; the first stage keeps less" python3 - <<'PY'
 import json
-r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block")}
+r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block", "modules")}
 assert len({(x["first_loss"], x["last_loss"]) for x in r.values()}) == 1, r
 peak = {k: x["peak_memory_bytes_by_rank"][0] for k, x in r.items()}
-assert peak["full"] < peak["block"] < peak["none"], peak
+assert peak["full"] < peak["block"] < peak["none"] and peak["modules"] < peak["none"], peak
 PY
 # Megatron's default selective recomputation (the attention core) keeps
 # nothing a fused attention holds: it runs, as the planner prices it, as none.
@@ -183,9 +190,11 @@ refused "uniform groups of layers" steps "--recompute-num-layers: kimi-plan run 
 refused "a recompute method without full" steps "--recompute-method: needs --recompute full" run --nproc 2 "${small[@]}" --recompute-method block --steps 1
 refused "--batch and --global-batch" steps "--batch: give --batch (sequences) or --global-batch" run --nproc 2 "${small[@]}" --global-batch 4 --steps 1
 refused "a micro-batch that does not divide a replica's rows" steps "--micro-batch: 3 does not divide a replica's 2 sequences" run --nproc 2 "${small[@]}" --micro-batch 3 --steps 1
-for flag in "--global-batch=64 --recompute-modules core_attn" "--grad-bucket-mib 25" "--placement split" "--gpu h100" "--flash-attention off"; do
+refused "a recompute module run does not execute" steps "--recompute-modules: kimi-plan run does not execute recomputation of layernorm" run --nproc 2 "${small[@]}" --recompute selective --recompute-modules moe,layernorm --steps 1
+refused "recompute modules without selective" steps "--recompute-modules: needs --recompute selective" run --nproc 2 "${small[@]}" --recompute-modules moe --steps 1
+for flag in "--global-batch=64 --moe-imbalance 1.2" "--grad-bucket-mib 25" "--placement split" "--gpu h100" "--flash-attention off"; do
   name=${flag%% *}; name=${name%%=*}
-  [ "$name" = --global-batch ] && name=--recompute-modules
+  [ "$name" = --global-batch ] && name=--moe-imbalance
   refused "a planner flag run does not execute: $flag" steps "$name: a planner setting kimi-plan run does not execute" run --nproc 2 "${tiny[@]}" $flag --steps 1
 done
 

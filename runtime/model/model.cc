@@ -116,12 +116,63 @@ class LayerBoundary : public torch::autograd::Function<LayerBoundary> {
   }
 };
 
+// Selective recomputation of one module (Megatron's --recompute-modules):
+// the forward keeps only the module's input; the backward runs the module
+// again on it and differentiates that graph. The parameters are explicit
+// inputs, as at the layer boundary, so their gradients flow to the outer
+// graph, which sums them in the same order: the gradients are the run's
+// without recomputation, bit for bit (CPU). The recomputation records no
+// router load.
+struct ModuleBody : torch::CustomClassHolder {
+  ChannelMixer* module = nullptr;
+};
+
+class ModuleBoundary : public torch::autograd::Function<ModuleBoundary> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, at::TensorList params,
+                               c10::intrusive_ptr<ModuleBody> body, bool record_load) {
+    ctx->saved_data["body"] = c10::IValue::make_capsule(body);
+    ctx->saved_data["params"] = params.vec();
+    ctx->save_for_backward({x});
+    return body->module->Mix(x, record_load);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto body = c10::static_intrusive_pointer_cast<ModuleBody>(ctx->saved_data["body"].toCapsule());
+    const std::vector<torch::Tensor> params = ctx->saved_data["params"].toTensorVector();
+    const torch::Tensor saved = ctx->get_saved_variables()[0];
+    const torch::Tensor x = saved.detach().requires_grad_(saved.requires_grad());
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      out = body->module->Mix(x, /*record_load=*/false);
+    }
+    std::vector<torch::Tensor> targets;
+    if (x.requires_grad()) targets.push_back(x);
+    targets.insert(targets.end(), params.begin(), params.end());
+    // One slot for x, one per parameter, one each for the body and the flag.
+    torch::autograd::variable_list result(1 + params.size() + 2);
+    if (!targets.empty() && out.requires_grad()) {
+      const auto grads = torch::autograd::grad({out}, targets, {grad_out[0]}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+      const std::size_t first_param = x.requires_grad() ? 1 : 0;
+      if (x.requires_grad()) result[0] = grads[0];
+      for (std::size_t i = 0; i < params.size(); ++i) result[1 + i] = grads[first_param + i];
+    }
+    return result;
+  }
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- layer
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& options, int layer)
-    : index_(layer), block_(spec.attn_res_block), checkpoint_(options.activation_checkpointing) {
+    : index_(layer),
+      block_(spec.attn_res_block),
+      checkpoint_(options.activation_checkpointing),
+      recompute_ffn_(spec.is_moe_layer(layer) ? options.recompute_moe : options.recompute_mlp) {
   Init init(options.seed, 1 + static_cast<std::uint64_t>(layer), options.deferred_init, WeightDtype(options));
   const std::int64_t d = spec.hidden;
   const double out_std = OutputStd(spec);
@@ -163,7 +214,17 @@ torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, c
   const torch::Tensor attn_out = cache ? attention_->MixIncremental(attn_normed, *cache) : attention_->Mix(attn_normed);
   const torch::Tensor prefix = partial.defined() ? partial + attn_out : attn_out;
   const torch::Tensor ffn_in = ffn_res_ ? ffn_res_->forward(blocks, prefix) : prefix;
-  return prefix + ffn_->Mix(ffn_norm_->forward(ffn_in), record_load);
+  return prefix + MixChannels(ffn_norm_->forward(ffn_in), record_load);
+}
+
+torch::Tensor DecoderLayerImpl::MixChannels(const torch::Tensor& x, bool record_load) {
+  if (!recompute_ffn_ || !torch::GradMode::is_enabled()) return ffn_->Mix(x, record_load);
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& p : ffn_->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  auto body = c10::make_intrusive<ModuleBody>();
+  body->module = ffn_.get();
+  return ModuleBoundary::apply(x, at::TensorList(params), body, record_load);
 }
 
 torch::Tensor DecoderLayerImpl::Commit(ResidualStream& out) const {

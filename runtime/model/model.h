@@ -89,6 +89,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  private:
   int index_, block_;
   bool checkpoint_;
+  bool recompute_ffn_;  ///< the channel mixer keeps only its input (recompute_moe / recompute_mlp)
   std::shared_ptr<AttnResImpl> attn_res_, ffn_res_;
   std::shared_ptr<RmsNormImpl> attn_norm_, ffn_norm_;
   std::shared_ptr<TokenMixer> attention_;
@@ -98,6 +99,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   // Pushes `out.hidden` to the stack when this layer opens a block; returns
   // the partial sum Body reads (undefined then).
   torch::Tensor Commit(ResidualStream& out) const;
+  // The channel mixer on the normed FFN input, recomputed in backward when
+  // recompute_ffn_ and autograd records.
+  torch::Tensor MixChannels(const torch::Tensor& x, bool record_load);
 };
 
 /// tokens [B, T] (int64) -> ResidualStream{embedding in the activation dtype, {}}.

@@ -221,6 +221,35 @@ TEST(CheckpointingTest, GivesBitwiseIdenticalGradientsAndCountsRoutingOnce) {
   }
 }
 
+// Megatron's --recompute-modules moe and mlp: layer 0's dense MLP and the
+// MoE blocks keep only their inputs and run again in the backward.
+TEST(CheckpointingTest, RecomputedMoeAndMlpModulesGiveBitwiseIdenticalGradientsAndCountRoutingOnce) {
+  const ModelSpec spec = TinyKimiSpec();
+  ASSERT_EQ(spec.dense_layers, 1);
+  auto plain = Build(spec);
+  ModelOptions options;
+  options.recompute_moe = options.recompute_mlp = true;
+  auto recomputing = Build(spec, options);
+  const torch::Tensor tokens = Tokens(spec, 2, 8, 41);
+  const auto want = Grads(*plain, tokens);
+  const auto got = Grads(*recomputing, tokens);
+  ASSERT_EQ(want.size(), got.size());
+  int compared = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].defined(), got[i].defined()) << i;
+    if (!want[i].defined()) continue;
+    EXPECT_TRUE(torch::equal(want[i], got[i])) << "parameter " << i;
+    ++compared;
+  }
+  EXPECT_GT(compared, 60);
+  for (std::size_t l = 0; l < plain->layers().size(); ++l)
+    if (plain->layers()[l]->moe()) {
+      const torch::Tensor load = recomputing->layers()[l]->moe()->router().load();
+      EXPECT_TRUE(torch::equal(load, plain->layers()[l]->moe()->router().load())) << l;
+      EXPECT_EQ(load.sum().item<double>(), 2 * 7 * 2);  // tokens x top_k, once
+    }
+}
+
 // ------------------------------------------------------------------ LoRA
 
 TEST(LoraTest, MergedEqualsUnmergedWithinFp32RoundingForBothExpertModes) {
