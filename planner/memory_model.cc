@@ -522,8 +522,11 @@ RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const Stag
   const Bytes dispatch = DispatchBuffers(req, p);
   r.other = dispatch + kRuntimeReserve;
   // The reduction runs once the backward has freed the activations: it
-  // raises the peak only by what its bucket holds beyond them.
-  const Bytes bucket = p.tp * p.dp * p.cp > 1 ? std::min(req.gradient_bucket, r.grads) : Bytes(0);
+  // raises the peak only by what its bucket holds beyond them. The TP
+  // partial sums and the replicas' all-reduce go through buckets; the
+  // distributed optimizer's reduce-scatter sums each owned part in place.
+  const bool bucketed = p.tp > 1 || (p.dp * p.cp > 1 && !req.distributed_optimizer);
+  const Bytes bucket = bucketed ? std::min(req.gradient_bucket, r.grads) : Bytes(0);
   if (bucket > r.activations + dispatch) {
     const Bytes beyond = bucket - r.activations - dispatch;
     r.other += beyond;

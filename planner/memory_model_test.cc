@@ -290,6 +290,7 @@ TEST(MemoryModelTest, GradientBucketRaisesThePeakOnlyBeyondTheActivations) {
   r.prompt_length = 8;
   r.response_length = 0;
   r.global_batch = 4;
+  r.distributed_optimizer = false;  // the replicas' gradients all-reduced in buckets
   const ParamCount pc = CountParams(r.model);
   auto split = EvenSplit(4, 1);
   ASSERT_TRUE(split.ok());
@@ -299,6 +300,10 @@ TEST(MemoryModelTest, GradientBucketRaisesThePeakOnlyBeyondTheActivations) {
   ASSERT_LT(none.actor.activations, r.gradient_bucket);
   EXPECT_DOUBLE_EQ((bucket.actor.other - none.actor.other).value(),
                    (r.gradient_bucket - none.actor.activations).value());
+  // The distributed optimizer's reduce-scatter sums in place: no bucket.
+  r.distributed_optimizer = true;
+  EXPECT_EQ(EstimateMemory(r, r.plan, *split, pc).actor.other, none.actor.other);
+  r.distributed_optimizer = false;
   // Without a reduction (one rank) there is no bucket.
   r.plan.dp = 1;
   r.gpus_per_node = 1;

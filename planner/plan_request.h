@@ -113,7 +113,9 @@ struct PlanRequest {
   StatePrecision state_precision = StatePrecision::kMixed;
   /// A copy the engine's gradient reduction (TP partial sums, DP) holds
   /// beside the gradients after the backward: kimi-plan run flattens 25 MiB
-  /// buckets; 0: Megatron-LM reduces its contiguous gradient buffer in place.
+  /// buckets (for TP, and for DP without the distributed optimizer, whose
+  /// reduce-scatter works in place); 0: Megatron-LM reduces its contiguous
+  /// gradient buffer in place.
   Bytes gradient_bucket;
   /// What the engine's layers keep for the backward, measured (kimi-plan
   /// profile); null: Megatron-LM's per-layer terms (LayerActivationBytes).

@@ -379,15 +379,19 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
   r.lr = LearningRate(config.train, step);
   for (auto& group : optimizer->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
-  // The shards' gradients are views of the whole ones, which go here. A
-  // bf16 parameter's gradient is its fp32 main gradient, in place before
-  // the backward, which accumulates into it (Megatron's main_grad).
-  if (shards) {
-    for (const torch::Tensor& p : params)
-      p.mutable_grad() = p.scalar_type() == torch::kBFloat16 ? torch::zeros(p.sizes(), p.options().dtype(torch::kFloat))
-                                                              : torch::Tensor();
-  } else {
-    optimizer->zero_grad();
+  // The gradients stay allocated from step to step and are zeroed, as
+  // Megatron's gradient buffer is (and as the plan prices them), whichever
+  // LibTorch's zero_grad would free them. A bf16 parameter's gradient is
+  // its fp32 main gradient, in place before the backward, which accumulates
+  // into it (Megatron's main_grad); the shards' gradients are views of the
+  // whole ones.
+  {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& p : params) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+      else if (p.scalar_type() == torch::kBFloat16)
+        p.mutable_grad() = torch::zeros(p.sizes(), p.options().dtype(torch::kFloat));
+    }
   }
   KP_RETURN_IF_ERROR(RunActions(/*training=*/true));
   KP_RETURN_IF_ERROR(CheckDrained());
