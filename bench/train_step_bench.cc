@@ -8,7 +8,7 @@
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
 //       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
-//       [--recompute none|full|block:N] [--states fp32|mixed]
+//       [--recompute none|full|block:N|moe|moe,mlp] [--states fp32|mixed]
 //       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
@@ -68,7 +68,9 @@ struct Args {
   double peak_tflops = 0;  // 0: measure
   bool dry_run = false;
   int memory_trace = 0;  // 1: after the timed steps; 2: alone, no training (a model too large to train here)
-  std::string recompute = "none";  // none | full | block:N (kimi-plan run's --recompute full [--recompute-method block])
+  // none | full | block:N (kimi-plan run's --recompute full [--recompute-method block]) | moe | moe,mlp
+  // (--recompute selective --recompute-modules moe[,mlp])
+  std::string recompute = "none";
   std::string states = "fp32";     // fp32 | mixed (kimi-plan run's --state-precision)
 };
 
@@ -103,10 +105,10 @@ Result<Args> ParseArgs(int argc, char** argv) {
     return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup and --profile >= 0");
   if (a.fused != 0 && a.fused != 1) return Status::InvalidArgument("--fused: must be 0 or 1");
   if (a.memory_trace < 0 || a.memory_trace > 2) return Status::InvalidArgument("--memory-trace: must be 0, 1 or 2");
-  if (a.recompute != "none" && a.recompute != "full" &&
+  if (a.recompute != "none" && a.recompute != "full" && a.recompute != "moe" && a.recompute != "moe,mlp" &&
       !(a.recompute.rfind("block:", 0) == 0 && a.recompute.size() > 6 &&
         a.recompute.find_first_not_of("0123456789", 6) == std::string::npos && std::stoi(a.recompute.substr(6)) > 0))
-    return Status::InvalidArgument("--recompute: must be none, full or block:N (N > 0)");
+    return Status::InvalidArgument("--recompute: must be none, full, block:N (N > 0), moe or moe,mlp");
   if (a.states != "fp32" && a.states != "mixed") return Status::InvalidArgument("--states: must be fp32 or mixed");
   return a;
 }
@@ -255,7 +257,10 @@ int Run(const Args& args) {
   kp::runtime::ModelOptions options;
   options.kda_chunk = args.kda_chunk;
   options.fused_kernels = args.fused == 1;
-  options.activation_checkpointing = args.recompute != "none";
+  const bool modules = args.recompute.rfind("moe", 0) == 0;
+  options.activation_checkpointing = args.recompute != "none" && !modules;
+  options.recompute_moe = modules;
+  options.recompute_mlp = args.recompute == "moe,mlp";
   options.checkpoint_first_layers = args.recompute.rfind("block:", 0) == 0 ? std::stoi(args.recompute.substr(6)) : 0;
   // Megatron's mixed precision: bf16 weights, fp32 main gradients and masters.
   if (args.states == "mixed") options.weight_dtype = kp::runtime::DType::kBf16;

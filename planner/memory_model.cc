@@ -336,6 +336,23 @@ void FillStates(const PlanRequest& req, const ParallelPlan& p, const RankParams&
   r.optimizer = Bytes(3 * kFp32 * (rp.lora_dense / dense_shards + rp.lora_expert / expert_shards));
 }
 
+// Whether selective recomputation redoes layer `layer`'s channel mixer (its
+// MoE block under moe, its dense MLP under mlp) and the profile measured
+// the layers so.
+bool MixerRecomputed(const PlanRequest& req, int layer) {
+  if (!req.activation_profile || req.activation_profile->layers_ffn_recomputed.empty()) return false;
+  return RecomputedBy(req.recipe, req.model.is_moe_layer(layer) ? OpModule::kMoe : OpModule::kMlp);
+}
+
+// Whether the plan's selective recomputation redoes a mixer the profile
+// measured: its backward figure then includes redoing one.
+bool MeasuredMixerRecompute(const PlanRequest& req) {
+  if (req.recompute != Recompute::kSelective) return false;
+  for (int l = 0; l < req.model.layers; ++l)
+    if (MixerRecomputed(req, l)) return true;
+  return false;
+}
+
 // LayerActivationBytes of one request and plan by layer and recompute,
 // each layer shape priced once: a layer's bytes depend on its attention
 // kind and whether it is a MoE layer, nothing else of the layer. With an
@@ -350,10 +367,16 @@ class LayerBytes {
     std::optional<Bytes>& slot = memo_[shape * 3 + static_cast<int>(r)];
     if (!slot) slot = Terms(layer, p_, req_.sequence_parallel, r);
     if (!req_.activation_profile) return *slot;
-    std::optional<Bytes>& one = memo_one_rank_[shape];
-    if (!one) one = Terms(layer, ParallelPlan{}, /*sequence_parallel=*/false, Recompute::kNone);
     const ActivationProfile& a = *req_.activation_profile;
-    const double per_token = a.layers[layer] * req_.seq_length() * req_.micro_batch * (*slot / *one);
+    // A layer whose channel mixer is recomputed keeps what the profile
+    // measured so, shrunk as the selective terms shrink; one that keeps it,
+    // what it measured without recomputation.
+    const bool mixer = r == Recompute::kSelective && MixerRecomputed(req_, layer);
+    const Recompute measured = mixer ? Recompute::kSelective : Recompute::kNone;
+    std::optional<Bytes>& one = memo_one_rank_[shape * 2 + (mixer ? 1 : 0)];
+    if (!one) one = Terms(layer, ParallelPlan{}, /*sequence_parallel=*/false, measured);
+    const double kept = mixer ? a.layers_ffn_recomputed[layer] : a.layers[layer];
+    const double per_token = kept * req_.seq_length() * req_.micro_batch * (*slot / *one);
     // What a layer keeps whatever its tokens (a bf16 run's bf16 copies of
     // fp32 weights) is as large as its parameters on the rank, and gone when
     // it is recomputed or when the weights are bf16 already (mixed states,
@@ -378,7 +401,7 @@ class LayerBytes {
   const PlanRequest& req_;
   const ParallelPlan& p_;
   std::optional<Bytes> memo_[3 * 2 * 3];  // attention kinds x MoE or not x recompute settings
-  std::optional<Bytes> memo_one_rank_[3 * 2];
+  std::optional<Bytes> memo_one_rank_[3 * 2 * 2];  // ... x mixer recomputed or not
   std::optional<ParamCount> counts_;
 };
 
@@ -423,12 +446,32 @@ Bytes StageActivation(const PlanRequest& req, const ParallelPlan& p, const Stage
   return Bytes(bytes);
 }
 
+// What selective recomputation adds in one stage beyond the chunk it keeps:
+// the modules of one layer redone with every activation, once the backward
+// has freed what the later layers kept. The attention core alone adds
+// nothing: its eager scores are a transient the forward makes too, which
+// Megatron's terms (Korthikanti et al., Table 2) leave out, as the runs
+// they were checked against bear out; a module's whole MoE block is not.
+Bytes SelectiveWorkingSet(const PlanRequest& req, const StageLayers& st, LayerBytes& layer) {
+  if (req.recipe.recompute_modules == std::vector<RecomputeModule>{RecomputeModule::kCoreAttn}) return Bytes(0);
+  if (MeasuredMixerRecompute(req)) return Bytes(0);  // in the profile's backward figure
+  Bytes most, freed;
+  for (int l = st.end_layer - 1; l >= st.first_layer; --l) {
+    const Bytes kept = layer(l, Recompute::kSelective), whole = layer(l, Recompute::kNone);
+    const Bytes dropped = whole > kept ? whole - kept : Bytes(0);
+    if (dropped > freed) most = std::max(most, dropped - freed);
+    freed += kept;
+  }
+  return most;
+}
+
 // What full recomputation adds in one stage beyond the chunk it keeps: the
 // largest group (uniform) or layer (block) it redoes at once, with every
 // activation. The backward recomputes a group once every later layer's
 // activations are freed; under block those are the layers it keeps whole
 // (N onwards), so only what the recomputed layer holds beyond them counts.
 Bytes StageWorkingSet(const PlanRequest& req, const StageLayers& st, LayerBytes& layer) {
+  if (req.recompute == Recompute::kSelective) return SelectiveWorkingSet(req, st, layer);
   if (req.recompute != Recompute::kFull) return Bytes(0);
   // Uniform redoes a group at a time; block one layer at a time.
   const bool uniform = req.recompute_method == RecomputeMethod::kUniform;
@@ -504,13 +547,14 @@ RoleMemory ActorOnRank(const PlanRequest& req, const ParallelPlan& p, const Stag
   const int inflight = PeakInflightChunks(req.schedule, p.pp, spr, microbatches, rank);
   r.activations = chunk * inflight;
   if (details) r.details.push_back({"in-flight chunks x " + std::to_string(inflight), r.activations});
-  if (req.recompute == Recompute::kFull) {
+  if (working.value() > 0) {
     r.activations += working;
     if (details) r.details.push_back({"recompute working set", working});
   }
   if (req.activation_profile) {
     const double tokens = double(req.seq_length()) * req.micro_batch / (double(p.cp) * p.tp);
-    const Bytes backward(req.activation_profile->backward * tokens);
+    const ActivationProfile& a = *req.activation_profile;
+    const Bytes backward((MeasuredMixerRecompute(req) ? a.backward_ffn_recomputed : a.backward) * tokens);
     r.activations += backward;
     if (details) r.details.push_back({"backward working set (measured)", backward});
   }

@@ -95,13 +95,15 @@ Bytes LayerActivationBytesOf(const PlanRequest& req, const ParallelPlan& p, int 
 /// attention-residual stack columns (AttnResStackColumns).
 Bytes StageActivationBytes(const PlanRequest& req, const ParallelPlan& p, const StageLayers& stage);
 
-/// What full recomputation materialises at once in a backward on the rank
+/// What recomputation materialises at once in a backward on the rank
 /// holding `stages`, beyond the chunk: the largest recomputed group (uniform
 /// N: N consecutive layers of a chunk, the last group of a chunk possibly
 /// shorter) or layer (block), with every activation (Recompute::kNone),
 /// less what the chunk's later layers kept and the backward has freed by
-/// then (block: the layers from N on, kept whole); zero unless req
-/// recomputes fully. Counted once per rank, beside its in-flight chunks.
+/// then (block: the layers from N on, kept whole). Selective
+/// recomputation: the largest layer's recomputed modules with every
+/// activation, less what the later layers of the chunk kept. Zero without
+/// recomputation. Counted once per rank, beside its in-flight chunks.
 Bytes RecomputeWorkingSet(const PlanRequest& req, const ParallelPlan& p, const StageSplit& split,
                           const std::vector<int>& stages);
 

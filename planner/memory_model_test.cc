@@ -104,8 +104,17 @@ TEST_F(RecomputeMethodTest, UniformKeepsOneInputPerGroupAndRecomputesAGroupAtATi
     EXPECT_DOUBLE_EQ(Stage(), count * input) << n;
     EXPECT_DOUBLE_EQ(Working(), std::min<double>(n, L) * full) << n;
   }
+  // Selective of the attention core alone: nothing (Korthikanti's terms).
   r.recompute = Recompute::kSelective;
   Set(RecomputeMethod::kUniform, 1);
+  EXPECT_DOUBLE_EQ(Working(), 0);
+  // With the layer norms too: the last layer's redone modules whole, its
+  // scores 5as/h x sbh/t and the norm input that only the norm keeps,
+  // 2 sbh/t; nothing of the later layers to free (an earlier layer's less
+  // what each later layer kept).
+  r.recipe.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kLayernorm};
+  EXPECT_DOUBLE_EQ(Working(), s * b * h / t * (5 * a * s / h + 2));
+  r.recompute = Recompute::kNone;
   EXPECT_DOUBLE_EQ(Working(), 0);
 }
 
@@ -354,6 +363,60 @@ TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
   // Recomputed whole, a layer keeps neither.
   r.recompute = Recompute::kFull;
   EXPECT_LT(LayerActivationBytesOf(r, one, 3).value(), 1000.0 * tokens * 0.2);
+}
+
+// Selective recomputation of the MoE block on a profile that measured the
+// layers with their channel mixers redone: an MoE layer keeps the measured
+// figure (shrunk as the selective terms shrink under TP), a dense layer
+// (its MLP not recomputed under moe alone) the plain one; the backward
+// figure is the recomputed pass's, which includes redoing one mixer, so no
+// working set is added beside it.
+TEST(MemoryModelTest, ProfileMeasuredWithTheMixersRecomputedPricesSelectiveMoe) {
+  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h200", 1);
+  r.prompt_length = 16;
+  r.response_length = 0;
+  r.global_batch = 1;
+  r.rollout_n = 1;
+  r.state_precision = StatePrecision::kMixed;
+  r.recompute = Recompute::kSelective;
+  r.recipe.recompute_modules = {RecomputeModule::kMoe};
+  auto profile = std::make_shared<ActivationProfile>();
+  profile->dtype = "bf16";
+  profile->layers.assign(r.model.layers, 1000.0);
+  profile->layers_fixed.assign(r.model.layers, 0.0);
+  profile->layers_ffn_recomputed.assign(r.model.layers, 300.0);
+  profile->backward = 50;
+  profile->backward_ffn_recomputed = 700;
+  r.activation_profile = profile;
+  const int tokens = 16;
+  ASSERT_FALSE(r.model.is_moe_layer(0));
+  ASSERT_TRUE(r.model.is_moe_layer(3));
+  ParallelPlan one;
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 0).value(), 1000.0 * tokens);
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 3).value(), 300.0 * tokens);
+  ParallelPlan tp2;
+  tp2.tp = 2;
+  r.sequence_parallel = true;
+  const double shrink = LayerActivationBytes(r.model, 3, tokens, 1, tp2, true, Recompute::kSelective, true, 1.2,
+                                             r.recipe) /
+                        LayerActivationBytes(r.model, 3, tokens, 1, one, false, Recompute::kSelective, true, 1.2,
+                                             r.recipe);
+  EXPECT_NEAR(LayerActivationBytesOf(r, tp2, 3).value(), 300.0 * tokens * shrink, 1e-9);
+  // Under mlp as well the dense layer keeps its measured figure too.
+  r.recipe.recompute_modules = {RecomputeModule::kMoe, RecomputeModule::kMlp};
+  EXPECT_DOUBLE_EQ(LayerActivationBytesOf(r, one, 0).value(), 300.0 * tokens);
+  // The whole rank: every layer's kept bytes, the recomputed backward, no
+  // recompute working set.
+  const StageSplit split{{StageLayers{0, r.model.layers, true, true}}};
+  EXPECT_DOUBLE_EQ(RecomputeWorkingSet(r, one, split, {0}).value(), 0);
+  const MemoryReport m = EstimateMemory(r, one, split, CountParams(r.model));
+  bool backward_named = false;
+  for (const auto& [what, bytes] : m.actor.details)
+    if (what == "backward working set (measured)") {
+      backward_named = true;
+      EXPECT_DOUBLE_EQ(bytes.value(), 700.0 * tokens);
+    }
+  EXPECT_TRUE(backward_named);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 # tree (scripts/gpu_build.sh), then times kimi-wide's training step at
 # 4096-token sequences without recomputation and with the recomputation
 # `kimi-plan run --recompute full [--recompute-method block]` executes
-# (whole layers, each from its input): the step time, tokens/s and peak
+# (whole layers, each from its input) or --recompute selective
+# --recompute-modules moe[,mlp] (SETTING moe or moe+mlp): the step time, tokens/s and peak
 # memory of each, beside a batch that fits only with it; with the fp32
 # states or Megatron's mixed precision (`--state-precision mixed`).
 #
@@ -25,10 +26,11 @@ source "$root/scripts/gpu_build.sh"
 gpu_build "$out" "$json_inc" 16 kimi-plan-train-bench || exit 1
 for run in "${runs[@]}"; do
   IFS=, read -r setting batch states <<<"$run"
-  log="$out/recompute-${setting/:/}-$batch-$states.txt"
+  name=${setting/:/}
+  log="$out/recompute-${name//+/-}-$batch-$states.txt"
   echo "== kimi-wide, 4096-token sequences x $batch, recompute $setting, $states states"
   timeout 300 "$build/kimi-plan-train-bench" --shape "$root/bench/kimi-wide.json" --seq-len 4096 --batch "$batch" \
-    --device cuda --dtype bf16 --fused 1 --kda-chunk 32 --warmup 2 --steps "${STEPS:-5}" --recompute "$setting" \
+    --device cuda --dtype bf16 --fused 1 --kda-chunk 32 --warmup 2 --steps "${STEPS:-5}" --recompute "${setting//+/,}" \
     --states "$states" > "$log" 2>&1
   echo "rc $?"
   grep -E "RESULT|out of memory|CUDA error" "$log" | head -3

@@ -8,7 +8,8 @@ namespace kp {
 
 namespace {
 
-constexpr char kSchema[] = "kimi-plan.activation-profile/2";
+constexpr char kSchema[] = "kimi-plan.activation-profile/3";
+constexpr char kSchemaWithoutRecompute[] = "kimi-plan.activation-profile/2";
 constexpr char kSchemaWithoutTime[] = "kimi-plan.activation-profile/1";
 // A piece's time: an hour a micro-batch, or a second a token, is no measurement.
 constexpr double kMaxFixedSeconds = 3600;
@@ -18,16 +19,17 @@ constexpr double kMaxBytesPerToken = 4e12;
 constexpr int kMaxLayers = 100000;
 
 // One figure per layer, each a number of bytes within the bound.
-Result<std::vector<double>> Figures(Fields& f, const char* key) {
+// `prefix` names the object the list is in ("" at the top).
+Result<std::vector<double>> Figures(Fields& f, const char* key, const std::string& prefix = "") {
   KP_ASSIGN_OR_RETURN(const nlohmann::json* list, f.Array(key, /*required=*/true));
+  const std::string name = prefix + key;
   if (list->empty() || list->size() > kMaxLayers)
-    return Status::InvalidArgument(std::string(key) + ": must list 1 to " + std::to_string(kMaxLayers) + " layers");
+    return Status::InvalidArgument(name + ": must list 1 to " + std::to_string(kMaxLayers) + " layers");
   std::vector<double> out;
   for (size_t i = 0; i < list->size(); ++i) {
     const nlohmann::json& v = (*list)[i];
     if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= kMaxBytesPerToken))
-      return Status::InvalidArgument(std::string(key) + "[" + std::to_string(i) +
-                                     "]: must be a number of bytes from 0 to 4e12");
+      return Status::InvalidArgument(name + "[" + std::to_string(i) + "]: must be a number of bytes from 0 to 4e12");
     out.push_back(v.get<double>());
   }
   return out;
@@ -81,14 +83,27 @@ double PieceTimes::BackwardShare(int l, double tokens) const {
   return backward.At(tokens) * piece / forward;
 }
 
+// "ffn_recomputed": {"layers": [...], "backward": B}, one figure per layer.
+Status ParseFfnRecomputed(const nlohmann::json& j, ActivationProfile* p) {
+  if (!j.is_object()) return Status::InvalidArgument("ffn_recomputed: must be an object");
+  Fields f(j, "ffn_recomputed.");
+  KP_ASSIGN_OR_RETURN(p->layers_ffn_recomputed, Figures(f, "layers", "ffn_recomputed."));
+  if (p->layers_ffn_recomputed.size() != p->layers.size())
+    return Status::InvalidArgument("ffn_recomputed.layers: " + std::to_string(p->layers_ffn_recomputed.size()) +
+                                   " figures, but layers has " + std::to_string(p->layers.size()));
+  KP_RETURN_IF_ERROR(f.Number("backward", &p->backward_ffn_recomputed, 0, kMaxBytesPerToken));
+  return f.NoUnknownKeys();
+}
+
 Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   KP_ASSIGN_OR_RETURN(nlohmann::json j, ParseObject(text));
   Fields f(j, "");
   std::string schema;
   KP_RETURN_IF_ERROR(f.String("schema", &schema));
-  if (schema != kSchema && schema != kSchemaWithoutTime)
-    return Status::InvalidArgument(std::string("schema: must be \"") + kSchema + "\" (or \"" + kSchemaWithoutTime +
-                                   "\"), got \"" + schema + "\"");
+  if (schema != kSchema && schema != kSchemaWithoutRecompute && schema != kSchemaWithoutTime)
+    return Status::InvalidArgument(std::string("schema: must be \"") + kSchema + "\" (or \"" +
+                                   kSchemaWithoutRecompute + "\" or \"" + kSchemaWithoutTime + "\"), got \"" + schema +
+                                   "\"");
   ActivationProfile p;
   KP_RETURN_IF_ERROR(f.Name("model", &p.model));
   KP_RETURN_IF_ERROR(f.Name("device", &p.device));
@@ -110,7 +125,11 @@ Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   if (p.layers_fixed.size() != p.layers.size())
     return Status::InvalidArgument("layers_fixed: " + std::to_string(p.layers_fixed.size()) +
                                    " figures, but layers has " + std::to_string(p.layers.size()));
-  if (schema == kSchema && j.contains("time")) {
+  if (schema == kSchema && j.contains("ffn_recomputed")) {
+    KP_RETURN_IF_ERROR(ParseFfnRecomputed(j.at("ffn_recomputed"), &p));
+    j.erase("ffn_recomputed");  // read here, not by Fields
+  }
+  if (schema != kSchemaWithoutTime && j.contains("time")) {
     KP_ASSIGN_OR_RETURN(p.time, ParsePieceTimes(j.at("time"), p.layers.size()));
     j.erase("time");  // read here, not by Fields
   }
@@ -133,6 +152,8 @@ std::string ActivationProfileToJson(const ActivationProfile& p) {
                             {"backward", p.backward},
                             {"source", p.source}};
   nlohmann::json out = j;
+  if (!p.layers_ffn_recomputed.empty())
+    out["ffn_recomputed"] = {{"layers", p.layers_ffn_recomputed}, {"backward", p.backward_ffn_recomputed}};
   if (p.time) {
     nlohmann::json layers = nlohmann::json::array();
     for (const TimeLine& t : p.time->layers) layers.push_back(TimeLineJson(t));

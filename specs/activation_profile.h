@@ -11,6 +11,12 @@
 // under the plan's TP, SP, CP and ETP, the fixed part as the layer's
 // parameters on the rank do.
 //
+// It also holds what the layers keep when each layer's channel mixer (an
+// MoE layer's MoE block, a dense layer's MLP) is recomputed in the backward
+// (Megatron's selective --recompute-modules moe and mlp, measured with both):
+// the figures per token, and the backward's peak above the forward's end,
+// which then includes redoing one mixer. Version 3; absent in older files.
+//
 // On a GPU it also holds the time each piece took (`time`): the forward of
 // the embedding, of each decoder layer and of the head with the loss, and
 // the whole backward, each as seconds per micro-batch plus seconds per token
@@ -18,14 +24,16 @@
 // step from it (planner/step_time.cc).
 //
 // File format (JSON, versioned by "schema"; docs/planner.md):
-//   {"schema": "kimi-plan.activation-profile/2", "model": "kimi-k3-debug",
+//   {"schema": "kimi-plan.activation-profile/3", "model": "kimi-k3-debug",
 //    "device": "cpu", "dtype": "fp32", "seq_len": 16, "tokens": 16,
 //    "embedding": 1024.0, "layers": [..., one per layer], "head": 9000.0,
 //    "layers_fixed": [..., one per layer], "head_fixed": 0.0,
 //    "backward": 5000.0, "source": "...",
+//    "ffn_recomputed": {"layers": [..., one per layer], "backward": 6000.0},  (optional)
 //    "time": {"embedding": [F, T], "layers": [[F, T], ...], "head": [F, T],
 //             "backward": [F, T]}}          (optional; F seconds, T seconds a token)
-// Version 1 is the same without "time"; it is still read.
+// Version 2 is the same without "ffn_recomputed", version 1 also without
+// "time"; both are still read.
 // embedding, layers, head and backward in bytes per token of the measured
 // micro-batch (`tokens`, sequences of `seq_len`), the *_fixed figures in
 // bytes per micro-batch.
@@ -73,6 +81,11 @@ struct ActivationProfile {
   double head = 0;             ///< bytes per token the head and the loss keep
   double head_fixed = 0;       ///< bytes per micro-batch the head and the loss keep whatever the tokens
   double backward = 0;         ///< bytes per token the backward holds above the forward's end, at its peak
+  /// With each layer's channel mixer recomputed in the backward: bytes per
+  /// token each layer keeps, and the backward's peak above the forward's end
+  /// per token. Empty / 0 where not measured (older files).
+  std::vector<double> layers_ffn_recomputed;
+  double backward_ffn_recomputed = 0;
   std::string source;          ///< how it was measured
   std::optional<PieceTimes> time;  ///< measured on a GPU; absent in version 1 files
 };

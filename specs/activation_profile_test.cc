@@ -51,7 +51,7 @@ TEST(ActivationProfileTest, BadFieldsAreNamed) {
     return s.replace(at, from.size(), to);
   };
   const std::pair<std::string, std::string> cases[] = {
-      {with("kimi-plan.activation-profile/2", "kimi-plan.activation-profile/3"), "schema: "},
+      {with("kimi-plan.activation-profile/3", "kimi-plan.activation-profile/4"), "schema: "},
       {with("\"fp32\"", "\"fp8\""), "dtype: "},
       {with("\"tokens\": 16", "\"tokens\": 0"), "tokens: "},
       {with("\"head\": 30836.0", "\"head\": -1"), "head: "},
@@ -84,13 +84,40 @@ TEST(ActivationProfileTest, TimesReadBackExactlyAndVersionOneHasNone) {
   // A version-1 file (before times) still reads, without them; one that
   // claims version 1 and carries times is refused.
   std::string v1 = ActivationProfileToJson(Example());
-  v1.replace(v1.find("/2"), 2, "/1");
+  v1.replace(v1.find("/3"), 2, "/1");
   Result<ActivationProfile> old = ParseActivationProfile(v1);
   ASSERT_TRUE(old.ok()) << old.status().message();
   EXPECT_FALSE(old->time.has_value());
   std::string v1_timed = ActivationProfileToJson(p);
-  v1_timed.replace(v1_timed.find("/2"), 2, "/1");
+  v1_timed.replace(v1_timed.find("/3"), 2, "/1");
   EXPECT_EQ(ParseActivationProfile(v1_timed).status().message(), "time: unknown field");
+}
+
+// Version 3's figures with the channel mixers recomputed read back exactly;
+// a version-2 file has none, and one that carries them is refused.
+TEST(ActivationProfileTest, RecomputedMixerFiguresReadBackAndVersionTwoHasNone) {
+  ActivationProfile p = Example();
+  p.layers_ffn_recomputed = {90000.5, 100000, 0.1 + 0.7};
+  p.backward_ffn_recomputed = 401234.25;
+  Result<ActivationProfile> back = ParseActivationProfile(ActivationProfileToJson(p));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->layers_ffn_recomputed, p.layers_ffn_recomputed);
+  EXPECT_EQ(back->backward_ffn_recomputed, p.backward_ffn_recomputed);
+  std::string v2 = ActivationProfileToJson(Example());
+  v2.replace(v2.find("/3"), 2, "/2");
+  Result<ActivationProfile> old = ParseActivationProfile(v2);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_TRUE(old->layers_ffn_recomputed.empty());
+  std::string v2_with = ActivationProfileToJson(p);
+  v2_with.replace(v2_with.find("/3"), 2, "/2");
+  EXPECT_EQ(ParseActivationProfile(v2_with).status().message(), "ffn_recomputed: unknown field");
+  nlohmann::json j = nlohmann::json::parse(ActivationProfileToJson(p));
+  j["ffn_recomputed"]["layers"] = {1.0, 2.0};
+  EXPECT_EQ(ParseActivationProfile(j.dump()).status().message(),
+            "ffn_recomputed.layers: 2 figures, but layers has 3");
+  j["ffn_recomputed"]["layers"] = {1.0, -2.0, 3.0};
+  EXPECT_EQ(ParseActivationProfile(j.dump()).status().message(),
+            "ffn_recomputed.layers[1]: must be a number of bytes from 0 to 4e12");
 }
 
 TEST(ActivationProfileTest, BadTimesAreNamed) {

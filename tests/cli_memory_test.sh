@@ -10,7 +10,8 @@
 # built) must be within
 # 10% of the planner's figure for its pipeline rank less the CUDA/NCCL
 # reserve, over PP, interleaved PP, TP with SP, EP, ETP, CP and their
-# compositions up to 8 ranks. Bad profile input is one line and exit 2.
+# compositions up to 8 ranks, and with selective (the MoE block and MLP
+# redone) and full recomputation. Bad profile input is one line and exit 2.
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,23 +22,27 @@ model=(--model kimi-k3-debug --seq-len 16)
 check "profile: one forward and backward measured" "$bin" profile "${model[@]}" --batch 1 --out profile.json
 check "profile: a figure for each of the 17 layers" python3 -c "
 import json; p = json.load(open('profile.json'))
-assert len(p['layers']) == 17 and min(p['layers']) > 0 and p['tokens'] == 16, p"
+assert len(p['layers']) == 17 and min(p['layers']) > 0 and p['tokens'] == 16, p
+# With each layer's MoE block or MLP recomputed, every layer keeps less.
+r = p['ffn_recomputed']
+assert all(0 < k < w for k, w in zip(r['layers'], p['layers'])) and r['backward'] > 0, r"
 
 # Megatron's mixed precision runs bf16 activations: their profile.
 check "profile: bf16 activations measured" "$bin" profile "${model[@]}" --batch 1 --dtype bf16 --out profile-bf16.json
 
 # layout: nproc schedule vp pp dp tp cp ep etp micro-batches-per-replica [distributed optimizer on|off]
-# [states fp32|mixed]
+# [states fp32|mixed] [recompute none|full|selective:MODULES]
 compare() {
   local name="$1" n="$2" sched="$3" vp="$4" pp="$5" dp="$6" tp="$7" cp="$8" ep="$9" etp="${10}" mb="${11}" opt="${12:-off}"
-  local states="${13:-fp32}" profile=profile.json dtype=fp32
+  local states="${13:-fp32}" recompute="${14:-none}" profile=profile.json dtype=fp32
   [ "$states" = mixed ] && profile=profile-bf16.json dtype=bf16
   local lay=(--schedule "$sched" --vp "$vp" --pp "$pp" --dp "$dp" --tp "$tp" --cp "$cp" --ep "$ep" --etp "$etp"
-             --distributed-optimizer "$opt" --state-precision "$states")
+             --distributed-optimizer "$opt" --state-precision "$states" --recompute "${recompute%%:*}")
+  [ "${recompute%%:*}" = selective ] && lay+=(--recompute-modules "${recompute#selective:}")
   local batch=$((dp * mb))
   "$bin" run --nproc "$n" "${lay[@]}" "${model[@]}" --dtype "$dtype" --batch "$batch" --steps 2 --db run.db --json > "run-$name.json" 2> "run-$name.err"
   "$bin" plan "${lay[@]}" "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node "$n" --global-batch "$batch" \
-    --micro-batch 1 --rollout-n 1 --recompute none \
+    --micro-batch 1 --rollout-n 1 \
     --grad-bucket-mib 25 --activation-profile "$profile" --db plan.db --json > "plan-$name.json" 2> "plan-$name.err"
   check "memory $name: every rank's peak within 10% of the plan" python3 - "$name" "$((dp * tp * cp))" <<'PY'
 import json, sys
@@ -74,6 +79,10 @@ compare pp2-dp2-ep2-distopt 4 1f1b 1 2 2 1 1 2 1 2 on
 # masters and moments (sharded with the distributed optimizer).
 compare dp2-mixed 2 1f1b 1 1 2 1 1 1 1 1 off mixed
 compare pp2-dp2-ep2-distopt-mixed 4 1f1b 1 2 2 1 1 2 1 2 on mixed
+# Recomputation as planned: Megatron's selective modules (each layer's MoE
+# block or MLP, which the profile measured redone) and full, with both.
+compare pp2-dp2-ep2-distopt-mixed-selective 4 1f1b 1 2 2 1 1 2 1 2 on mixed selective:moe,mlp
+compare pp2-dp2-ep2-distopt-mixed-full 4 1f1b 1 2 2 1 1 2 1 2 on mixed full
 
 # Bad input: one line naming the flag, exit 2.
 echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json

@@ -85,6 +85,36 @@ std::pair<double, double> FixedAndPerToken(double at_b, double at_2b, double tok
   return {fixed, (at_b - fixed) / tokens};
 }
 
+// A model built from `spec` and `options` on `device`, training, its
+// gradients made (zero) as a trainer past its first step keeps them, so
+// that the backward's figure is its working set alone (the planner's states
+// count the gradients). The live bytes after each go to `weights` and
+// `gradients` where given.
+Result<std::shared_ptr<StageModelImpl>> TrainingModel(const ModelSpec& spec, const ModelOptions& options,
+                                                      const torch::Device& device, double* weights = nullptr,
+                                                      double* gradients = nullptr) {
+  KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(spec, options));
+  model->to(device);
+  model->train();
+  const double built = LiveBytes(device);
+  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  if (weights != nullptr) *weights = built;
+  if (gradients != nullptr) *gradients = LiveBytes(device) - built;
+  return model;
+}
+
+// The `batch` and 2 x `batch` passes, each after an unmeasured one of its
+// size: a first pass warms the kernels and the allocator, and its times
+// would count one-off work (autotuning, the first allocations).
+std::pair<Pass, Pass> MeasureTwoSizes(StageModelImpl& model, const ModelSpec& spec, int batch, int seq_len,
+                                      const torch::Device& device) {
+  Measure(model, spec, batch, seq_len, device);
+  Measure(model, spec, 2 * batch, seq_len, device);
+  Pass one = Measure(model, spec, batch, seq_len, device);
+  Pass two = Measure(model, spec, 2 * batch, seq_len, device);
+  return {std::move(one), std::move(two)};
+}
+
 }  // namespace
 
 Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const ModelOptions& options, int batch,
@@ -92,22 +122,23 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
   KP_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(device_name));
   // Before the model exists, so that its parameters are counted too.
   if (device.is_cpu()) InstallCpuMemoryCounter();
-  KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(spec, options));
-  model->to(device);
-  model->train();
   ActivationTrace t;
-  t.weights_bytes = LiveBytes(device);
-  // The gradients a trainer keeps between steps exist before the forward, so
-  // that the backward's figure is its working set alone, as the planner's
-  // states already count the gradients.
-  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
-  t.gradients_bytes = LiveBytes(device) - t.weights_bytes;
-  // A first pass of each size warms the kernels and the allocator: its
-  // times would count one-off work (autotuning, the first allocations).
-  Measure(*model, spec, batch, seq_len, device);
-  Measure(*model, spec, 2 * batch, seq_len, device);
-  const Pass one = Measure(*model, spec, batch, seq_len, device);
-  const Pass two = Measure(*model, spec, 2 * batch, seq_len, device);
+  Pass one, two, recomputed_one, recomputed_two;
+  {
+    ModelOptions plain = options;
+    plain.recompute_moe = plain.recompute_mlp = false;
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model,
+                        TrainingModel(spec, plain, device, &t.weights_bytes, &t.gradients_bytes));
+    std::tie(one, two) = MeasureTwoSizes(*model, spec, batch, seq_len, device);
+  }
+  {
+    // Megatron's selective --recompute-modules moe and mlp: every layer's
+    // channel mixer redone in the backward (one model at a time).
+    ModelOptions recomputed = options;
+    recomputed.recompute_moe = recomputed.recompute_mlp = true;
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, TrainingModel(spec, recomputed, device));
+    std::tie(recomputed_one, recomputed_two) = MeasureTwoSizes(*model, spec, batch, seq_len, device);
+  }
   const double tokens = static_cast<double>(batch) * seq_len;
   ActivationProfile& p = t.profile;
   p.model = spec.name;
@@ -123,6 +154,10 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
   }
   std::tie(p.head_fixed, p.head) = FixedAndPerToken(one.head, two.head, tokens);
   p.backward = one.backward / tokens;
+  for (size_t l = 0; l < recomputed_one.layers.size(); ++l)
+    p.layers_ffn_recomputed.push_back(
+        FixedAndPerToken(recomputed_one.layers[l], recomputed_two.layers[l], tokens).second);
+  p.backward_ffn_recomputed = recomputed_one.backward / tokens;
   // Times through the two passes: fixed + per token, exact at both.
   auto line = [&](double at_b, double at_2b) {
     const double per_token = std::max(0.0, (at_2b - at_b) / tokens);

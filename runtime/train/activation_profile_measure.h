@@ -32,7 +32,10 @@ struct ActivationTrace {
 /// a part per token that add up to the `batch` pass (the profile's format),
 /// and its time as fixed + per-token seconds through both (after one
 /// untimed pass of each size);
-/// the other fields are the `batch` pass's. The parameters' gradients exist
+/// the other fields are the `batch` pass's. The same two passes again with
+/// every layer's channel mixer recomputed in the backward (a second model,
+/// built after the first is gone) give the profile's ffn_recomputed
+/// figures. The parameters' gradients exist
 /// (zero) from before the forward, as in a trainer past its first step. Errors: the model's
 /// (BuildModel) and the device's (InvalidArgument naming --device).
 Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const ModelOptions& options, int batch,
