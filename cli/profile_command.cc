@@ -33,6 +33,8 @@ po::options_description ProfileOptions() {
       ("batch", IntFlag(1, limits::kMaxBatch)->default_value(1), "sequences in the micro-batch")
       ("seq-len", IntFlag(1, limits::kMaxSequence)->default_value(64), "tokens per sequence")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
+      ("lora-rank", IntFlag(1, limits::kMaxHidden),
+       "train LoRA adapters of this rank (alpha 2 x rank) on the frozen bf16 base, as `run --lora-rank` does")
       ("json", "print the profile (JSON) instead of a table");
   AddScaledModelOptions(desc);
   AddTrainOptions(desc, runtime::TrainConfig(), /*steps_required=*/false, /*log_every=*/10);
@@ -77,12 +79,17 @@ Status ProfileCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(config.model, ResolveScaledModel(vm, env));
   KP_RETURN_IF_ERROR(ReadTrainOptions(vm, &config));
   KP_ASSIGN_OR_RETURN(config.options.dtype, runtime::ParseDType(vm["dtype"].as<std::string>()));
+  if (vm.count("lora-rank")) {
+    config.lora.rank = vm["lora-rank"].as<int>();
+    config.lora.alpha = 2.0 * config.lora.rank;
+    config.options.weight_dtype = runtime::DType::kBf16;  // the frozen base, as run stores it
+  }
   config.options.seed = config.seed;
   PrepareDevice(config, env);
   KP_RETURN_IF_ERROR(CheckTrainMemory(config, env));
   KP_ASSIGN_OR_RETURN(const runtime::ActivationTrace t,
                       runtime::MeasureActivationProfile(config.model, config.options, vm["batch"].as<int>(),
-                                                        vm["seq-len"].as<int>(), config.device));
+                                                        vm["seq-len"].as<int>(), config.device, config.lora));
   const std::string out = vm["out"].as<std::string>();
   const std::string text = ActivationProfileToJson(t.profile);
   KP_RETURN_IF_ERROR(env.fs.WriteFile(out, text).WithContext("--out"));

@@ -63,6 +63,13 @@ Status ValidateRequest(const PlanRequest& r) {
     return Status::InvalidArgument("--activation-profile: measured on " + S(r.activation_profile->seq_len) +
                                    "-token sequences, the plan's are " + S(r.seq_length()) +
                                    " (profile at the plan's --seq-len)");
+  if (r.activation_profile && (r.activation_profile->lora_rank > 0) != (r.mode == TrainMode::kLora))
+    return Status::InvalidArgument(
+        r.activation_profile->lora_rank > 0
+            ? "--activation-profile: measured with LoRA adapters of rank " + S(r.activation_profile->lora_rank) +
+                  ", the plan trains the full weights (profile without --lora-rank)"
+            : std::string("--activation-profile: measured training the full weights, the plan trains LoRA adapters "
+                          "(profile with --lora-rank)"));
   if (!(r.gpu_memory_utilization > 0 && r.gpu_memory_utilization < 1))
     return Status::InvalidArgument("--gpu-memory-utilization: must be in (0, 1)");
   if (r.placement == Placement::kSplit && (r.rollout_gpus <= 0 || r.rollout_gpus >= r.world()))

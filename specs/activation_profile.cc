@@ -120,6 +120,7 @@ Result<ActivationProfile> ParseActivationProfile(const std::string& text) {
   KP_RETURN_IF_ERROR(f.Number("head_fixed", &p.head_fixed, 0, kMaxBytesPerToken));
   KP_RETURN_IF_ERROR(f.Number("backward", &p.backward, 0, kMaxBytesPerToken));
   KP_RETURN_IF_ERROR(f.Text("source", &p.source, /*required=*/false));
+  KP_RETURN_IF_ERROR(f.Int("lora_rank", &p.lora_rank, 0, 1 << 20, /*required=*/false));
   KP_ASSIGN_OR_RETURN(p.layers, Figures(f, "layers"));
   KP_ASSIGN_OR_RETURN(p.layers_fixed, Figures(f, "layers_fixed"));
   if (p.layers_fixed.size() != p.layers.size())
@@ -152,6 +153,7 @@ std::string ActivationProfileToJson(const ActivationProfile& p) {
                             {"backward", p.backward},
                             {"source", p.source}};
   nlohmann::json out = j;
+  if (p.lora_rank > 0) out["lora_rank"] = p.lora_rank;
   if (!p.layers_ffn_recomputed.empty())
     out["ffn_recomputed"] = {{"layers", p.layers_ffn_recomputed}, {"backward", p.backward_ffn_recomputed}};
   if (p.time) {

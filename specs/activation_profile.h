@@ -30,6 +30,7 @@
 //    "layers_fixed": [..., one per layer], "head_fixed": 0.0,
 //    "backward": 5000.0, "source": "...",
 //    "ffn_recomputed": {"layers": [..., one per layer], "backward": 6000.0},  (optional)
+//    "lora_rank": 8,                                                          (optional; absent: 0)
 //    "time": {"embedding": [F, T], "layers": [[F, T], ...], "head": [F, T],
 //             "backward": [F, T]}}          (optional; F seconds, T seconds a token)
 // Version 2 is the same without "ffn_recomputed", version 1 also without
@@ -86,6 +87,9 @@ struct ActivationProfile {
   /// per token. Empty / 0 where not measured (older files).
   std::vector<double> layers_ffn_recomputed;
   double backward_ffn_recomputed = 0;
+  /// What the model trained: 0, its full weights; R, LoRA adapters of rank
+  /// R on its frozen bf16 base (kimi-plan profile --lora-rank R).
+  int lora_rank = 0;
   std::string source;          ///< how it was measured
   std::optional<PieceTimes> time;  ///< measured on a GPU; absent in version 1 files
 };

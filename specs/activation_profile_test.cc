@@ -99,8 +99,10 @@ TEST(ActivationProfileTest, RecomputedMixerFiguresReadBackAndVersionTwoHasNone) 
   ActivationProfile p = Example();
   p.layers_ffn_recomputed = {90000.5, 100000, 0.1 + 0.7};
   p.backward_ffn_recomputed = 401234.25;
+  p.lora_rank = 8;
   Result<ActivationProfile> back = ParseActivationProfile(ActivationProfileToJson(p));
   ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->lora_rank, 8);
   EXPECT_EQ(back->layers_ffn_recomputed, p.layers_ffn_recomputed);
   EXPECT_EQ(back->backward_ffn_recomputed, p.backward_ffn_recomputed);
   std::string v2 = ActivationProfileToJson(Example());

@@ -92,6 +92,9 @@ refused "profile of another model" plans "--activation-profile: measured 17 laye
   plan --model deepseek-v3 --gpu h200 --nodes 1 --gpus-per-node 1 --activation-profile profile.json
 refused "profile of another length" plans "--activation-profile: measured on 16-token sequences, the plan's are 32" \
   plan --model kimi-k3-debug --seq-len 32 --gpu h200 --nodes 1 --gpus-per-node 1 --activation-profile profile.json
+refused "profile of full weights for LoRA" plans \
+  "--activation-profile: measured training the full weights, the plan trains LoRA adapters (profile with --lora-rank)" \
+  plan "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node 1 --mode lora --lora-rank 8 --activation-profile profile.json
 refused "state precision" plans "--state-precision: must be mixed or fp32" \
   plan "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node 1 --state-precision fp8
 refused "profile without --out" plans "--out: required" profile "${model[@]}"

@@ -91,13 +91,14 @@ std::pair<double, double> FixedAndPerToken(double at_b, double at_2b, double tok
 // count the gradients). The live bytes after each go to `weights` and
 // `gradients` where given.
 Result<std::shared_ptr<StageModelImpl>> TrainingModel(const ModelSpec& spec, const ModelOptions& options,
-                                                      const torch::Device& device, double* weights = nullptr,
-                                                      double* gradients = nullptr) {
+                                                      const LoraOptions& lora, const torch::Device& device,
+                                                      double* weights = nullptr, double* gradients = nullptr) {
   KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, BuildModel(spec, options));
+  if (lora.enabled()) model->EnableLora(lora, options.seed);
   model->to(device);
   model->train();
   const double built = LiveBytes(device);
-  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  for (torch::Tensor& p : model->TrainableParameters()) p.mutable_grad() = torch::zeros_like(p);
   if (weights != nullptr) *weights = built;
   if (gradients != nullptr) *gradients = LiveBytes(device) - built;
   return model;
@@ -118,7 +119,7 @@ std::pair<Pass, Pass> MeasureTwoSizes(StageModelImpl& model, const ModelSpec& sp
 }  // namespace
 
 Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const ModelOptions& options, int batch,
-                                                 int seq_len, const std::string& device_name) {
+                                                 int seq_len, const std::string& device_name, const LoraOptions& lora) {
   KP_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(device_name));
   // Before the model exists, so that its parameters are counted too.
   if (device.is_cpu()) InstallCpuMemoryCounter();
@@ -128,7 +129,7 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
     ModelOptions plain = options;
     plain.recompute_moe = plain.recompute_mlp = false;
     KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model,
-                        TrainingModel(spec, plain, device, &t.weights_bytes, &t.gradients_bytes));
+                        TrainingModel(spec, plain, lora, device, &t.weights_bytes, &t.gradients_bytes));
     std::tie(one, two) = MeasureTwoSizes(*model, spec, batch, seq_len, device);
   }
   {
@@ -136,7 +137,7 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
     // channel mixer redone in the backward (one model at a time).
     ModelOptions recomputed = options;
     recomputed.recompute_moe = recomputed.recompute_mlp = true;
-    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, TrainingModel(spec, recomputed, device));
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> model, TrainingModel(spec, recomputed, lora, device));
     std::tie(recomputed_one, recomputed_two) = MeasureTwoSizes(*model, spec, batch, seq_len, device);
   }
   const double tokens = static_cast<double>(batch) * seq_len;
@@ -146,6 +147,7 @@ Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const Mo
   p.dtype = DTypeName(options.dtype);
   p.seq_len = seq_len;
   p.tokens = batch * seq_len;
+  p.lora_rank = lora.enabled() ? lora.rank : 0;
   p.embedding = one.embedding / tokens;
   for (size_t l = 0; l < one.layers.size(); ++l) {
     const auto [fixed, per_token] = FixedAndPerToken(one.layers[l], two.layers[l], tokens);

@@ -38,8 +38,12 @@ struct ActivationTrace {
 /// figures. The parameters' gradients exist
 /// (zero) from before the forward, as in a trainer past its first step. Errors: the model's
 /// (BuildModel) and the device's (InvalidArgument naming --device).
+/// With `lora` enabled the model trains LoRA adapters on its frozen base
+/// (options.weight_dtype should then be bf16, as `run` stores it), and only
+/// the adapters have gradients; the profile records the rank.
 Result<ActivationTrace> MeasureActivationProfile(const ModelSpec& spec, const ModelOptions& options, int batch,
-                                                 int seq_len, const std::string& device);
+                                                 int seq_len, const std::string& device,
+                                                 const LoraOptions& lora = {});
 
 }  // namespace kp::runtime
 
