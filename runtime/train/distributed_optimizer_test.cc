@@ -65,8 +65,12 @@ TEST(ParameterShardsTest, ReduceScatterGivesEachOwnerTheMeanOfItsPartAndGatherRe
     const torch::Tensor gp = shards.OwnedGradient(0, 0), gq = shards.OwnedGradient(0, 1);
     EXPECT_EQ(gp.defined(), owned_p[me][1] > 0);
     EXPECT_EQ(gq.defined(), owned_q[me][1] > 0);
-    if (gp.defined()) EXPECT_TRUE(torch::equal(gp, 2 * base_p.narrow(0, owned_p[me][0], owned_p[me][1]))) << me;
-    if (gq.defined()) EXPECT_TRUE(torch::equal(gq, 2 * base_q.narrow(0, owned_q[me][0], owned_q[me][1]))) << me;
+    if (gp.defined()) {
+      EXPECT_TRUE(torch::equal(gp, 2 * base_p.narrow(0, owned_p[me][0], owned_p[me][1]))) << me;
+    }
+    if (gq.defined()) {
+      EXPECT_TRUE(torch::equal(gq, 2 * base_q.narrow(0, owned_q[me][0], owned_q[me][1]))) << me;
+    }
     // Each rank writes its rank + 1 into what it owns; the gather spreads it.
     for (const ParameterShards::Slice& s : shards.slices()) s.values.fill_(r + 1);
     KP_RETURN_IF_ERROR(shards.Gather());
