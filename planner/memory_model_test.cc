@@ -319,12 +319,18 @@ TEST(MemoryModelTest, GradientBucketRaisesThePeakOnlyBeyondTheActivations) {
   EXPECT_EQ(EstimateMemory(r, r.plan, *split, pc).actor.other, none.actor.other);
 }
 
-TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
+// kimi-k3-debug on one H200, one 16-token sequence a step.
+PlanRequest DebugModelOneSequence() {
   PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h200", 1);
   r.prompt_length = 16;
   r.response_length = 0;
   r.global_batch = 1;
   r.rollout_n = 1;
+  return r;
+}
+
+TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
+  PlanRequest r = DebugModelOneSequence();
   r.recompute = Recompute::kNone;
   r.state_precision = StatePrecision::kFp32;  // fp32 weights: a bf16 run's copies of them are the fixed part
   auto profile = std::make_shared<ActivationProfile>();
@@ -372,11 +378,7 @@ TEST(MemoryModelTest, ActivationProfileScalesByTheMegatronTermsOfThePlan) {
 // figure is the recomputed pass's, which includes redoing one mixer, so no
 // working set is added beside it.
 TEST(MemoryModelTest, ProfileMeasuredWithTheMixersRecomputedPricesSelectiveMoe) {
-  PlanRequest r = testing::SeedRequest("kimi-k3-debug", "h200", 1);
-  r.prompt_length = 16;
-  r.response_length = 0;
-  r.global_batch = 1;
-  r.rollout_n = 1;
+  PlanRequest r = DebugModelOneSequence();
   r.state_precision = StatePrecision::kMixed;
   r.recompute = Recompute::kSelective;
   r.recipe.recompute_modules = {RecomputeModule::kMoe};

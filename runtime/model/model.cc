@@ -50,6 +50,41 @@ std::vector<torch::Tensor> DetachedInputs(at::TensorList inputs) {
   return out;
 }
 
+// The backward of a boundary node: `out`'s gradients, weighted by
+// `grad_out`, with respect to the inputs that require grad and every
+// parameter, in one slot per input, per parameter and `trailing` more (the
+// node's non-tensor arguments, which get none).
+torch::autograd::variable_list BoundaryGradients(const torch::Tensor& out, const torch::Tensor& grad_out,
+                                                 const std::vector<torch::Tensor>& inputs,
+                                                 const std::vector<torch::Tensor>& params, std::size_t trailing) {
+  std::vector<torch::Tensor> targets;
+  std::vector<std::size_t> slot;  // the gradient slot of each target
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].requires_grad()) {
+      targets.push_back(inputs[i]);
+      slot.push_back(i);
+    }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    targets.push_back(params[i]);
+    slot.push_back(inputs.size() + i);
+  }
+  torch::autograd::variable_list result(inputs.size() + params.size() + trailing);
+  if (!targets.empty() && out.requires_grad()) {
+    const auto grads = torch::autograd::grad({out}, targets, {grad_out}, /*retain_graph=*/false,
+                                             /*create_graph=*/false, /*allow_unused=*/true);
+    for (std::size_t j = 0; j < grads.size(); ++j) result[slot[j]] = grads[j];
+  }
+  return result;
+}
+
+// The parameters of `module` that train (explicit inputs of a boundary).
+std::vector<torch::Tensor> TrainableOf(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& p : module.parameters())
+    if (p.requires_grad()) params.push_back(p);
+  return params;
+}
+
 // Every decoder layer is one autograd node whose backward differentiates the
 // layer's own graph with torch::autograd::grad. With checkpointing the
 // forward keeps only the inputs and the backward rebuilds that graph by
@@ -93,26 +128,8 @@ class LayerBoundary : public torch::autograd::Function<LayerBoundary> {
       ctx->saved_data.erase("out");
       ctx->saved_data.erase("inputs");
     }
-    const std::vector<torch::Tensor> params = ctx->saved_data["params"].toTensorVector();
-    std::vector<torch::Tensor> targets;
-    std::vector<std::size_t> slot;  // the gradient slot of each target
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].requires_grad()) {
-        targets.push_back(inputs[i]);
-        slot.push_back(i);
-      }
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      targets.push_back(params[i]);
-      slot.push_back(inputs.size() + i);
-    }
-    // One slot per input tensor, per parameter, and one for the body.
-    torch::autograd::variable_list result(inputs.size() + params.size() + 1);
-    if (!targets.empty() && out.requires_grad()) {
-      const auto grads = torch::autograd::grad({out}, targets, {grad_out[0]}, /*retain_graph=*/false,
-                                               /*create_graph=*/false, /*allow_unused=*/true);
-      for (std::size_t j = 0; j < grads.size(); ++j) result[slot[j]] = grads[j];
-    }
-    return result;
+    // One more slot, for the body.
+    return BoundaryGradients(out, grad_out[0], inputs, ctx->saved_data["params"].toTensorVector(), 1);
   }
 };
 
@@ -140,27 +157,14 @@ class ModuleBoundary : public torch::autograd::Function<ModuleBoundary> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto body = c10::static_intrusive_pointer_cast<ModuleBody>(ctx->saved_data["body"].toCapsule());
-    const std::vector<torch::Tensor> params = ctx->saved_data["params"].toTensorVector();
-    const torch::Tensor saved = ctx->get_saved_variables()[0];
-    const torch::Tensor x = saved.detach().requires_grad_(saved.requires_grad());
+    const std::vector<torch::Tensor> x = DetachedInputs(ctx->get_saved_variables());
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
-      out = body->module->Mix(x, /*record_load=*/false);
+      out = body->module->Mix(x[0], /*record_load=*/false);
     }
-    std::vector<torch::Tensor> targets;
-    if (x.requires_grad()) targets.push_back(x);
-    targets.insert(targets.end(), params.begin(), params.end());
-    // One slot for x, one per parameter, one each for the body and the flag.
-    torch::autograd::variable_list result(1 + params.size() + 2);
-    if (!targets.empty() && out.requires_grad()) {
-      const auto grads = torch::autograd::grad({out}, targets, {grad_out[0]}, /*retain_graph=*/false,
-                                               /*create_graph=*/false, /*allow_unused=*/true);
-      const std::size_t first_param = x.requires_grad() ? 1 : 0;
-      if (x.requires_grad()) result[0] = grads[0];
-      for (std::size_t i = 0; i < params.size(); ++i) result[1 + i] = grads[first_param + i];
-    }
-    return result;
+    // Two more slots, for the body and the flag.
+    return BoundaryGradients(out, grad_out[0], x, ctx->saved_data["params"].toTensorVector(), 2);
   }
 };
 
@@ -219,9 +223,7 @@ torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, c
 
 torch::Tensor DecoderLayerImpl::MixChannels(const torch::Tensor& x, bool record_load) {
   if (!recompute_ffn_ || !torch::GradMode::is_enabled()) return ffn_->Mix(x, record_load);
-  std::vector<torch::Tensor> params;
-  for (const torch::Tensor& p : ffn_->parameters())
-    if (p.requires_grad()) params.push_back(p);
+  const std::vector<torch::Tensor> params = TrainableOf(*ffn_);
   auto body = c10::make_intrusive<ModuleBody>();
   body->module = ffn_.get();
   return ModuleBoundary::apply(x, at::TensorList(params), body, record_load);
@@ -249,9 +251,7 @@ ResidualStream DecoderLayerImpl::forward(ResidualStream in, const ForwardContext
   }
   std::vector<torch::Tensor> inputs = out.blocks;
   if (partial.defined()) inputs.push_back(partial);
-  std::vector<torch::Tensor> params;
-  for (const torch::Tensor& p : parameters())
-    if (p.requires_grad()) params.push_back(p);
+  const std::vector<torch::Tensor> params = TrainableOf(*this);
   auto body = c10::make_intrusive<LayerBody>();
   body->layer = this;
   body->has_partial = partial.defined();

@@ -118,13 +118,15 @@ Status ParameterShards::ReduceScatterGradients(int divisor) {
   return Status::Ok();
 }
 
-torch::Tensor ParameterShards::OwnedGradient(int group, int param) const {
-  for (const Slice& s : slices_)
-    if (s.group == group && s.param == param) {
-      const torch::Tensor& p = groups_[group].params[param];
-      return p.grad().defined() ? Flat(p.grad()).narrow(0, s.offset, s.values.numel()) : torch::Tensor();
-    }
-  return torch::Tensor();
+std::vector<torch::Tensor> ParameterShards::OwnedGradients(int group) const {
+  const std::vector<torch::Tensor>& params = groups_[group].params;
+  std::vector<torch::Tensor> owned(params.size());
+  for (const Slice& s : slices_) {
+    if (s.group != group) continue;
+    const torch::Tensor& p = params[s.param];
+    if (p.grad().defined()) owned[s.param] = Flat(p.grad()).narrow(0, s.offset, s.values.numel());
+  }
+  return owned;
 }
 
 Status ParameterShards::Gather() {

@@ -71,9 +71,10 @@ class ParameterShards {
   /// Whether a group of more than one rank shards its parameters (only
   /// then do the gradients need ReduceScatterGradients).
   bool sharded() const;
-  /// This rank's owned part of parameter `param` of group `group`'s
-  /// gradient (undefined where it owns none of it or it has none).
-  torch::Tensor OwnedGradient(int group, int param) const;
+  /// This rank's owned part of each gradient of group `group`, in the
+  /// group's parameter order (undefined where it owns none of a parameter
+  /// or the parameter has no gradient). One pass over the slices.
+  std::vector<torch::Tensor> OwnedGradients(int group) const;
   /// Points each slice's gradient at its part of the parameter's gradient
   /// (none where the parameter has none: AdamW leaves it alone).
   void BindGradients();

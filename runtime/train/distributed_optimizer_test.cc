@@ -62,7 +62,9 @@ TEST(ParameterShardsTest, ReduceScatterGivesEachOwnerTheMeanOfItsPartAndGatherRe
     KP_RETURN_IF_ERROR(shards.ReduceScatterGradients(3));
     const std::int64_t owned_p[3][2] = {{0, 3}, {3, 2}, {0, 0}}, owned_q[3][2] = {{0, 0}, {0, 1}, {1, 3}};
     const int me = comm.rank();
-    const torch::Tensor gp = shards.OwnedGradient(0, 0), gq = shards.OwnedGradient(0, 1);
+    const std::vector<torch::Tensor> owned = shards.OwnedGradients(0);
+    if (owned.size() != 2u) return Status::Internal("OwnedGradients: " + std::to_string(owned.size()) + " of 2");
+    const torch::Tensor gp = owned[0], gq = owned[1];
     EXPECT_EQ(gp.defined(), owned_p[me][1] > 0);
     EXPECT_EQ(gq.defined(), owned_q[me][1] > 0);
     if (gp.defined()) {

@@ -312,13 +312,14 @@ Status PipelineRank::Impl::AverageOverReplicas() {
 // dense parameters, group 1 the experts', in `params` order).
 Result<std::vector<double>> PipelineRank::Impl::GradientSquares() const {
   if (!shards || !shards->sharded()) return GradSquares(params);
+  const std::vector<torch::Tensor> by_group[2] = {shards->OwnedGradients(0), shards->OwnedGradients(1)};
   std::vector<torch::Tensor> owned;
   std::vector<int> dense_at, expert_at_all;
-  int index[2] = {0, 0};
+  std::size_t index[2] = {0, 0};
   for (std::size_t i = 0; i < params.size(); ++i) {
     const int g = split.is_expert[i] ? 1 : 0;
     (g == 1 ? expert_at_all : dense_at).push_back(static_cast<int>(i));
-    owned.push_back(shards->OwnedGradient(g, index[g]++));
+    owned.push_back(by_group[g][index[g]++]);
   }
   std::vector<double> squares = SquaredNorms(owned);
   const ReplicaGroups replicas = Replicas();
