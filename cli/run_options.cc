@@ -161,14 +161,15 @@ po::options_description RunOptions() {
       ("recompute-modules", po::value<std::string>(),
        "with --recompute selective, Megatron's modules recomputed in backward, comma-separated: core_attn (the "
        "default; a fused attention keeps nothing of it, so nothing is redone, as the planner prices it), moe (an "
-       "MoE layer's whole MoE block), mlp (a dense layer's MLP)")
+       "MoE layer's whole MoE block), mlp (a dense layer's MLP), shared_experts (the shared experts)")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"),
        "on | off: AdamW's moments sharded over each parameter's data-parallel replicas, the updated parameters "
        "gathered (Megatron's distributed optimizer; default off)")
       ("recompute-method", po::value<std::string>(),
-       "with --recompute full: uniform (every layer) | block (the first --recompute-num-layers of each stage)")
+       "with --recompute full: uniform (groups of --recompute-num-layers, each from its first layer's input) | "
+       "block (the first --recompute-num-layers of each stage)")
       ("recompute-num-layers", IntFlag(1, limits::kMaxLayers),
-       "with --recompute full: block: layers recomputed per stage; uniform: 1 (default)")
+       "with --recompute full: block: layers recomputed per stage; uniform: layers per group (default 1)")
       ("experts", IntFlag(1, limits::kMaxExperts), "scale the model: routed experts")
       ("top-k", IntFlag(1, limits::kMaxExperts), "scale the model: experts per token")
       ("attn-res-block", IntFlag(0, limits::kMaxLayers), "scale the model: attention-residual block size")
@@ -251,6 +252,8 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   c.options.checkpoint_first_layers = checkpointing.first_layers;
   c.options.recompute_moe = checkpointing.moe;
   c.options.recompute_mlp = checkpointing.mlp;
+  c.options.recompute_shared_experts = checkpointing.shared_experts;
+  c.options.checkpoint_group_layers = checkpointing.group_layers;
   if (plan) {
     c.distributed_optimizer = plan->distributed_optimizer;
   } else {

@@ -286,13 +286,18 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
     if (checkpointing->first_layers > 0) {
       Flag(a, "--recompute-method", "block");
       Flag(a, "--recompute-num-layers", checkpointing->first_layers);
+    } else if (checkpointing->group_layers > 1) {
+      Flag(a, "--recompute-method", "uniform");
+      Flag(a, "--recompute-num-layers", checkpointing->group_layers);
     }
   }
-  if (checkpointing.ok() && (checkpointing->moe || checkpointing->mlp)) {
+  if (checkpointing.ok() && (checkpointing->moe || checkpointing->mlp || checkpointing->shared_experts)) {
+    std::string modules;
+    for (const auto& [on, name] : {std::pair{checkpointing->moe, "moe"}, {checkpointing->mlp, "mlp"},
+                                   {checkpointing->shared_experts, "shared_experts"}})
+      if (on) modules += (modules.empty() ? "" : ",") + std::string(name);
     Flag(a, "--recompute", "selective");
-    Flag(a, "--recompute-modules", std::string(checkpointing->moe ? "moe" : "") +
-                                       (checkpointing->moe && checkpointing->mlp ? "," : "") +
-                                       (checkpointing->mlp ? "mlp" : ""));
+    Flag(a, "--recompute-modules", modules);
   }
   Flag(a, "--dtype", "bf16");
   Flag(a, "--state-precision", r.state_precision == StatePrecision::kMixed ? "mixed" : "fp32");

@@ -194,7 +194,7 @@ TEST(LaunchSpec, NativeRunArgsCarryThePlan) {
 }
 
 // Plain full recomputation is the flags' default (uniform 1); a method or
-// count beyond it is carried.
+// count beyond it is carried, and so are the selective modules run executes.
 TEST(LaunchSpec, NativeRunArgsCarryTheRecomputeMethod) {
   Launch l = SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative);
   l.request.recompute = Recompute::kFull;
@@ -210,6 +210,17 @@ TEST(LaunchSpec, NativeRunArgsCarryTheRecomputeMethod) {
   args = NativeRunArgs(l, 0);
   EXPECT_EQ(after(args, "--recompute-method"), "block");
   EXPECT_EQ(after(args, "--recompute-num-layers"), "3");
+  l.request.recompute_method = RecomputeMethod::kUniform;
+  args = NativeRunArgs(l, 0);
+  EXPECT_EQ(after(args, "--recompute-method"), "uniform");
+  EXPECT_EQ(after(args, "--recompute-num-layers"), "3");
+  l.request.recompute = Recompute::kSelective;
+  l.request.recipe.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kSharedExperts,
+                                        RecomputeModule::kMlp};
+  args = NativeRunArgs(l, 0);
+  EXPECT_EQ(after(args, "--recompute"), "selective");
+  EXPECT_EQ(after(args, "--recompute-modules"), "mlp,shared_experts");
+  EXPECT_EQ(after(args, "--recompute-method"), "(absent)");
 }
 
 TEST(LaunchSpec, NcclDefaultsAreTheSeeds) {

@@ -25,21 +25,23 @@ Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
       for (RecomputeModule m : r.recipe.recompute_modules) {
         if (m == RecomputeModule::kMoe) c.moe = true;
         else if (m == RecomputeModule::kMlp) c.mlp = true;
+        else if (m == RecomputeModule::kSharedExperts) c.shared_experts = true;
         else if (m == RecomputeModule::kCoreAttn && !r.flash_attention)
           return NotExecuted("--recompute", "selective recomputation of an eager attention core",
                              "--recompute none or full, or --flash-attention on");
         else if (m != RecomputeModule::kCoreAttn)
           return NotExecuted("--recompute-modules", "recomputation of " + RecomputeModulesList({m}),
-                             "--recompute-modules of core_attn, moe and mlp");
+                             "--recompute-modules of core_attn, moe, mlp and shared_experts");
       }
       return c;
     }
-    case Recompute::kFull:
-      if (r.recompute_method == RecomputeMethod::kBlock) return LayerCheckpointing{true, r.recompute_layers};
-      if (r.recompute_layers == 1) return LayerCheckpointing{true, 0};
-      return NotExecuted("--recompute-num-layers", "uniform groups of " + std::to_string(r.recompute_layers) +
-                                                       " layers (it recomputes each layer from its own input)",
-                         "--recompute-num-layers 1 or --recompute-method block");
+    case Recompute::kFull: {
+      LayerCheckpointing c;
+      c.enabled = true;
+      if (r.recompute_method == RecomputeMethod::kBlock) c.first_layers = r.recompute_layers;
+      else c.group_layers = r.recompute_layers;
+      return c;
+    }
   }
   return LayerCheckpointing{};
 }

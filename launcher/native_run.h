@@ -23,14 +23,19 @@ struct LayerCheckpointing {
   /// layer's MLP.
   bool moe = false;
   bool mlp = false;
+  /// Megatron's --recompute-modules shared_experts.
+  bool shared_experts = false;
+  /// With enabled and first_layers 0: recompute N layers at a time (Megatron's
+  /// uniform N), each group from its first layer's input.
+  int group_layers = 1;
   bool operator==(const LayerCheckpointing&) const = default;
 };
 
 /// The checkpointing that executes r's recomputation: none; full, uniform
-/// 1 (every layer) or block N; selective of the modules core_attn (with
-/// flash attention, which the planner prices as nothing: a fused attention
-/// keeps no scores to drop), moe and mlp. Anything else is refused naming
-/// --recompute, --recompute-num-layers or --recompute-modules.
+/// N or block N; selective of the modules core_attn (with flash attention,
+/// which the planner prices as nothing: a fused attention keeps no scores to
+/// drop), moe, mlp and shared_experts. Anything else is refused naming
+/// --recompute or --recompute-modules.
 Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r);
 
 /// Ok when the runtime executes every setting of r: its recomputation

@@ -16,10 +16,11 @@ PlanRequest Executable() {
   return r;
 }
 
-// Whole layers, each recomputed from its input: none, full as every layer
-// (uniform 1) or as each stage's first N (block N), and Megatron's default
-// selective under flash attention, which the planner prices as none.
-TEST(NativeRun, CheckpointingIsWholeLayers) {
+// Whole layers: none, full as every layer (uniform 1), as groups of N
+// (uniform N) or as each stage's first N (block N); Megatron's default
+// selective under flash attention, which the planner prices as none; the
+// modules moe, mlp and shared_experts.
+TEST(NativeRun, CheckpointingOfEachRecomputeSetting) {
   PlanRequest r = Executable();
   EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{false, 0}));
   r.recompute = Recompute::kSelective;
@@ -30,9 +31,14 @@ TEST(NativeRun, CheckpointingIsWholeLayers) {
   r.recompute_layers = 3;
   EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{true, 3}));
   r.recompute_method = RecomputeMethod::kUniform;
-  EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute-num-layers: kimi-plan run does not execute "
-                                                        "uniform groups of 3 layers", 0), 0u);
+  LayerCheckpointing groups{true, 0};
+  groups.group_layers = 3;
+  EXPECT_EQ(*CheckpointingOf(r), groups);
   r.recompute = Recompute::kSelective;
+  r.recipe.recompute_modules = {RecomputeModule::kSharedExperts, RecomputeModule::kMoe};
+  LayerCheckpointing modules;
+  modules.shared_experts = modules.moe = true;
+  EXPECT_EQ(*CheckpointingOf(r), modules);
   r.recipe.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMoeAct};
   EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute-modules: ", 0), 0u);
   r.recipe.recompute_modules = {RecomputeModule::kCoreAttn};
@@ -55,7 +61,10 @@ TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
       {"--lora-experts", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.experts = LoraExperts::kPerExpert; }},
       {"--lora-targets", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.dense_ffn = true; }},
       {"--lora-native-base", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.native_base = true; }},
-      {"--recompute-num-layers", [](PlanRequest& r) { r.recompute = Recompute::kFull; r.recompute_layers = 2; }},
+      {"--recompute-modules", [](PlanRequest& r) {
+         r.recompute = Recompute::kSelective;
+         r.recipe.recompute_modules = {RecomputeModule::kLayernorm};
+       }},
   };
   for (const Case& c : cases) {
     PlanRequest r = Executable();

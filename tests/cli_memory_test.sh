@@ -31,7 +31,7 @@ assert all(0 < k < w for k, w in zip(r['layers'], p['layers'])) and r['backward'
 check "profile: bf16 activations measured" "$bin" profile "${model[@]}" --batch 1 --dtype bf16 --out profile-bf16.json
 
 # layout: nproc schedule vp pp dp tp cp ep etp micro-batches-per-replica [distributed optimizer on|off]
-# [states fp32|mixed] [recompute none|full|selective:MODULES]
+# [states fp32|mixed] [recompute none|full|full:METHOD:N|selective:MODULES]
 compare() {
   local name="$1" n="$2" sched="$3" vp="$4" pp="$5" dp="$6" tp="$7" cp="$8" ep="$9" etp="${10}" mb="${11}" opt="${12:-off}"
   local states="${13:-fp32}" recompute="${14:-none}" profile=profile.json dtype=fp32
@@ -39,6 +39,10 @@ compare() {
   local lay=(--schedule "$sched" --vp "$vp" --pp "$pp" --dp "$dp" --tp "$tp" --cp "$cp" --ep "$ep" --etp "$etp"
              --distributed-optimizer "$opt" --state-precision "$states" --recompute "${recompute%%:*}")
   [ "${recompute%%:*}" = selective ] && lay+=(--recompute-modules "${recompute#selective:}")
+  if [ "${recompute%%:*}" = full ] && [ "$recompute" != full ]; then
+    local method_layers=${recompute#full:}
+    lay+=(--recompute-method "${method_layers%%:*}" --recompute-num-layers "${method_layers#*:}")
+  fi
   local batch=$((dp * mb))
   "$bin" run --nproc "$n" "${lay[@]}" "${model[@]}" --dtype "$dtype" --batch "$batch" --steps 2 --db run.db --json > "run-$name.json" 2> "run-$name.err"
   "$bin" plan "${lay[@]}" "${model[@]}" --gpu h200 --nodes 1 --gpus-per-node "$n" --global-batch "$batch" \
@@ -83,6 +87,9 @@ compare pp2-dp2-ep2-distopt-mixed 4 1f1b 1 2 2 1 1 2 1 2 on mixed
 # block or MLP, which the profile measured redone) and full, with both.
 compare pp2-dp2-ep2-distopt-mixed-selective 4 1f1b 1 2 2 1 1 2 1 2 on mixed selective:moe,mlp
 compare pp2-dp2-ep2-distopt-mixed-full 4 1f1b 1 2 2 1 1 2 1 2 on mixed full
+# Megatron's uniform groups: each stage keeps one input per group of 3 and
+# redoes a whole group at a time.
+compare pp2-dp2-ep2-distopt-mixed-uniform3 4 1f1b 1 2 2 1 1 2 1 2 on mixed full:uniform:3
 
 # Bad input: one line naming the flag, exit 2.
 echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json

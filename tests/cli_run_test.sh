@@ -167,26 +167,36 @@ check "mixed precision: report --compare sets its losses beside the fp32 states'
 refused "mixed states without bf16 activations" steps "--state-precision: mixed keeps bf16 weights for bf16 activations" run --nproc 2 "${small[@]}" --state-precision mixed --steps 1
 
 # Recomputation as planned: every layer (full), or each stage's first N
-# (block N), each recomputed from its input, or Megatron's modules (the MoE
-# blocks and the dense MLP): the losses are the run's without it, bitwise,
+# (block N), each recomputed from its input, groups of N layers (uniform N),
+# or Megatron's modules (the MoE blocks and the dense MLP, the shared
+# experts): the losses are the run's without it, bitwise except for groups,
 # and the first stage's peak is lower.
-for rc in none full block modules; do
+for rc in none full block modules shared groups; do
   case $rc in none) flags=();; full) flags=(--recompute full);; block) flags=(--recompute full --recompute-method block --recompute-num-layers 1);;
-    modules) flags=(--recompute selective --recompute-modules moe,mlp);; esac
+    modules) flags=(--recompute selective --recompute-modules moe,mlp);;
+    shared) flags=(--recompute selective --recompute-modules shared_experts);;
+    groups) flags=(--recompute full --recompute-method uniform --recompute-num-layers 2);; esac
   "$bin" run --nproc 2 --pp 2 "${small[@]}" --steps 3 "${flags[@]}" --json > "recompute_$rc.json" 2> /dev/null
 done
 check "recomputation: the losses are the run's without it, bitwise; the first stage keeps less" python3 - <<'PY'
 import json
-r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block", "modules")}
-assert len({(x["first_loss"], x["last_loss"]) for x in r.values()}) == 1, r
+r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block", "modules", "shared", "groups")}
+bitwise = [k for k in r if k != "groups"]
+assert len({(r[k]["first_loss"], r[k]["last_loss"]) for k in bitwise}) == 1, r
+# A uniform group sums a block's gradient over its layers inside the group
+# before adding the other layers' parts: the same forward, the same
+# gradients up to that order.
+g, n = r["groups"], r["none"]
+assert g["first_loss"] == n["first_loss"], (g, n)
+assert abs(g["last_loss"] - n["last_loss"]) <= 1e-5 * abs(n["last_loss"]), (g, n)
 peak = {k: x["peak_memory_bytes_by_rank"][0] for k, x in r.items()}
 assert peak["full"] < peak["block"] < peak["none"] and peak["modules"] < peak["none"], peak
+assert peak["groups"] < peak["none"] and peak["shared"] < peak["none"], peak
 PY
 # Megatron's default selective recomputation (the attention core) keeps
 # nothing a fused attention holds: it runs, as the planner prices it, as none.
 "$bin" run --nproc 2 "${small[@]}" --recompute selective --steps 1 --json > selective.json 2> selective.err
 check "selective recomputation of the attention core runs" test $? -eq 0
-refused "uniform groups of layers" steps "--recompute-num-layers: kimi-plan run does not execute uniform groups of 2 layers" run --nproc 2 "${small[@]}" --recompute full --recompute-num-layers 2 --steps 1
 refused "a recompute method without full" steps "--recompute-method: needs --recompute full" run --nproc 2 "${small[@]}" --recompute-method block --steps 1
 refused "--batch and --global-batch" steps "--batch: give --batch (sequences) or --global-batch" run --nproc 2 "${small[@]}" --global-batch 4 --steps 1
 refused "a micro-batch that does not divide a replica's rows" steps "--micro-batch: 3 does not divide a replica's 2 sequences" run --nproc 2 "${small[@]}" --micro-batch 3 --steps 1

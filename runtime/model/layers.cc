@@ -1,3 +1,4 @@
+#include "runtime/model/recompute.h"
 #include "runtime/model/layers.h"
 
 #include <cmath>
@@ -356,7 +357,10 @@ void ExpertBankImpl::Unmerge() {
 // ------------------------------------------------------------------ MoE
 
 MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
-    : num_experts_(spec.moe.num_experts), fused_(options.fused_kernels) {
+    : num_experts_(spec.moe.num_experts),
+      fused_(options.fused_kernels),
+      // Inside a recomputed MoE block the shared experts are redone anyway.
+      recompute_shared_(options.recompute_shared_experts && !options.recompute_moe) {
   const std::int64_t d = spec.hidden, latent = spec.moe.latent_dim;
   router_ = register_module("router", std::make_shared<RouterImpl>(d, num_experts_, spec.moe.top_k,
                                                                     options.route_scale, init));
@@ -414,7 +418,8 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
   if (latent_up_) y = latent_up_->forward(y);
   // The shared experts on the unflattened x: split over TP they enter and
   // leave their region along the sequence (SwiGluImpl::Mix).
-  return shared_ ? y.view(shape) + shared_->Mix(x, false) : y.view(shape);
+  if (!shared_) return y.view(shape);
+  return y.view(shape) + (recompute_shared_ ? MixRecomputed(*shared_, x, false) : shared_->Mix(x, false));
 }
 
 }  // namespace kp::runtime

@@ -254,6 +254,7 @@ class MoeImpl : public ChannelMixer {
   std::shared_ptr<ProjImpl> latent_down_, latent_up_;
   std::int64_t num_experts_;
   bool fused_;
+  bool recompute_shared_;  // the shared experts keep only their input (MixRecomputed)
   ExpertGroups expert_groups_;  // not owned; they outlive the model's use
 };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/model/cuda_kernels.h"
+#include "runtime/model/recompute.h"
 
 namespace kp::runtime {
 
@@ -41,48 +42,6 @@ torch::Tensor RunBody(const LayerBody& body, const std::vector<torch::Tensor>& i
   const std::size_t n_blocks = inputs.size() - (body.has_partial ? 1 : 0);
   const std::vector<torch::Tensor> blocks(inputs.begin(), inputs.begin() + n_blocks);
   return body.layer->Body(blocks, body.has_partial ? inputs.back() : torch::Tensor(), record_load);
-}
-
-// Copies of the inputs that start a graph of their own.
-std::vector<torch::Tensor> DetachedInputs(at::TensorList inputs) {
-  std::vector<torch::Tensor> out;
-  for (const torch::Tensor& x : inputs) out.push_back(x.detach().requires_grad_(x.requires_grad()));
-  return out;
-}
-
-// The backward of a boundary node: `out`'s gradients, weighted by
-// `grad_out`, with respect to the inputs that require grad and every
-// parameter, in one slot per input, per parameter and `trailing` more (the
-// node's non-tensor arguments, which get none).
-torch::autograd::variable_list BoundaryGradients(const torch::Tensor& out, const torch::Tensor& grad_out,
-                                                 const std::vector<torch::Tensor>& inputs,
-                                                 const std::vector<torch::Tensor>& params, std::size_t trailing) {
-  std::vector<torch::Tensor> targets;
-  std::vector<std::size_t> slot;  // the gradient slot of each target
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].requires_grad()) {
-      targets.push_back(inputs[i]);
-      slot.push_back(i);
-    }
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    targets.push_back(params[i]);
-    slot.push_back(inputs.size() + i);
-  }
-  torch::autograd::variable_list result(inputs.size() + params.size() + trailing);
-  if (!targets.empty() && out.requires_grad()) {
-    const auto grads = torch::autograd::grad({out}, targets, {grad_out}, /*retain_graph=*/false,
-                                             /*create_graph=*/false, /*allow_unused=*/true);
-    for (std::size_t j = 0; j < grads.size(); ++j) result[slot[j]] = grads[j];
-  }
-  return result;
-}
-
-// The parameters of `module` that train (explicit inputs of a boundary).
-std::vector<torch::Tensor> TrainableOf(const torch::nn::Module& module) {
-  std::vector<torch::Tensor> params;
-  for (const torch::Tensor& p : module.parameters())
-    if (p.requires_grad()) params.push_back(p);
-  return params;
 }
 
 // Every decoder layer is one autograd node whose backward differentiates the
@@ -129,44 +88,84 @@ class LayerBoundary : public torch::autograd::Function<LayerBoundary> {
       ctx->saved_data.erase("inputs");
     }
     // One more slot, for the body.
-    return BoundaryGradients(out, grad_out[0], inputs, ctx->saved_data["params"].toTensorVector(), 1);
+    return BoundaryGradients({out}, grad_out, inputs, ctx->saved_data["params"].toTensorVector(), 1);
   }
 };
 
-// Selective recomputation of one module (Megatron's --recompute-modules):
-// the forward keeps only the module's input; the backward runs the module
-// again on it and differentiates that graph. The parameters are explicit
-// inputs, as at the layer boundary, so their gradients flow to the outer
-// graph, which sums them in the same order: the gradients are the run's
-// without recomputation, bit for bit (CPU). The recomputation records no
-// router load.
-struct ModuleBody : torch::CustomClassHolder {
-  ChannelMixer* module = nullptr;
+// Megatron's uniform recomputation of N layers: a group of consecutive
+// layers is one autograd node that keeps only the stream it starts from
+// (the committed blocks and the first layer's partial sum) and runs every
+// layer of the group again in the backward. Its outputs are the blocks the
+// group commits, then its last layer's output, so the layers after it read
+// the stack as they would without recomputation. The gradients equal the
+// per-layer run's up to the order in which a block's gradient is summed
+// over the layers that read it (within the group, then across groups).
+struct GroupBody : torch::CustomClassHolder {
+  std::vector<DecoderLayerImpl*> layers;
+  bool has_partial = false;  // the first layer continues a block
+  bool record_load = false;
 };
 
-class ModuleBoundary : public torch::autograd::Function<ModuleBoundary> {
+// The group's layers on `inputs` (blocks..., [partial]) with no boundary of
+// their own: the committed blocks, then the last output.
+std::vector<torch::Tensor> RunGroup(const GroupBody& body, const std::vector<torch::Tensor>& inputs,
+                                    bool record_load) {
+  const std::size_t n_blocks = inputs.size() - (body.has_partial ? 1 : 0);
+  ResidualStream s{torch::Tensor(), std::vector<torch::Tensor>(inputs.begin(), inputs.begin() + n_blocks)};
+  s.hidden = body.layers.front()->Body(s.blocks, body.has_partial ? inputs.back() : torch::Tensor(), record_load);
+  for (std::size_t i = 1; i < body.layers.size(); ++i) {
+    const torch::Tensor partial = body.layers[i]->Commit(s);
+    s.hidden = body.layers[i]->Body(s.blocks, partial, record_load);
+  }
+  std::vector<torch::Tensor> out(s.blocks.begin() + static_cast<std::ptrdiff_t>(n_blocks), s.blocks.end());
+  out.push_back(s.hidden);
+  return out;
+}
+
+class GroupBoundary : public torch::autograd::Function<GroupBoundary> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, at::TensorList params,
-                               c10::intrusive_ptr<ModuleBody> body, bool record_load) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
+                                                at::TensorList params, c10::intrusive_ptr<GroupBody> body) {
     ctx->saved_data["body"] = c10::IValue::make_capsule(body);
     ctx->saved_data["params"] = params.vec();
-    ctx->save_for_backward({x});
-    return body->module->Mix(x, record_load);
+    ctx->save_for_backward(inputs.vec());
+    return RunGroup(*body, inputs.vec(), body->record_load);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto body = c10::static_intrusive_pointer_cast<ModuleBody>(ctx->saved_data["body"].toCapsule());
-    const std::vector<torch::Tensor> x = DetachedInputs(ctx->get_saved_variables());
-    torch::Tensor out;
+    const auto body = c10::static_intrusive_pointer_cast<GroupBody>(ctx->saved_data["body"].toCapsule());
+    const std::vector<torch::Tensor> inputs = DetachedInputs(ctx->get_saved_variables());
+    std::vector<torch::Tensor> outs;
     {
       torch::AutoGradMode enable(true);
-      out = body->module->Mix(x[0], /*record_load=*/false);
+      outs = RunGroup(*body, inputs, /*record_load=*/false);
     }
-    // Two more slots, for the body and the flag.
-    return BoundaryGradients(out, grad_out[0], x, ctx->saved_data["params"].toTensorVector(), 2);
+    // One more slot, for the body.
+    return BoundaryGradients(outs, grad_out, inputs, ctx->saved_data["params"].toTensorVector(), 1);
   }
 };
+
+ResidualStream RunRecomputedGroup(std::vector<DecoderLayerImpl*> layers, ResidualStream in, bool record_load) {
+  ResidualStream out = std::move(in);
+  const torch::Tensor partial = layers.front()->Commit(out);
+  std::vector<torch::Tensor> inputs = out.blocks;
+  if (partial.defined()) inputs.push_back(partial);
+  std::vector<torch::Tensor> params;
+  for (DecoderLayerImpl* layer : layers) {
+    const std::vector<torch::Tensor> own = TrainableOf(*layer);
+    params.insert(params.end(), own.begin(), own.end());
+  }
+  auto body = c10::make_intrusive<GroupBody>();
+  body->layers = std::move(layers);
+  body->has_partial = partial.defined();
+  body->record_load = record_load;
+  const torch::autograd::variable_list results =
+      GroupBoundary::apply(at::TensorList(inputs), at::TensorList(params), body);
+  out.blocks.insert(out.blocks.end(), results.begin(), results.end() - 1);
+  out.hidden = results.back();
+  return out;
+}
 
 }  // namespace
 
@@ -222,11 +221,7 @@ torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, c
 }
 
 torch::Tensor DecoderLayerImpl::MixChannels(const torch::Tensor& x, bool record_load) {
-  if (!recompute_ffn_ || !torch::GradMode::is_enabled()) return ffn_->Mix(x, record_load);
-  const std::vector<torch::Tensor> params = TrainableOf(*ffn_);
-  auto body = c10::make_intrusive<ModuleBody>();
-  body->module = ffn_.get();
-  return ModuleBoundary::apply(x, at::TensorList(params), body, record_load);
+  return recompute_ffn_ ? MixRecomputed(*ffn_, x, record_load) : ffn_->Mix(x, record_load);
 }
 
 torch::Tensor DecoderLayerImpl::Commit(ResidualStream& out) const {
@@ -339,13 +334,17 @@ torch::Tensor HeadImpl::forward(const ResidualStream& in) { return Upcast(Logits
 // ---------------------------------------------------------------- stage
 
 StageModelImpl::StageModelImpl(const ModelSpec& spec, const ModelOptions& options, const StageLayers& stage)
-    : spec_(spec), stage_(stage), fused_kernels_(options.fused_kernels) {
+    : spec_(spec),
+      stage_(stage),
+      fused_kernels_(options.fused_kernels),
+      group_layers_(std::max(1, options.checkpoint_group_layers)),
+      grouped_(options.activation_checkpointing && options.checkpoint_first_layers == 0 && group_layers_ > 1) {
   if (stage.embedding) embedding_ = register_module("embedding", std::make_shared<EmbeddingImpl>(spec, options));
   layer_list_ = register_module("layers", std::make_shared<torch::nn::Module>("LayerList"));
   for (int l = stage.first_layer; l < stage.end_layer; ++l) {
     ModelOptions layer_options = options;
     layer_options.activation_checkpointing =
-        options.activation_checkpointing &&
+        options.activation_checkpointing && !grouped_ &&
         (options.checkpoint_first_layers == 0 || l - stage.first_layer < options.checkpoint_first_layers);
     layers_.push_back(std::make_shared<DecoderLayerImpl>(spec, layer_options, l));
     layer_list_->register_module(std::to_string(l), layers_.back());
@@ -371,7 +370,17 @@ ResidualStream StageModelImpl::Embed(const torch::Tensor& tokens) {
 }
 
 ResidualStream StageModelImpl::RunLayers(ResidualStream in, const ForwardContext& ctx) {
-  for (const auto& layer : layers_) in = layer->forward(std::move(in), ctx);
+  if (!grouped_ || !torch::GradMode::is_enabled()) {
+    for (const auto& layer : layers_) in = layer->forward(std::move(in), ctx);
+    return in;
+  }
+  // Megatron's uniform groups start at the stage's (chunk's) first layer;
+  // the last may be shorter.
+  for (std::size_t g = 0; g < layers_.size(); g += static_cast<std::size_t>(group_layers_)) {
+    std::vector<DecoderLayerImpl*> group;
+    for (std::size_t l = g; l < std::min(layers_.size(), g + group_layers_); ++l) group.push_back(layers_[l].get());
+    in = RunRecomputedGroup(std::move(group), std::move(in), ctx.record_router_load);
+  }
   return in;
 }
 
@@ -400,7 +409,8 @@ torch::Tensor StageModelImpl::ForwardIncremental(const torch::Tensor& tokens, De
 }
 
 void StageModelImpl::SetActivationCheckpointing(bool on) {
-  for (const auto& layer : layers_) layer->set_checkpointing(on);
+  grouped_ = on && group_layers_ > 1;
+  for (const auto& layer : layers_) layer->set_checkpointing(on && !grouped_);
 }
 
 void StageModelImpl::UpdateRouterBiases(double rate) {

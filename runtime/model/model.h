@@ -73,6 +73,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   /// The initialiser's deferred weights (ModelOptions::deferred_init), for
   /// the stage to materialise; this piece forgets them.
   std::vector<DeferredNormal> TakeDeferred() { return std::move(deferred_); }
+  /// Pushes `out.hidden` to the stack when this layer opens a block;
+  /// returns the partial sum Body reads (undefined then).
+  torch::Tensor Commit(ResidualStream& out) const;
   int index() const { return index_; }
   bool commits_block() const { return block_ > 0 && index_ % block_ == 0; }
   void set_checkpointing(bool on) { checkpoint_ = on; }
@@ -96,9 +99,6 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<ChannelMixer> ffn_;
   MoeImpl* moe_ = nullptr;
   std::vector<DeferredNormal> deferred_;
-  // Pushes `out.hidden` to the stack when this layer opens a block; returns
-  // the partial sum Body reads (undefined then).
-  torch::Tensor Commit(ResidualStream& out) const;
   // The channel mixer on the normed FFN input, recomputed in backward when
   // recompute_ffn_ and autograd records.
   torch::Tensor MixChannels(const torch::Tensor& x, bool record_load);
@@ -196,6 +196,8 @@ class StageModelImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<DecoderLayerImpl>>& layers() const { return layers_; }
   EmbeddingImpl* embedding() { return embedding_.get(); }  ///< null unless stage().embedding
   HeadImpl* head() { return head_.get(); }                 ///< null unless stage().head
+  /// Recomputation on or off for every layer: each layer from its input, or
+  /// with ModelOptions::checkpoint_group_layers N > 1 each group of N.
   void SetActivationCheckpointing(bool on);
   /// Built with ModelOptions::deferred_init, the large weights are meta
   /// tensors until this call: shard them first (views, init.h KeepSlice),
@@ -226,6 +228,8 @@ class StageModelImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<DecoderLayerImpl>> layers_;
   std::shared_ptr<HeadImpl> head_;
   bool fused_kernels_;
+  int group_layers_;  ///< ModelOptions::checkpoint_group_layers, at least 1
+  bool grouped_;      ///< recompute groups of group_layers_ layers (RunLayers)
   std::vector<DeferredNormal> deferred_;
 };
 

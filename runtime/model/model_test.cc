@@ -186,6 +186,21 @@ std::vector<torch::Tensor> Grads(StageModelImpl& model, const torch::Tensor& tok
   return out;
 }
 
+// Expects `got` to equal `want` parameter for parameter, bit for bit;
+// returns how many parameters had gradients.
+int ExpectEqualGrads(const std::vector<torch::Tensor>& want, const std::vector<torch::Tensor>& got,
+                     const std::string& what) {
+  EXPECT_EQ(want.size(), got.size()) << what;
+  int compared = 0;
+  for (std::size_t i = 0; i < std::min(want.size(), got.size()); ++i) {
+    EXPECT_EQ(want[i].defined(), got[i].defined()) << what << ", parameter " << i;
+    if (!want[i].defined() || !got[i].defined()) continue;
+    EXPECT_TRUE(torch::equal(want[i], got[i])) << what << ", parameter " << i;
+    ++compared;
+  }
+  return compared;
+}
+
 TEST(CheckpointingTest, GivesBitwiseIdenticalGradientsAndCountsRoutingOnce) {
   for (bool lora : {false, true}) {
     const ModelSpec spec = TinyKimiSpec();
@@ -204,14 +219,7 @@ TEST(CheckpointingTest, GivesBitwiseIdenticalGradientsAndCountsRoutingOnce) {
     model->UpdateRouterBiases(0.0);  // clears the counts
     model->SetActivationCheckpointing(true);
     const auto recomputed = Grads(*model, tokens);
-    int compared = 0;
-    for (std::size_t i = 0; i < plain.size(); ++i) {
-      ASSERT_EQ(plain[i].defined(), recomputed[i].defined()) << i;
-      if (!plain[i].defined()) continue;
-      EXPECT_TRUE(torch::equal(plain[i], recomputed[i])) << "parameter " << i << (lora ? " (LoRA)" : "");
-      ++compared;
-    }
-    EXPECT_GT(compared, lora ? 20 : 60);
+    EXPECT_GT(ExpectEqualGrads(plain, recomputed, lora ? "LoRA" : "full"), lora ? 20 : 60);
     std::size_t j = 0;
     for (auto& layer : model->layers())
       if (layer->moe()) {
@@ -231,23 +239,67 @@ TEST(CheckpointingTest, RecomputedMoeAndMlpModulesGiveBitwiseIdenticalGradientsA
   options.recompute_moe = options.recompute_mlp = true;
   auto recomputing = Build(spec, options);
   const torch::Tensor tokens = Tokens(spec, 2, 8, 41);
-  const auto want = Grads(*plain, tokens);
-  const auto got = Grads(*recomputing, tokens);
-  ASSERT_EQ(want.size(), got.size());
-  int compared = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(want[i].defined(), got[i].defined()) << i;
-    if (!want[i].defined()) continue;
-    EXPECT_TRUE(torch::equal(want[i], got[i])) << "parameter " << i;
-    ++compared;
-  }
-  EXPECT_GT(compared, 60);
+  EXPECT_GT(ExpectEqualGrads(Grads(*plain, tokens), Grads(*recomputing, tokens), "recomputed modules"), 60);
   for (std::size_t l = 0; l < plain->layers().size(); ++l)
     if (plain->layers()[l]->moe()) {
       const torch::Tensor load = recomputing->layers()[l]->moe()->router().load();
       EXPECT_TRUE(torch::equal(load, plain->layers()[l]->moe()->router().load())) << l;
       EXPECT_EQ(load.sum().item<double>(), 2 * 7 * 2);  // tokens x top_k, once
     }
+}
+
+// Megatron's uniform recomputation of N layers at a time: groups of 2 keep
+// every commit outside a group (blocks of 2 layers), groups of 3 commit
+// inside one and hand the block on as an output. In fp64 the gradients are
+// the per-layer run's up to the order of a block's sum over its readers.
+TEST(CheckpointingTest, UniformGroupsGiveThePerLayerGradientsAndCountRoutingOnce) {
+  const ModelSpec spec = TinyKimiSpec();
+  ASSERT_EQ(spec.layers, 5);
+  ASSERT_EQ(spec.attn_res_block, 2);
+  auto plain = Build(spec);
+  plain->to(torch::kDouble);
+  RandomiseDepthReads(*plain, 3);
+  const torch::Tensor tokens = Tokens(spec, 2, 8, 43);
+  const auto want = Grads(*plain, tokens);
+  for (int group : {2, 3}) {
+    ModelOptions options;
+    options.activation_checkpointing = true;
+    options.checkpoint_group_layers = group;
+    auto grouped = Build(spec, options);
+    grouped->to(torch::kDouble);
+    RandomiseDepthReads(*grouped, 3);
+    const auto got = Grads(*grouped, tokens);
+    ASSERT_EQ(want.size(), got.size());
+    int compared = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(want[i].defined(), got[i].defined()) << i;
+      if (!want[i].defined()) continue;
+      const double scale = want[i].abs().max().item<double>();
+      EXPECT_LE(MaxAbsDiff(want[i], got[i]), 1e-12 * (1 + scale)) << "parameter " << i << ", groups of " << group;
+      ++compared;
+    }
+    EXPECT_GT(compared, 60);
+    for (auto& layer : grouped->layers())
+      if (layer->moe()) {
+        EXPECT_EQ(layer->moe()->router().load().sum().item<double>(), 2 * 7 * 2);  // tokens x top_k, once
+      }
+    // Off again, the model runs every layer plainly.
+    grouped->SetActivationCheckpointing(false);
+    ExpectEqualGrads(want, Grads(*grouped, tokens), "groups off");
+  }
+}
+
+// Megatron's --recompute-modules shared_experts: the shared experts alone
+// keep their input and run again.
+TEST(CheckpointingTest, RecomputedSharedExpertsGiveBitwiseIdenticalGradients) {
+  const ModelSpec spec = TinyKimiSpec();
+  ASSERT_GT(spec.moe.shared_experts, 0);
+  auto plain = Build(spec);
+  ModelOptions options;
+  options.recompute_shared_experts = true;
+  auto recomputing = Build(spec, options);
+  const torch::Tensor tokens = Tokens(spec, 2, 8, 47);
+  EXPECT_GT(ExpectEqualGrads(Grads(*plain, tokens), Grads(*recomputing, tokens), "recomputed modules"), 60);
 }
 
 // ------------------------------------------------------------------ LoRA

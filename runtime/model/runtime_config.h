@@ -43,12 +43,20 @@ struct ModelOptions {
   /// With activation_checkpointing: 0, every layer; N > 0, only the first N
   /// layers of each stage (Megatron's --recompute-method block).
   int checkpoint_first_layers = 0;
+  /// With activation_checkpointing and checkpoint_first_layers 0: N > 1
+  /// recomputes each stage's layers N at a time, each group from its first
+  /// layer's input (Megatron's --recompute-method uniform
+  /// --recompute-num-layers N); 1 is every layer on its own.
+  int checkpoint_group_layers = 1;
   /// Megatron's --recompute-modules moe and mlp (selective recomputation):
   /// an MoE layer's whole MoE block (router, shared and routed experts), or
   /// a dense layer's MLP, keeps only its input for the backward and is run
   /// again there.
   bool recompute_moe = false;
   bool recompute_mlp = false;
+  /// Megatron's --recompute-modules shared_experts: the shared experts keep
+  /// only their input and run again in the backward.
+  bool recompute_shared_experts = false;
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
   bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
   double route_scale = 2.5;               ///< routed-expert output scale (DeepSeek-V3's routed_scaling_factor)

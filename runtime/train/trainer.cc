@@ -107,6 +107,13 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.lora.rank < 0) return Status::InvalidArgument("--lora-rank: must be >= 0, got " + std::to_string(c.lora.rank));
   if (c.lora.enabled() && c.lora.alpha <= 0) return Status::InvalidArgument("--lora-alpha: must be positive");
   if (c.options.kda_chunk < 0) return Status::InvalidArgument("--kda-chunk: must be >= 0");
+  if (c.options.checkpoint_group_layers < 1)
+    return Status::InvalidArgument("--recompute-num-layers: must be >= 1, got " +
+                                   std::to_string(c.options.checkpoint_group_layers));
+  if (c.options.checkpoint_group_layers > 1 &&
+      (!c.options.activation_checkpointing || c.options.checkpoint_first_layers > 0))
+    return Status::InvalidArgument("--recompute-num-layers: groups of layers need --recompute full with "
+                                   "--recompute-method uniform");
   return Status::Ok();
 }
 
@@ -121,6 +128,8 @@ std::string TrainConfigJson(const TrainConfig& c) {
   // Written only when on, so configurations recorded before them read alike.
   if (c.options.recompute_moe) j["recompute_moe"] = true;
   if (c.options.recompute_mlp) j["recompute_mlp"] = true;
+  if (c.options.recompute_shared_experts) j["recompute_shared_experts"] = true;
+  if (c.options.checkpoint_group_layers > 1) j["checkpoint_group_layers"] = c.options.checkpoint_group_layers;
   j["kda_chunk"] = c.options.kda_chunk;
   j["route_scale"] = c.options.route_scale;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -206,6 +215,9 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Bool("distributed_optimizer", &c->distributed_optimizer));  // absent: off
   KP_RETURN_IF_ERROR(f.Bool("recompute_moe", &c->options.recompute_moe));
   KP_RETURN_IF_ERROR(f.Bool("recompute_mlp", &c->options.recompute_mlp));
+  KP_RETURN_IF_ERROR(f.Bool("recompute_shared_experts", &c->options.recompute_shared_experts));
+  KP_RETURN_IF_ERROR(f.Int("checkpoint_group_layers", &c->options.checkpoint_group_layers, 1, limits::kMaxLayers,
+                           /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
   KP_RETURN_IF_ERROR(f.Number("route_scale", &c->options.route_scale, 0, 1e6));
   KP_ASSIGN_OR_RETURN(const nlohmann::json* data, f.Object("data", /*required=*/true));
