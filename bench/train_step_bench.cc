@@ -8,7 +8,7 @@
 //   kimi-plan-train-bench --shape bench/kimi-1b.json [--batch 16] [--seq-len 1024]
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
 //       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
-//       [--recompute none|full|block:N|moe|moe,mlp] [--states fp32|mixed]
+//       [--recompute none|full|block:N|uniform:N|MODULE[,MODULE...]] [--states fp32|mixed]
 //       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
@@ -68,11 +68,50 @@ struct Args {
   double peak_tflops = 0;  // 0: measure
   bool dry_run = false;
   int memory_trace = 0;  // 1: after the timed steps; 2: alone, no training (a model too large to train here)
-  // none | full | block:N (kimi-plan run's --recompute full [--recompute-method block]) | moe | moe,mlp
-  // (--recompute selective --recompute-modules moe[,mlp])
+  // none | full | block:N | uniform:N (kimi-plan run's --recompute full
+  // [--recompute-method block|uniform --recompute-num-layers N]) | MODULES
+  // (--recompute selective --recompute-modules MODULES): ApplyRecompute
   std::string recompute = "none";
   std::string states = "fp32";     // fp32 | mixed (kimi-plan run's --state-precision)
 };
+
+// Sets `o`'s recomputation from --recompute's value (Args::recompute).
+Status ApplyRecompute(const std::string& s, kp::runtime::ModelOptions* o) {
+  const Status bad = Status::InvalidArgument(
+      "--recompute: must be none, full, block:N or uniform:N (N > 0), or modules of moe, mlp, shared_experts, "
+      "layernorm, moe_act, mla_up_proj joined by commas; got \"" + s + "\"");
+  if (s == "none") return Status::Ok();
+  if (s == "full") {
+    o->activation_checkpointing = true;
+    return Status::Ok();
+  }
+  for (const std::string method : {"block:", "uniform:"}) {
+    if (s.rfind(method, 0) != 0) continue;
+    const std::string n = s.substr(method.size());
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) == 0)
+      return bad;
+    o->activation_checkpointing = true;
+    (method == "block:" ? o->checkpoint_first_layers : o->checkpoint_group_layers) = std::stoi(n);
+    return Status::Ok();
+  }
+  const std::pair<const char*, bool kp::runtime::ModelOptions::*> modules[] = {
+      {"moe", &kp::runtime::ModelOptions::recompute_moe},
+      {"mlp", &kp::runtime::ModelOptions::recompute_mlp},
+      {"shared_experts", &kp::runtime::ModelOptions::recompute_shared_experts},
+      {"layernorm", &kp::runtime::ModelOptions::recompute_layernorm},
+      {"moe_act", &kp::runtime::ModelOptions::recompute_moe_act},
+      {"mla_up_proj", &kp::runtime::ModelOptions::recompute_mla_up_proj}};
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find(',', start), s.size());
+    const std::string name = s.substr(start, end - start);
+    auto it = std::find_if(std::begin(modules), std::end(modules), [&](const auto& m) { return name == m.first; });
+    if (it == std::end(modules)) return bad;
+    o->*(it->second) = true;
+    start = end + 1;
+  }
+  return Status::Ok();
+}
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
@@ -105,10 +144,8 @@ Result<Args> ParseArgs(int argc, char** argv) {
     return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup and --profile >= 0");
   if (a.fused != 0 && a.fused != 1) return Status::InvalidArgument("--fused: must be 0 or 1");
   if (a.memory_trace < 0 || a.memory_trace > 2) return Status::InvalidArgument("--memory-trace: must be 0, 1 or 2");
-  if (a.recompute != "none" && a.recompute != "full" && a.recompute != "moe" && a.recompute != "moe,mlp" &&
-      !(a.recompute.rfind("block:", 0) == 0 && a.recompute.size() > 6 &&
-        a.recompute.find_first_not_of("0123456789", 6) == std::string::npos && std::stoi(a.recompute.substr(6)) > 0))
-    return Status::InvalidArgument("--recompute: must be none, full, block:N (N > 0), moe or moe,mlp");
+  kp::runtime::ModelOptions checked;
+  KP_RETURN_IF_ERROR(ApplyRecompute(a.recompute, &checked));
   if (a.states != "fp32" && a.states != "mixed") return Status::InvalidArgument("--states: must be fp32 or mixed");
   return a;
 }
@@ -257,11 +294,10 @@ int Run(const Args& args) {
   kp::runtime::ModelOptions options;
   options.kda_chunk = args.kda_chunk;
   options.fused_kernels = args.fused == 1;
-  const bool modules = args.recompute.rfind("moe", 0) == 0;
-  options.activation_checkpointing = args.recompute != "none" && !modules;
-  options.recompute_moe = modules;
-  options.recompute_mlp = args.recompute == "moe,mlp";
-  options.checkpoint_first_layers = args.recompute.rfind("block:", 0) == 0 ? std::stoi(args.recompute.substr(6)) : 0;
+  if (Status s = ApplyRecompute(args.recompute, &options); !s.ok()) {  // checked by ParseArgs
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
   // Megatron's mixed precision: bf16 weights, fp32 main gradients and masters.
   if (args.states == "mixed") options.weight_dtype = kp::runtime::DType::kBf16;
   if (!args.dump_dir.empty()) {

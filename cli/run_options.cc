@@ -161,7 +161,9 @@ po::options_description RunOptions() {
       ("recompute-modules", po::value<std::string>(),
        "with --recompute selective, Megatron's modules recomputed in backward, comma-separated: core_attn (the "
        "default; a fused attention keeps nothing of it, so nothing is redone, as the planner prices it), moe (an "
-       "MoE layer's whole MoE block), mlp (a dense layer's MLP), shared_experts (the shared experts)")
+       "MoE layer's whole MoE block), mlp (a dense layer's MLP), shared_experts (the shared experts); layernorm (the "
+       "two norms' outputs), moe_act (each routed expert's SwiGLU product), mla_up_proj (MLA's up-projected, rotated "
+       "queries, keys and values): freed once their consumer has saved them, remade before its backward")
       ("distributed-optimizer", po::value<std::string>()->implicit_value("on"),
        "on | off: AdamW's moments sharded over each parameter's data-parallel replicas, the updated parameters "
        "gathered (Megatron's distributed optimizer; default off)")
@@ -253,6 +255,9 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   c.options.recompute_moe = checkpointing.moe;
   c.options.recompute_mlp = checkpointing.mlp;
   c.options.recompute_shared_experts = checkpointing.shared_experts;
+  c.options.recompute_layernorm = checkpointing.layernorm;
+  c.options.recompute_moe_act = checkpointing.moe_act;
+  c.options.recompute_mla_up_proj = checkpointing.mla_up_proj;
   c.options.checkpoint_group_layers = checkpointing.group_layers;
   if (plan) {
     c.distributed_optimizer = plan->distributed_optimizer;

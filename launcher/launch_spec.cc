@@ -291,13 +291,16 @@ std::vector<std::string> NativeRunArgs(const Launch& l, int nproc) {
       Flag(a, "--recompute-num-layers", checkpointing->group_layers);
     }
   }
-  if (checkpointing.ok() && (checkpointing->moe || checkpointing->mlp || checkpointing->shared_experts)) {
+  if (checkpointing.ok()) {
     std::string modules;
-    for (const auto& [on, name] : {std::pair{checkpointing->moe, "moe"}, {checkpointing->mlp, "mlp"},
-                                   {checkpointing->shared_experts, "shared_experts"}})
+    const LayerCheckpointing& c = *checkpointing;
+    for (const auto& [on, name] : {std::pair{c.moe, "moe"}, {c.mlp, "mlp"}, {c.shared_experts, "shared_experts"},
+                                   {c.layernorm, "layernorm"}, {c.moe_act, "moe_act"}, {c.mla_up_proj, "mla_up_proj"}})
       if (on) modules += (modules.empty() ? "" : ",") + std::string(name);
-    Flag(a, "--recompute", "selective");
-    Flag(a, "--recompute-modules", modules);
+    if (!modules.empty()) {
+      Flag(a, "--recompute", "selective");
+      Flag(a, "--recompute-modules", modules);
+    }
   }
   Flag(a, "--dtype", "bf16");
   Flag(a, "--state-precision", r.state_precision == StatePrecision::kMixed ? "mixed" : "fp32");

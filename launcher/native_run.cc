@@ -26,12 +26,12 @@ Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
         if (m == RecomputeModule::kMoe) c.moe = true;
         else if (m == RecomputeModule::kMlp) c.mlp = true;
         else if (m == RecomputeModule::kSharedExperts) c.shared_experts = true;
+        else if (m == RecomputeModule::kLayernorm) c.layernorm = true;
+        else if (m == RecomputeModule::kMoeAct) c.moe_act = true;
+        else if (m == RecomputeModule::kMlaUpProj) c.mla_up_proj = true;
         else if (m == RecomputeModule::kCoreAttn && !r.flash_attention)
           return NotExecuted("--recompute", "selective recomputation of an eager attention core",
                              "--recompute none or full, or --flash-attention on");
-        else if (m != RecomputeModule::kCoreAttn)
-          return NotExecuted("--recompute-modules", "recomputation of " + RecomputeModulesList({m}),
-                             "--recompute-modules of core_attn, moe, mlp and shared_experts");
       }
       return c;
     }

@@ -23,8 +23,12 @@ struct LayerCheckpointing {
   /// layer's MLP.
   bool moe = false;
   bool mlp = false;
-  /// Megatron's --recompute-modules shared_experts.
+  /// Megatron's --recompute-modules shared_experts, layernorm, moe_act and
+  /// mla_up_proj.
   bool shared_experts = false;
+  bool layernorm = false;
+  bool moe_act = false;
+  bool mla_up_proj = false;
   /// With enabled and first_layers 0: recompute N layers at a time (Megatron's
   /// uniform N), each group from its first layer's input.
   int group_layers = 1;
@@ -34,8 +38,8 @@ struct LayerCheckpointing {
 /// The checkpointing that executes r's recomputation: none; full, uniform
 /// N or block N; selective of the modules core_attn (with flash attention,
 /// which the planner prices as nothing: a fused attention keeps no scores to
-/// drop), moe, mlp and shared_experts. Anything else is refused naming
-/// --recompute or --recompute-modules.
+/// drop), and every other module of Megatron's. An eager attention core is
+/// refused naming --recompute.
 Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r);
 
 /// Ok when the runtime executes every setting of r: its recomputation

@@ -19,7 +19,7 @@ PlanRequest Executable() {
 // Whole layers: none, full as every layer (uniform 1), as groups of N
 // (uniform N) or as each stage's first N (block N); Megatron's default
 // selective under flash attention, which the planner prices as none; the
-// modules moe, mlp and shared_experts.
+// modules, those that keep their input and those that drop their output.
 TEST(NativeRun, CheckpointingOfEachRecomputeSetting) {
   PlanRequest r = Executable();
   EXPECT_EQ(*CheckpointingOf(r), (LayerCheckpointing{false, 0}));
@@ -39,8 +39,11 @@ TEST(NativeRun, CheckpointingOfEachRecomputeSetting) {
   LayerCheckpointing modules;
   modules.shared_experts = modules.moe = true;
   EXPECT_EQ(*CheckpointingOf(r), modules);
-  r.recipe.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMoeAct};
-  EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute-modules: ", 0), 0u);
+  r.recipe.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMoeAct, RecomputeModule::kLayernorm,
+                                RecomputeModule::kMlaUpProj};
+  LayerCheckpointing without_output;
+  without_output.moe_act = without_output.layernorm = without_output.mla_up_proj = true;
+  EXPECT_EQ(*CheckpointingOf(r), without_output);
   r.recipe.recompute_modules = {RecomputeModule::kCoreAttn};
   r.flash_attention = false;
   EXPECT_EQ(CheckpointingOf(r).status().message().rfind("--recompute: ", 0), 0u);
@@ -61,9 +64,9 @@ TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
       {"--lora-experts", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.experts = LoraExperts::kPerExpert; }},
       {"--lora-targets", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.dense_ffn = true; }},
       {"--lora-native-base", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.native_base = true; }},
-      {"--recompute-modules", [](PlanRequest& r) {
+      {"--recompute", [](PlanRequest& r) {
          r.recompute = Recompute::kSelective;
-         r.recipe.recompute_modules = {RecomputeModule::kLayernorm};
+         r.flash_attention = false;
        }},
   };
   for (const Case& c : cases) {

@@ -3,8 +3,9 @@
 # tree (scripts/gpu_build.sh), then times kimi-wide's training step at
 # 4096-token sequences without recomputation and with the recomputation
 # `kimi-plan run --recompute full [--recompute-method block]` executes
-# (whole layers, each from its input) or --recompute selective
-# --recompute-modules moe[,mlp] (SETTING moe or moe+mlp): the step time, tokens/s and peak
+# (whole layers, each from its input; SETTING full, block:N or uniform:N)
+# or --recompute selective --recompute-modules MODULES (SETTING the module
+# names joined by +, e.g. moe+mlp or layernorm+mla_up_proj): the step time, tokens/s and peak
 # memory of each, beside a batch that fits only with it; with the fp32
 # states or Megatron's mixed precision (`--state-precision mixed`).
 #

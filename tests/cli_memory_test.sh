@@ -90,6 +90,8 @@ compare pp2-dp2-ep2-distopt-mixed-full 4 1f1b 1 2 2 1 1 2 1 2 on mixed full
 # Megatron's uniform groups: each stage keeps one input per group of 3 and
 # redoes a whole group at a time.
 compare pp2-dp2-ep2-distopt-mixed-uniform3 4 1f1b 1 2 2 1 1 2 1 2 on mixed full:uniform:3
+# The modules whose outputs are freed after their consumer and remade.
+compare pp2-dp2-ep2-distopt-mixed-outputs 4 1f1b 1 2 2 1 1 2 1 2 on mixed selective:layernorm,moe_act,mla_up_proj
 
 # Bad input: one line naming the flag, exit 2.
 echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json

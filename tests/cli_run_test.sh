@@ -135,10 +135,13 @@ PY
 
 # Megatron's mixed precision (--state-precision mixed): bf16 weight
 # matrices, fp32 main gradients, fp32 masters and moments. With the
-# distributed optimizer on or off the same within 1e-6 (the masters update
-# element by element, the norm a rounding apart); against the fp32 states, every step's loss within
-# 1% over 20 steps (bf16 weights round each to 2^-9 relative; measured
-# 0.08%), side by side in `report --compare`.
+# distributed optimizer on or off the masters update element by element and
+# the norm is a rounding apart, as in fp32 above (1e-6); but a master one
+# fp32 rounding apart may round to the other bf16 weight, 2^-8 away, and
+# from that step the runs part like any two bf16 runs: every step's loss
+# and norm within 0.5% (measured 1e-9 until the first such step, then up
+# to 6e-4). Against the fp32 states, every step's loss within 1% over 20
+# steps (measured 0.08%), side by side in `report --compare`.
 for states in fp32 mixed-off mixed-on; do
   precision=${states%%-*}; opt=${states#*-}; [ "$states" = fp32 ] && opt=off
   "$bin" run --nproc 2 --dp 2 "${small[@]}" --dtype bf16 --steps 20 --state-precision "$precision" \
@@ -146,7 +149,7 @@ for states in fp32 mixed-off mixed-on; do
   "$bin" run --nproc 4 --pp 2 --dp 2 --ep 2 "${tiny[@]}" --batch 8 --seq-len 8 --dtype bf16 --steps 20 \
     --state-precision "$precision" --distributed-optimizer "$opt" --json > "states_pp_$states.json" 2> /dev/null
 done
-check "mixed precision: optimizer sharded or not within 1e-6; within 1% of the fp32 states' losses" python3 - <<'PY'
+check "mixed precision: optimizer sharded or not within 0.5%; within 1% of the fp32 states' losses" python3 - <<'PY'
 import json, sqlite3
 db = sqlite3.connect("kimi-plan.db")
 for layout in ("dp", "pp"):
@@ -154,7 +157,9 @@ for layout in ("dp", "pp"):
     fp32, off, on = (db.execute("select loss, grad_norm from steps where run_id = ? order by step",
                                 (r["run_id"],)).fetchall() for r in runs)
     assert len(off) == 20 and len(on) == 20, (layout, off, on)
-    assert max(abs(a - b) / abs(a) for x, y in zip(off, on) for a, b in zip(x, y)) <= 1e-6, (layout, off, on)
+    parted = max(abs(a - b) / abs(a) for x, y in zip(off, on) for a, b in zip(x, y))
+    print(f"{layout}: worst relative difference of a loss or norm, mixed states, distributed optimizer on against off: {parted:.1e}")
+    assert parted <= 5e-3, (layout, off, on)
     worst = max(abs(a[0] - b[0]) / a[0] for a, b in zip(fp32, off))
     print(f"{layout}: worst relative loss difference, mixed against fp32 states: {worst:.2e}")
     assert 0 < worst < 1e-2, (layout, worst)
@@ -169,18 +174,20 @@ refused "mixed states without bf16 activations" steps "--state-precision: mixed 
 # Recomputation as planned: every layer (full), or each stage's first N
 # (block N), each recomputed from its input, groups of N layers (uniform N),
 # or Megatron's modules (the MoE blocks and the dense MLP, the shared
-# experts): the losses are the run's without it, bitwise except for groups,
+# experts; the norms, the experts' activation and MLA's up-projections, whose
+# outputs are freed and remade): the losses are the run's without it, bitwise except for groups,
 # and the first stage's peak is lower.
-for rc in none full block modules shared groups; do
+for rc in none full block modules shared outputs groups; do
   case $rc in none) flags=();; full) flags=(--recompute full);; block) flags=(--recompute full --recompute-method block --recompute-num-layers 1);;
     modules) flags=(--recompute selective --recompute-modules moe,mlp);;
     shared) flags=(--recompute selective --recompute-modules shared_experts);;
+    outputs) flags=(--recompute selective --recompute-modules layernorm,moe_act,mla_up_proj);;
     groups) flags=(--recompute full --recompute-method uniform --recompute-num-layers 2);; esac
   "$bin" run --nproc 2 --pp 2 "${small[@]}" --steps 3 "${flags[@]}" --json > "recompute_$rc.json" 2> /dev/null
 done
 check "recomputation: the losses are the run's without it, bitwise; the first stage keeps less" python3 - <<'PY'
 import json
-r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block", "modules", "shared", "groups")}
+r = {k: json.load(open(f"recompute_{k}.json")) for k in ("none", "full", "block", "modules", "shared", "outputs", "groups")}
 bitwise = [k for k in r if k != "groups"]
 assert len({(r[k]["first_loss"], r[k]["last_loss"]) for k in bitwise}) == 1, r
 # A uniform group sums a block's gradient over its layers inside the group
@@ -191,7 +198,7 @@ assert g["first_loss"] == n["first_loss"], (g, n)
 assert abs(g["last_loss"] - n["last_loss"]) <= 1e-5 * abs(n["last_loss"]), (g, n)
 peak = {k: x["peak_memory_bytes_by_rank"][0] for k, x in r.items()}
 assert peak["full"] < peak["block"] < peak["none"] and peak["modules"] < peak["none"], peak
-assert peak["groups"] < peak["none"] and peak["shared"] < peak["none"], peak
+assert peak["groups"] < peak["none"] and peak["shared"] < peak["none"] and peak["outputs"] < peak["none"], peak
 PY
 # Megatron's default selective recomputation (the attention core) keeps
 # nothing a fused attention holds: it runs, as the planner prices it, as none.
@@ -200,7 +207,6 @@ check "selective recomputation of the attention core runs" test $? -eq 0
 refused "a recompute method without full" steps "--recompute-method: needs --recompute full" run --nproc 2 "${small[@]}" --recompute-method block --steps 1
 refused "--batch and --global-batch" steps "--batch: give --batch (sequences) or --global-batch" run --nproc 2 "${small[@]}" --global-batch 4 --steps 1
 refused "a micro-batch that does not divide a replica's rows" steps "--micro-batch: 3 does not divide a replica's 2 sequences" run --nproc 2 "${small[@]}" --micro-batch 3 --steps 1
-refused "a recompute module run does not execute" steps "--recompute-modules: kimi-plan run does not execute recomputation of layernorm" run --nproc 2 "${small[@]}" --recompute selective --recompute-modules moe,layernorm --steps 1
 refused "recompute modules without selective" steps "--recompute-modules: needs --recompute selective" run --nproc 2 "${small[@]}" --recompute-modules moe --steps 1
 for flag in "--global-batch=64 --moe-imbalance 1.2" "--grad-bucket-mib 25" "--placement split" "--gpu h100" "--flash-attention off"; do
   name=${flag%% *}; name=${name%%=*}

@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include "runtime/model/cuda_kernels.h"
+#include "runtime/model/recompute.h"
 
 namespace kp::runtime {
 
@@ -360,7 +361,8 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
 
 MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
     : heads_(spec.heads), nope_(spec.mla.qk_nope_head_dim), rope_(spec.mla.qk_rope_head_dim),
-      v_dim_(spec.mla.v_head_dim), kv_rank_(spec.mla.kv_lora_rank), theta_(options.rope_theta) {
+      v_dim_(spec.mla.v_head_dim), kv_rank_(spec.mla.kv_lora_rank), theta_(options.rope_theta),
+      recompute_up_(options.recompute_mla_up_proj) {
   const std::int64_t d = spec.hidden, qk = nope_ + rope_, q_rank = spec.mla.q_lora_rank;
   auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std) {
     return register_module(name, std::make_shared<ProjImpl>(in, out, std, init, true));
@@ -393,14 +395,30 @@ void MlaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit
   heads_ = local;
 }
 
+std::vector<torch::Tensor> MlaImpl::UpProject(const std::vector<torch::Tensor>& in) const {
+  const torch::Tensor& q_source = in[0];
+  const torch::Tensor& latent = in[1];
+  const torch::Tensor& q_pos = in.back();
+  const std::int64_t b = q_source.size(0), t = q_source.size(1), s = latent.size(1);
+  const torch::Tensor q = (q_ ? q_ : q_b_)->forward(q_source);
+  const torch::Tensor kv_up = kv_b_->forward(latent);
+  if (rope_ == 0) return {q, kv_up};
+  const torch::Tensor q_heads = q.view({b, t, heads_, nope_ + rope_});
+  const torch::Tensor q_full =
+      torch::cat({q_heads.narrow(-1, 0, nope_), ApplyRopeAt(q_heads.narrow(-1, nope_, rope_), theta_, q_pos)}, -1);
+  const torch::Tensor k_full = torch::cat({kv_up.view({b, s, heads_, nope_ + v_dim_}).narrow(-1, 0, nope_),
+                                           in[2].unsqueeze(2).expand({b, s, heads_, rope_})},
+                                          -1);
+  return {q_full, kv_up, k_full};
+}
+
 torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   CheckDecodable(region_, cache);
   // The down-projections and their norms run on what this rank holds; the
   // latents enter the region (narrower than x, so cheaper to gather).
   const torch::Tensor x = region_.Enter(x_in);
   const std::int64_t b = x.size(0), t = x.size(1), offset = cache ? cache->length : 0;
-  const torch::Tensor q = (q_ ? q_->forward(x) : q_b_->forward(region_.Enter(q_norm_->forward(q_a_->forward(x_in)))))
-                              .view({b, t, heads_, nope_ + rope_});
+  const torch::Tensor q_source = q_ ? x : region_.Enter(q_norm_->forward(q_a_->forward(x_in)));
   const torch::Tensor kv = kv_a_->forward(x_in);
   torch::Tensor latent = kv_norm_->forward(kv.narrow(-1, 0, kv_rank_));  // [B, T, r]
   torch::Tensor rope_in = rope_ > 0 ? kv.narrow(-1, kv_rank_, rope_) : torch::Tensor();
@@ -427,15 +445,27 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
     if (rope_ > 0) k_rope = both.narrow(-1, kv_rank_, rope_);
   }
   const std::int64_t s = latent.size(1);  // key positions
-  const torch::Tensor kv_up = kv_b_->forward(latent).view({b, s, heads_, nope_ + v_dim_});
-  torch::Tensor q_full = q, k_full = kv_up.narrow(-1, 0, nope_);
-  if (rope_ > 0) {
-    q_full = torch::cat({q.narrow(-1, 0, nope_), ApplyRopeAt(q.narrow(-1, nope_, rope_), theta_, q_pos)}, -1);
-    k_full = torch::cat({k_full, k_rope.unsqueeze(2).expand({b, s, heads_, rope_})}, -1);
+  std::vector<torch::Tensor> up_in{q_source, latent};
+  if (rope_ > 0) up_in.push_back(k_rope);
+  up_in.push_back(q_pos);
+  // Megatron's mla_up_proj: the rotated queries, keys and values are freed
+  // once the attention core has saved them, and remade for its backward.
+  OutputRecompute up;
+  std::vector<torch::Tensor> up_out;
+  if (recompute_up_) {
+    std::vector<torch::Tensor> params = TrainableOf(*(q_ ? q_ : q_b_));
+    for (const torch::Tensor& p : TrainableOf(*kv_b_)) params.push_back(p);
+    up_out = up.Run([this](const std::vector<torch::Tensor>& in) { return UpProject(in); }, up_in, params);
+  } else {
+    up_out = UpProject(up_in);
   }
+  const torch::Tensor kv_up = up_out[1].view({b, s, heads_, nope_ + v_dim_});
+  const torch::Tensor q_full = up_out[0].view({b, t, heads_, nope_ + rope_});
+  const torch::Tensor k_full = rope_ > 0 ? up_out[2] : kv_up.narrow(-1, 0, nope_);
   const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
   const double scale = 1.0 / std::sqrt(static_cast<double>(nope_ + rope_));
   const torch::Tensor o = Attend(q_full, k_full, v, scale, q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
+  if (recompute_up_) up.DiscardOutputs(o);
   const torch::Tensor gated = gate_ ? o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type()) : o;
   return region_.Exit(o_proj_->forward(gated));
 }

@@ -155,6 +155,12 @@ class MlaImpl : public TokenMixer {
   std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
   std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
   double theta_;
+  bool recompute_up_;  // Megatron's mla_up_proj (ModelOptions::recompute_mla_up_proj)
+  // The up-projections and the rotary embedding: (the queries' source, the
+  // latent, the rotated key, the positions) -> rotated queries [B, T, H,
+  // qk], keys [B, S, H, qk], and the whole kv up-projection [B, S, H, nope
+  // + v] whose tail is the values.
+  std::vector<torch::Tensor> UpProject(const std::vector<torch::Tensor>& in) const;
 };
 
 /// Multi-head (grouped-query) attention with RoPE, for GPT-style specs.

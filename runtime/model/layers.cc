@@ -1,4 +1,3 @@
-#include "runtime/model/recompute.h"
 #include "runtime/model/layers.h"
 
 #include <cmath>
@@ -9,6 +8,7 @@
 #include "runtime/comm/device.h"
 #include "runtime/model/cuda_kernels.h"
 #include "runtime/model/expert_parallel.h"
+#include "runtime/model/recompute.h"
 
 // at::_grouped_mm (bf16, sm90+, with autograd) arrived in PyTorch 2.8.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
@@ -225,8 +225,17 @@ torch::Tensor ExpertBankImpl::forward(const torch::Tensor& x_sorted, const std::
     const std::int64_t c = counts[e];
     if (c == 0) continue;
     const torch::Tensor xe = x_sorted.narrow(0, offset, c);
-    const torch::Tensor h = torch::silu(Apply(gate, e, xe)) * Apply(up, e, xe);
-    outs.push_back(Apply(down, e, h));
+    const torch::Tensor g = Apply(gate, e, xe), u = Apply(up, e, xe);
+    if (!recompute_act_) {
+      outs.push_back(Apply(down, e, torch::silu(g) * u));
+    } else {
+      OutputRecompute act;
+      const torch::Tensor h = act.Run([](const std::vector<torch::Tensor>& in) {
+        return std::vector<torch::Tensor>{torch::silu(in[0]) * in[1]};
+      }, {g, u}, {})[0];
+      outs.push_back(Apply(down, e, h));
+      act.DiscardOutputs(outs.back());
+    }
     offset += c;
   }
   if (outs.empty()) return torch::zeros_like(x_sorted);
@@ -366,6 +375,7 @@ MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init
                                                                     options.route_scale, init));
   experts_ = register_module("experts", std::make_shared<ExpertBankImpl>(num_experts_, latent > 0 ? latent : d,
                                                                          spec.moe.expert_ffn, init_std, out_std, init));
+  experts_->set_recompute_act(options.recompute_moe_act && !options.recompute_moe);
   if (latent > 0) {
     latent_down_ = register_module("latent_down", std::make_shared<ProjImpl>(d, latent, init_std, init, false));
     latent_up_ = register_module("latent_up", std::make_shared<ProjImpl>(latent, d, out_std, init, false));

@@ -209,6 +209,9 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   std::int64_t ffn() const { return gate_.weight.size(1); }
   std::int64_t num_experts() const { return num_experts_; }
   bool has_lora() const { return gate_.lora_a.defined(); }
+  /// Megatron's moe_act: the loop frees each expert's SwiGLU product after
+  /// the down projection and remakes it for the backward.
+  void set_recompute_act(bool on) { recompute_act_ = on; }
 
  private:
   struct Matrix {
@@ -228,6 +231,7 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   std::int64_t num_experts_;
   double lora_scale_ = 0;
   bool merged_ = false;
+  bool recompute_act_ = false;
 };
 
 /// The mixture of experts (§7): sigmoid router, top-k routed SwiGLU experts

@@ -175,7 +175,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& op
     : index_(layer),
       block_(spec.attn_res_block),
       checkpoint_(options.activation_checkpointing),
-      recompute_ffn_(spec.is_moe_layer(layer) ? options.recompute_moe : options.recompute_mlp) {
+      recompute_ffn_(spec.is_moe_layer(layer) ? options.recompute_moe : options.recompute_mlp),
+      recompute_norms_(options.recompute_layernorm) {
   Init init(options.seed, 1 + static_cast<std::uint64_t>(layer), options.deferred_init, WeightDtype(options));
   const std::int64_t d = spec.hidden;
   const double out_std = OutputStd(spec);
@@ -213,11 +214,21 @@ torch::Tensor DecoderLayerImpl::Body(const std::vector<torch::Tensor>& blocks, c
   // Plain residual (no blocks): partial is the residual stream itself.
   const torch::Tensor attn_in = attn_res_ ? attn_res_->forward(blocks, partial)
                                           : (partial.defined() ? partial : blocks.back());
-  const torch::Tensor attn_normed = attn_norm_->forward(attn_in);
+  OutputRecompute attn_norm_output, ffn_norm_output;
+  const torch::Tensor attn_normed = Norm(*attn_norm_, attn_in, attn_norm_output);
   const torch::Tensor attn_out = cache ? attention_->MixIncremental(attn_normed, *cache) : attention_->Mix(attn_normed);
+  if (recompute_norms_) attn_norm_output.DiscardOutputs(attn_out);
   const torch::Tensor prefix = partial.defined() ? partial + attn_out : attn_out;
   const torch::Tensor ffn_in = ffn_res_ ? ffn_res_->forward(blocks, prefix) : prefix;
-  return prefix + MixChannels(ffn_norm_->forward(ffn_in), record_load);
+  const torch::Tensor ffn_out = MixChannels(Norm(*ffn_norm_, ffn_in, ffn_norm_output), record_load);
+  if (recompute_norms_) ffn_norm_output.DiscardOutputs(ffn_out);
+  return prefix + ffn_out;
+}
+
+torch::Tensor DecoderLayerImpl::Norm(RmsNormImpl& norm, const torch::Tensor& x, OutputRecompute& output) {
+  if (!recompute_norms_) return norm.forward(x);
+  return output.Run([&norm](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{norm.forward(in[0])}; },
+                    {x}, TrainableOf(norm))[0];
 }
 
 torch::Tensor DecoderLayerImpl::MixChannels(const torch::Tensor& x, bool record_load) {

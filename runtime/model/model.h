@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "runtime/model/attention.h"
 #include "runtime/model/layers.h"
+#include "runtime/model/recompute.h"
 #include "runtime/model/runtime_config.h"
 #include "specs/stage_split.h"
 
@@ -92,7 +93,8 @@ class DecoderLayerImpl : public torch::nn::Module {
  private:
   int index_, block_;
   bool checkpoint_;
-  bool recompute_ffn_;  ///< the channel mixer keeps only its input (recompute_moe / recompute_mlp)
+  bool recompute_ffn_;    ///< the channel mixer keeps only its input (recompute_moe / recompute_mlp)
+  bool recompute_norms_;  ///< the norms' outputs are freed and remade (recompute_layernorm)
   std::shared_ptr<AttnResImpl> attn_res_, ffn_res_;
   std::shared_ptr<RmsNormImpl> attn_norm_, ffn_norm_;
   std::shared_ptr<TokenMixer> attention_;
@@ -102,6 +104,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   // The channel mixer on the normed FFN input, recomputed in backward when
   // recompute_ffn_ and autograd records.
   torch::Tensor MixChannels(const torch::Tensor& x, bool record_load);
+  // norm(x); with recompute_norms_ through `output`, whose outputs the
+  // caller discards once the norm's consumer has run.
+  torch::Tensor Norm(RmsNormImpl& norm, const torch::Tensor& x, OutputRecompute& output);
 };
 
 /// tokens [B, T] (int64) -> ResidualStream{embedding in the activation dtype, {}}.

@@ -9,6 +9,7 @@
 // (LoRA over a frozen embedding). Not thread-safe: a boundary runs on the
 // thread that calls forward or backward, as the rest of the model does.
 
+#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -40,6 +41,40 @@ std::vector<torch::Tensor> TrainableOf(const torch::nn::Module& module);
 /// gradients are the plain call's bit for bit (CPU), because the outer graph
 /// sums every gradient in the same order. Without grad mode: the plain call.
 torch::Tensor MixRecomputed(ChannelMixer& module, const torch::Tensor& x, bool record_load);
+
+/// Megatron's CheckpointWithoutOutput (--recompute-modules layernorm,
+/// moe_act, mla_up_proj): for a function whose outputs the next operation
+/// saves anyway, keeping the inputs alone saves nothing, so the outputs'
+/// memory is freed too. Run gives fn(inputs) through a boundary that keeps
+/// only the inputs; once the operation that consumes the outputs has run,
+/// DiscardOutputs(consumer_output) frees the outputs' storage, and a hook on
+/// consumer_output's gradient runs fn again and refills that storage before
+/// the consumer's backward reads it. The boundary's backward differentiates
+/// the recomputed graph, so the gradients are the plain call's bit for bit
+/// (CPU). Without grad mode both calls are the plain call and a no-op.
+/// One object per call site and forward; the hook and the boundary share
+/// its state, so it may go out of scope after DiscardOutputs.
+class OutputRecompute {
+ public:
+  using Fn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+  OutputRecompute();
+  ~OutputRecompute();
+  OutputRecompute(const OutputRecompute&) = delete;
+  OutputRecompute& operator=(const OutputRecompute&) = delete;
+  /// fn(inputs). `params`: the parameters fn uses that train.
+  std::vector<torch::Tensor> Run(Fn fn, const std::vector<torch::Tensor>& inputs,
+                                 const std::vector<torch::Tensor>& params);
+  /// Frees the outputs' memory; `consumer_output` is the output of the
+  /// operation that saved them (its gradient arrives before that operation's
+  /// backward). Requires Run before; a no-op when Run recorded no graph.
+  void DiscardOutputs(const torch::Tensor& consumer_output);
+
+  /// Holds what the boundary and the hook share (recompute.cc).
+  struct State;
+
+ private:
+  c10::intrusive_ptr<State> state_;
+};
 
 }  // namespace kp::runtime
 

@@ -57,6 +57,15 @@ struct ModelOptions {
   /// Megatron's --recompute-modules shared_experts: the shared experts keep
   /// only their input and run again in the backward.
   bool recompute_shared_experts = false;
+  /// Megatron's --recompute-modules layernorm, moe_act and mla_up_proj: the
+  /// module's outputs, which the next operation saves, are freed after it
+  /// and remade before its backward (OutputRecompute, recompute.h): the two
+  /// norms' outputs; each routed expert's SwiGLU product (the loop over
+  /// experts; the grouped GEMM path remakes it always); MLA's up-projected
+  /// and rotated queries, keys and values.
+  bool recompute_layernorm = false;
+  bool recompute_moe_act = false;
+  bool recompute_mla_up_proj = false;
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
   bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
   double route_scale = 2.5;               ///< routed-expert output scale (DeepSeek-V3's routed_scaling_factor)

@@ -129,6 +129,9 @@ std::string TrainConfigJson(const TrainConfig& c) {
   if (c.options.recompute_moe) j["recompute_moe"] = true;
   if (c.options.recompute_mlp) j["recompute_mlp"] = true;
   if (c.options.recompute_shared_experts) j["recompute_shared_experts"] = true;
+  if (c.options.recompute_layernorm) j["recompute_layernorm"] = true;
+  if (c.options.recompute_moe_act) j["recompute_moe_act"] = true;
+  if (c.options.recompute_mla_up_proj) j["recompute_mla_up_proj"] = true;
   if (c.options.checkpoint_group_layers > 1) j["checkpoint_group_layers"] = c.options.checkpoint_group_layers;
   j["kda_chunk"] = c.options.kda_chunk;
   j["route_scale"] = c.options.route_scale;
@@ -216,6 +219,9 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Bool("recompute_moe", &c->options.recompute_moe));
   KP_RETURN_IF_ERROR(f.Bool("recompute_mlp", &c->options.recompute_mlp));
   KP_RETURN_IF_ERROR(f.Bool("recompute_shared_experts", &c->options.recompute_shared_experts));
+  KP_RETURN_IF_ERROR(f.Bool("recompute_layernorm", &c->options.recompute_layernorm));
+  KP_RETURN_IF_ERROR(f.Bool("recompute_moe_act", &c->options.recompute_moe_act));
+  KP_RETURN_IF_ERROR(f.Bool("recompute_mla_up_proj", &c->options.recompute_mla_up_proj));
   KP_RETURN_IF_ERROR(f.Int("checkpoint_group_layers", &c->options.checkpoint_group_layers, 1, limits::kMaxLayers,
                            /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
