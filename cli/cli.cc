@@ -42,6 +42,7 @@ std::vector<Subcommand> LightCommands(const CliEnv& env) {
       {"simulate", "simulate pipeline schedules, the AttnRes transport, weight sync and the SDPO loop", SimulateCommand},
       {"launch", "write and start the Slurm or Modal job of a plan, or run it here", LaunchCommand},
       {"report", "list, summarise and compare runs against their plans; CSV, JSON and HTML exports", ReportCommand},
+      {"ingest", "read a Verl job's metrics file into the store as a run beside its plan; --follow tails it", IngestCommand},
       {"validate", "the planner's step time and memory against published Megatron-LM measurements", ValidateCommand},
   };
   for (const RuntimeCommandInfo& c : kRuntimeCommands) all.push_back(RuntimeSubcommand(c, !env.runtime_program.empty()));

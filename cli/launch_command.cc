@@ -179,8 +179,10 @@ Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_RETURN_IF_ERROR(CheckStoreExists(vm, env));
   KP_ASSIGN_OR_RETURN(PricedPlan plan, LoadPlan(vm, env));
   KP_ASSIGN_OR_RETURN(VerlKeys keys, LoadVerlKeys(options, env));
-  const Launch launch{plan.request, plan.evaluation, options};
   const std::string out_dir = vm.count("out") ? vm["out"].as<std::string>() : "launch/" + options.label;
+  options.job_dir = out_dir;
+  if (vm.count("plan")) options.plan_id = vm["plan"].as<std::int64_t>();
+  const Launch launch{plan.request, plan.evaluation, options};
   KP_ASSIGN_OR_RETURN(LaunchArtifacts artifacts, BuildLaunch(launch, keys, out_dir, env.program));
 
   for (const JobFile& f : artifacts.files) KP_RETURN_IF_ERROR(env.fs.WriteFile(f.path, f.contents));

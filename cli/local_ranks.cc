@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/proc_file.h"
+#include "common/stop_signals.h"
 #include "common/table.h"
 #include "runtime/comm/rendezvous.h"
 #include "store/store.h"
@@ -67,40 +68,6 @@ std::string HowItEnded(int code) {
   if (code > 128) return "was killed by signal " + std::to_string(code - 128) + " (" + SignalName(code - 128) + ")";
   return "exited with code " + std::to_string(code);
 }
-
-// The signal that asked the launcher to stop, for the waiting loop. A
-// signal handler can reach nothing but such a flag, so it is the one piece
-// of process-wide state here; StopSignals sets and clears it.
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void RecordStopSignal(int signal) { g_stop_signal = signal; }
-
-constexpr std::array<int, 3> kStopSignals = {SIGINT, SIGTERM, SIGHUP};
-
-// While a launch runs: SIGINT, SIGTERM and SIGHUP set the flag instead of
-// ending the launcher, which then stops its ranks; the previous handlers
-// come back when the launch ends.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = RecordStopSignal;
-    sigemptyset(&sa.sa_mask);
-    for (std::size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &sa, &previous_[i]);
-  }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &previous_[i], nullptr);
-    g_stop_signal = 0;
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  const volatile std::sig_atomic_t* flag() const { return &g_stop_signal; }
-  void Clear() { g_stop_signal = 0; }
-
- private:
-  std::array<struct sigaction, kStopSignals.size()> previous_{};
-};
 
 // The rendezvous file a rank removes when its launcher dies (set once by
 // PrepareLocalRank, read by the handler).

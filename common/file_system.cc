@@ -37,6 +37,11 @@ const char* FileKind(mode_t mode) {
   return "not a regular file";
 }
 
+Status Shrank(const std::string& path, std::uint64_t size, std::uint64_t offset) {
+  return Status::InvalidArgument(path + ": has " + std::to_string(size) + " bytes, fewer than the " +
+                                 std::to_string(offset) + " already read (rewritten?)");
+}
+
 Status TooBig(const std::string& path, std::uint64_t max_bytes) {
   return Status::InvalidArgument(path + ": is more than " + std::to_string(max_bytes) +
                                  " bytes, the most this kind of file may hold (docs/limits.md)");
@@ -53,6 +58,11 @@ struct Descriptor {
 }  // namespace
 
 Result<std::string> RealFileSystem::ReadFile(const std::string& path, std::uint64_t max_bytes) const {
+  return ReadFileFrom(path, 0, max_bytes);
+}
+
+Result<std::string> RealFileSystem::ReadFileFrom(const std::string& path, std::uint64_t offset,
+                                                 std::uint64_t max_bytes) const {
   // Non-blocking, so that opening a FIFO with no writer returns at once and
   // fstat can refuse it; the kind is read from the open descriptor, so the
   // file checked is the file read.
@@ -65,11 +75,15 @@ Result<std::string> RealFileSystem::ReadFile(const std::string& path, std::uint6
   struct stat st {};
   if (::fstat(d.fd, &st) != 0) return Status::IoError(path + ": cannot stat (" + std::strerror(errno) + ")");
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": is " + FileKind(st.st_mode) + ", not a regular file");
-  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return TooBig(path, max_bytes);
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  if (offset > 0 && size < offset) return Shrank(path, size, offset);
+  if (size - std::min(size, offset) > max_bytes) return TooBig(path, max_bytes);
+  if (offset > 0 && ::lseek(d.fd, static_cast<off_t>(offset), SEEK_SET) < 0)
+    return Status::IoError(path + ": cannot seek (" + std::strerror(errno) + ")");
   // The size is only a hint (files under /proc say 0, a file may grow while
   // it is read): read up to one byte past the bound and refuse if it is there.
   std::string out;
-  out.reserve(static_cast<std::size_t>(st.st_size));
+  out.reserve(static_cast<std::size_t>(size - std::min(size, offset)));
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(d.fd, buf, sizeof buf);
@@ -259,10 +273,16 @@ std::string FakeFileSystem::Canonical(const std::string& path) const {
 }
 
 Result<std::string> FakeFileSystem::ReadFile(const std::string& path, std::uint64_t max_bytes) const {
+  return ReadFileFrom(path, 0, max_bytes);
+}
+
+Result<std::string> FakeFileSystem::ReadFileFrom(const std::string& path, std::uint64_t offset,
+                                                 std::uint64_t max_bytes) const {
   auto it = files_.find(path);
   if (it == files_.end()) return Status::NotFound(path + ": no such file");
-  if (it->second.size() > max_bytes) return TooBig(path, max_bytes);
-  return it->second;
+  if (it->second.size() < offset) return Shrank(path, it->second.size(), offset);
+  if (it->second.size() - offset > max_bytes) return TooBig(path, max_bytes);
+  return it->second.substr(static_cast<std::size_t>(offset));
 }
 
 std::vector<std::string> FakeFileSystem::List(const std::string& dir, const std::string& suffix) const {

@@ -27,6 +27,13 @@ class FileSystem {
   /// "PATH: cannot read (Permission denied)"; the caller prefixes its flag.
   /// common/limits.h holds the bounds (kMax*FileBytes), docs/limits.md states them.
   virtual Result<std::string> ReadFile(const std::string& path, std::uint64_t max_bytes) const = 0;
+  /// The bytes of the regular file `path` from `offset` to its end, at most
+  /// `max_bytes` of them (ReadFile's checks and errors): how a file another
+  /// program is still appending to is followed. A file now shorter than
+  /// `offset` is InvalidArgument "PATH: has N bytes, fewer than the OFFSET
+  /// already read (rewritten?)".
+  virtual Result<std::string> ReadFileFrom(const std::string& path, std::uint64_t offset,
+                                           std::uint64_t max_bytes) const = 0;
   /// File names (not paths) in `dir` ending in `suffix`, sorted.
   virtual std::vector<std::string> List(const std::string& dir, const std::string& suffix) const = 0;
   /// Writes `contents` to `path`, creating its directory; IoError naming the path.
@@ -61,6 +68,8 @@ class FileSystem {
 class RealFileSystem : public FileSystem {
  public:
   Result<std::string> ReadFile(const std::string& path, std::uint64_t max_bytes) const override;
+  Result<std::string> ReadFileFrom(const std::string& path, std::uint64_t offset,
+                                   std::uint64_t max_bytes) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   bool Exists(const std::string& path) const override;
@@ -78,6 +87,8 @@ class FakeFileSystem : public FileSystem {
   void Add(const std::string& path, std::string contents) { files_[path] = std::move(contents); }
   /// As the real one: NotFound for a path never added, the size bound applied.
   Result<std::string> ReadFile(const std::string& path, std::uint64_t max_bytes) const override;
+  Result<std::string> ReadFileFrom(const std::string& path, std::uint64_t offset,
+                                   std::uint64_t max_bytes) const override;
   std::vector<std::string> List(const std::string& dir, const std::string& suffix) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   /// A file added or written, a directory added or created, or one holding a file.

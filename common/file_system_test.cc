@@ -127,6 +127,25 @@ TEST(FakeFileSystemTest, ReadFileAppliesTheBoundAsTheRealOneDoes) {
   EXPECT_EQ(fake.ReadFile("b.json", 1).status().message(), "b.json: no such file");
 }
 
+// A file another program appends to is read from where the last read
+// stopped, the same way on disk and in the fake; one that shrank is named.
+TEST_F(OutputCheckTest, ReadFileFromReadsWhatWasAppendedSince) {
+  FakeFileSystem fake;
+  for (const FileSystem* fs : {static_cast<const FileSystem*>(&real_), static_cast<const FileSystem*>(&fake)}) {
+    const std::string path = dir_ + "/grows";
+    std::ofstream(path) << "abc";
+    fake.Add(path, "abc");
+    EXPECT_EQ(*fs->ReadFileFrom(path, 0, 10), "abc");
+    std::ofstream(path, std::ios::app) << "defg";
+    fake.Add(path, "abcdefg");
+    EXPECT_EQ(*fs->ReadFileFrom(path, 3, 10), "defg");
+    EXPECT_EQ(*fs->ReadFileFrom(path, 7, 10), "");
+    EXPECT_EQ(fs->ReadFileFrom(path, 3, 3).status().ExitCode(), 2);  // 4 new bytes, bound 3
+    EXPECT_EQ(fs->ReadFileFrom(path, 9, 10).status().message(),
+              path + ": has 7 bytes, fewer than the 9 already read (rewritten?)");
+  }
+}
+
 TEST_F(OutputCheckTest, CanonicalPathsNameOneFileOnce) {
   fs::create_symlink(dir_ + "/file", dir_ + "/link");
   EXPECT_EQ(real_.Canonical(dir_ + "/file"), real_.Canonical(dir_ + "/sub/../file"));

@@ -84,6 +84,9 @@ inline constexpr std::int64_t kMaxLocalRanks = 4'096;
 /// profile), a validation case file, a schedule CSV, a bench configuration:
 /// 16 MiB. The largest shipped (presets/calibration/h200.json) is ~40 kB.
 inline constexpr std::uint64_t kMaxSpecFileBytes = 16ull << 20;
+/// A metrics file `kimi-plan ingest` reads (Verl's file logger): about 10 kB
+/// a step, so 4 GiB holds some 400,000 steps.
+inline constexpr std::uint64_t kMaxMetricsFileBytes = 4ull << 30;
 /// An SDPO task file (JSON Lines): 256 MiB.
 inline constexpr std::uint64_t kMaxTaskFileBytes = 256ull << 20;
 /// A training token file (`train --data`): 2 GiB, which the runtime holds

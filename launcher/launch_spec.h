@@ -67,6 +67,13 @@ struct LaunchOptions {
   std::string val_files = "/cache/data/test.parquet";
   std::string image;             ///< Modal; empty: the engine's default image
   std::string kimi_plan = "kimi-plan";  ///< the native runtime's executable where ranks run
+  /// The recorded plan launched (`--plan ID`), which the job writes into its
+  /// job file for `kimi-plan ingest`; 0 for a preset.
+  std::int64_t plan_id = 0;
+  /// The job's output folder as `launch` wrote it (--out): Slurm's Verl job
+  /// writes its metrics and job file there, relative to the directory sbatch
+  /// was run from when not absolute.
+  std::string job_dir = "launch/custom";
 };
 
 /// One launch: the plan as the planner evaluated it, and how to run it.

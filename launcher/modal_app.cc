@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/text.h"
+#include "ingest/metrics_file.h"
 #include "launcher/quoting.h"
 
 namespace kp {
@@ -60,6 +61,14 @@ void Constants(const Launch& l, const VerlKeys& keys, const std::vector<VerlOver
     std::vector<std::string> args;
     for (const VerlOverride& v : overrides) args.push_back(v.Text());
     PyList(s, "VERL_ARGS", args);
+    s << "# Verl's file logger and the job file `kimi-plan ingest` reads, on the metrics volume:\n"
+      << "#   mkdir -p " << o.label << " && for f in " << kVerlMetricsFileName << " " << kJobFileName
+      << "; do modal volume get --force kimi-plan-metrics " << o.label << "/$f " << o.label << "/; done\n"
+      << "#   kimi-plan ingest " << o.label << "/" << kVerlMetricsFileName << "\n"
+      << "METRICS_DIR = " << PythonString("/metrics/" + o.label) << "\n"
+      << "METRICS_FILE = " << PythonString(kVerlMetricsFileName) << "\n"
+      << "JOB_FILE = " << PythonString(kJobFileName) << "\n"
+      << "JOB = " << PythonString(JobFileJson(o.plan_id, o.label, "verl")) << "\n";
   } else {
     s << "# The kimi-plan executable copied into the image; KIMI_PLAN_BIN overrides it.\n"
       << "KIMI_PLAN_BIN = os.environ.get(\"KIMI_PLAN_BIN\", " << PythonString(program) << ")\n";
@@ -94,7 +103,10 @@ void AppAndImage(const Launch& l, std::ostream& s) {
       << "    image = image.add_local_file(os.path.join(os.path.dirname(os.path.realpath(local_bin)), "
          "\"kimi-plan-runtime\"), \"/usr/local/bin/kimi-plan-runtime\")\n";
   }
-  s << "cache = modal.Volume.from_name(\"kimi-plan-cache\", create_if_missing=True)\n\n\n";
+  s << "cache = modal.Volume.from_name(\"kimi-plan-cache\", create_if_missing=True)\n";
+  if (l.options.engine == LaunchEngine::kVerl)
+    s << "metrics = modal.Volume.from_name(\"kimi-plan-metrics\", create_if_missing=True)\n";
+  s << "\n\n";
 }
 
 const char* kClusterView = R"(def cluster_view():
@@ -188,14 +200,26 @@ def run_node(rank, ips, extra):
     subprocess.run(["ray", "start", "--head", f"--node-ip-address={head}", f"--port={RAY_PORT}", *node_args],
                    check=True)
     wait_for_ray_nodes(NODES, JOIN_TIMEOUT_S)
-    return subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *VERL_ARGS, *extra]).returncode
+    os.makedirs(METRICS_DIR, exist_ok=True)
+    job_file = os.path.join(METRICS_DIR, JOB_FILE)
+    with open(job_file, "w") as f:
+        f.write(JOB + "\n")
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": os.path.join(METRICS_DIR, METRICS_FILE)}
+    code = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *VERL_ARGS, *extra], env=env).returncode
+    # The trainer returned: the job file says how, for `kimi-plan ingest`.
+    with open(job_file + ".tmp", "w") as f:
+        f.write(JOB.replace('"exit_code":null', f'"exit_code":{code}') + "\n")
+    os.replace(job_file + ".tmp", job_file)
+    metrics.commit()
+    return code
 
 
 )";
 
 void Function(const Launch& l, const std::string& gpu, std::ostream& s) {
   s << "@app.function(image=image, gpu=\"" << gpu << ":" << l.request.gpus_per_node
-    << "\", timeout=TIMEOUT_S, volumes={\"/cache\": cache})\n"
+    << "\", timeout=TIMEOUT_S, volumes={\"/cache\": cache"
+    << (l.options.engine == LaunchEngine::kVerl ? ", \"/metrics\": metrics" : "") << "})\n"
     << "@modal.experimental.clustered(size=" << l.job_nodes() << ", rdma=True)\n"
     << "def train(extra):\n"
     << "    rank, ips = cluster_view()\n"

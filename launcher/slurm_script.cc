@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "ingest/metrics_file.h"
 #include "launcher/quoting.h"
 
 namespace kp {
@@ -91,6 +92,21 @@ wait_for_ray_nodes() {  # wait_for_ray_nodes COUNT: until COUNT nodes are alive,
 }
 )";
 
+// Where Verl's file logger writes (one JSON line a step) and the job file
+// beside it, which names the plan and, once the trainer returns, its exit
+// code: what `kimi-plan ingest` reads back.
+void MetricsFiles(const Launch& l, std::ostream& s) {
+  const std::string& dir = l.options.job_dir;
+  const bool absolute = !dir.empty() && dir.front() == '/';
+  s << "\n# Verl's file logger and the job file `kimi-plan ingest` reads (docs/launcher.md).\n"
+    << "KIMI_PLAN_JOB_DIR=${KIMI_PLAN_JOB_DIR:-" << (absolute ? "" : "\"$SLURM_SUBMIT_DIR\"/") << ShellQuote(dir) << "}\n"
+    << "export VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-\"$KIMI_PLAN_JOB_DIR/" << kVerlMetricsFileName << "\"}\n"
+    << "KIMI_PLAN_JOB_FILE=\"$(dirname \"$VERL_FILE_LOGGER_PATH\")/" << kJobFileName << "\"\n"
+    << "KIMI_PLAN_JOB=" << ShellQuote(JobFileJson(l.options.plan_id, l.options.label, "verl")) << "\n"
+    << "mkdir -p \"$(dirname \"$VERL_FILE_LOGGER_PATH\")\"\n"
+    << "printf '%s\\n' \"$KIMI_PLAN_JOB\" > \"$KIMI_PLAN_JOB_FILE\"\n\n";
+}
+
 Status VerlBody(const Launch& l, const VerlKeys& keys, std::ostream& s) {
   KP_ASSIGN_OR_RETURN(std::vector<VerlOverride> overrides, VerlOverrides(l, keys));
   std::vector<std::string> args;
@@ -115,7 +131,15 @@ Status VerlBody(const Launch& l, const VerlKeys& keys, std::ostream& s) {
     << "done\n"
     << "wait_for_ray_nodes " << l.job_nodes() << "\n\n";
   Array(s, "VERL_ARGS", args);
-  s << "python3 -m " << kVerlTrainerModule << " \"${VERL_ARGS[@]}\" \"$@\"\n";
+  MetricsFiles(l, s);
+  // set -e would end the script with the trainer, before the job file
+  // could say how it ended.
+  s << "rc=0\n"
+    << "python3 -m " << kVerlTrainerModule << " \"${VERL_ARGS[@]}\" \"$@\" || rc=$?\n"
+    << "# The trainer returned: the job file says how, for `kimi-plan ingest` (and its --follow).\n"
+    << "printf '%s\\n' \"${KIMI_PLAN_JOB/\\\"exit_code\\\":null/\\\"exit_code\\\":$rc}\" > \"$KIMI_PLAN_JOB_FILE.tmp\" && "
+       "mv \"$KIMI_PLAN_JOB_FILE.tmp\" \"$KIMI_PLAN_JOB_FILE\"\n"
+    << "exit $rc\n";
   return Status::Ok();
 }
 

@@ -88,7 +88,7 @@ TEST(SlurmScript, VerlStartsRayAndWaitsForEveryNodeBeforeTheTrainer) {
   const size_t first_wait = s.find("wait_for_ray_nodes 1\n");
   const size_t workers = s.find("ray start --address=\"$RAY_ADDRESS\"");
   const size_t all_wait = s.find("wait_for_ray_nodes 17\n");
-  const size_t trainer = s.find("python3 -m verl.trainer.main_ppo \"${VERL_ARGS[@]}\" \"$@\"\n");
+  const size_t trainer = s.find("python3 -m verl.trainer.main_ppo \"${VERL_ARGS[@]}\" \"$@\" || rc=$?\n");
   ASSERT_NE(trainer, std::string::npos) << s;
   EXPECT_LT(head, first_wait);
   EXPECT_LT(first_wait, workers);
@@ -102,7 +102,15 @@ TEST(SlurmScript, VerlStartsRayAndWaitsForEveryNodeBeforeTheTrainer) {
   EXPECT_TRUE(Has(s, "  actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2\n"));
   EXPECT_TRUE(Has(s, "  distillation.distillation_loss.loss_mode=k1\n"));
   EXPECT_TRUE(Has(s, "  +ray_kwargs.ray_init.address=auto\n"));
-  EXPECT_TRUE(Has(s, "  'trainer.logger=[\"console\"]'\n"));
+  // The file logger, in the job's folder, beside the job file that names the
+  // plan and, after the trainer, its exit code (kimi-plan ingest).
+  EXPECT_TRUE(Has(s, "  'trainer.logger=[\"console\",\"file\"]'\n"));
+  EXPECT_TRUE(Has(s, "export VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-\"$KIMI_PLAN_JOB_DIR/verl-metrics.jsonl\"}\n"));
+  const size_t job_file = s.find("printf '%s\\n' \"$KIMI_PLAN_JOB\" > \"$KIMI_PLAN_JOB_FILE\"\n");
+  const size_t exit_code = s.find("\"exit_code\\\":$rc}");
+  EXPECT_LT(job_file, trainer);
+  EXPECT_LT(trainer, exit_code);
+  EXPECT_NE(exit_code, std::string::npos);
 }
 
 TEST(SlurmScript, EverySeedScriptPassesBashN) {

@@ -188,8 +188,10 @@ void AddTrainer(const Launch& l, OverrideList& o) {
   o.Add("trainer.n_gpus_per_node", l.request.gpus_per_node);
   o.Add("trainer.project_name", "kimi-plan");
   o.Add("trainer.experiment_name", HydraString(l.options.label));
-  // Console only: the default adds wandb, which needs credentials on every node.
-  o.Add("trainer.logger", HydraList({"console"}));
+  // Not the default's wandb, which needs credentials on every node: the
+  // console, and the file logger (VERL_FILE_LOGGER_PATH, set by the job) that
+  // `kimi-plan ingest` reads.
+  o.Add("trainer.logger", HydraList({"console", "file"}));
 }
 
 // Seed 001: on-policy distillation with the k1 loss used as a

@@ -64,30 +64,93 @@ std::string PredictionsSection(const std::vector<std::pair<std::int64_t, std::ve
     for (const PredictionRow& r : preds) {
       const bool bytes = r.what.find("bytes") != std::string::npos;
       auto show = [&](double v) { return bytes ? FormatGB(v) : FormatFixed(v, 4); };
+      const std::optional<double> ratio = r.Ratio();
       rows.push_back({std::to_string(run), r.what, r.source, show(r.predicted), r.measured ? show(*r.measured) : "-",
-                      r.measured && r.predicted != 0 ? ChangeText(*r.measured, r.predicted) : "-"});
+                      r.measured && r.predicted != 0 ? ChangeText(*r.measured, r.predicted) : "-",
+                      ratio ? FormatFixed(*ratio, 3) : "-"});
     }
   if (rows.empty()) return "";
   return "<h2>Predicted against measured</h2>\n" +
-         HtmlTable({"run", "predicted", "by", "predicted value", "measured", "measured vs predicted"}, rows);
+         HtmlTable({"run", "predicted", "by", "predicted value", "measured", "measured vs predicted", "ratio"}, rows);
+}
+
+std::string Figure(const std::string& svg) { return "<figure>" + svg + "</figure>\n"; }
+
+// One plot of `metric` over steps for every run that logs it (scaled by
+// `scale` into the axis's unit); none when no run does.
+std::string CurveIfLogged(const std::vector<RunData>& runs, const std::string& metric, const std::string& title,
+                          const std::string& unit, double scale = 1) {
+  std::vector<PlotSeries> series = MetricSeries(runs, metric);
+  if (series.empty()) return "";
+  for (PlotSeries& s : series)
+    for (auto& [x, y] : s.points) y *= scale;
+  return Figure(LinePlotSvg(title, "step", unit, series));
 }
 
 std::string CurvesSection(const std::vector<RunData>& runs) {
   std::string out = "<h2>Curves</h2>\n";
-  out += "<figure>" + LinePlotSvg("loss", "step", "loss (nats)", MetricSeries(runs, "loss")) + "</figure>\n";
-  bool reward = false;
-  for (const RunData& r : runs) reward = reward || r.LogsMetric("reward");
-  if (reward) out += "<figure>" + LinePlotSvg("reward", "step", "reward", MetricSeries(runs, "reward")) + "</figure>\n";
-  return out + "<figure>" + LinePlotSvg("grad norm", "step", "grad norm", MetricSeries(runs, "grad_norm")) +
-         "</figure>\n";
+  out += CurveIfLogged(runs, "loss", "loss", "loss (nats)") + CurveIfLogged(runs, "reward", "reward", "reward") +
+         CurveIfLogged(runs, "grad_norm", "grad norm", "grad norm");
+  // Throughput, step time and memory for every run, native or Verl (an
+  // ingested run's common columns, run_data.h).
+  out += CurveIfLogged(runs, "tokens_per_s", "tokens/s (every token of the step)", "tokens/s") +
+         CurveIfLogged(runs, "step_time_s", "step time", "seconds") +
+         CurveIfLogged(runs, "peak_memory_bytes", "peak memory per GPU", "GB", 1e-9);
+  return out;
+}
+
+// A Verl run's phases over its steps, each beside its prediction (dashed,
+// flat over the run's steps).
+std::string PhasesSection(const std::vector<RunData>& runs,
+                          const std::vector<std::pair<std::int64_t, std::vector<PredictionRow>>>& predictions) {
+  std::string out;
+  struct Phase {
+    const char* metric;  // Verl's
+    const char* what;    // the prediction's (summary.h)
+    const char* label;   // short, for the legend
+  };
+  const Phase phases[] = {{"timing_s/step", "loop step s", "step"},
+                          {"timing_s/gen", "generation s", "gen"},
+                          {"timing_s/update_actor", "training s", "update_actor"},
+                          {"timing_s/update_weights", "weight sync s", "update_weights"}};
+  for (const RunData& run : runs) {
+    if (run.run.kind != "verl" || run.steps.steps.empty()) continue;
+    const double first = run.steps.steps.front(), last = run.steps.steps.back();
+    std::vector<PlotSeries> series;
+    std::string by;
+    for (const Phase& phase : phases) {
+      PlotSeries measured{phase.label, {}};
+      for (const auto& [step, v] : run.Series(phase.metric)) measured.points.emplace_back(step, v);
+      if (measured.points.empty()) continue;
+      series.push_back(std::move(measured));
+      for (const auto& [id, rows] : predictions)
+        if (id == run.run.id)
+          for (const PredictionRow& r : rows)
+            if (r.what == phase.what && r.source.rfind("simulation", 0) == 0) {
+              series.push_back({std::string(phase.label) + " (predicted)", {{first, r.predicted}, {last, r.predicted}},
+                                /*dashed=*/true});
+              by = r.source;
+            }
+    }
+    if (series.empty()) continue;
+    out += "<figure>" +
+           LinePlotSvg("run " + std::to_string(run.run.id) + ": Verl's phases (timing_s/...)", "step", "seconds",
+                       series) +
+           "<figcaption>" +
+           EscapeXml(by.empty() ? "no loop simulation recorded against the run's plan"
+                                : "dashed: the prediction of " + by + " for the plan the run was launched from") +
+           "</figcaption></figure>\n";
+  }
+  return out.empty() ? "" : "<h2>Phases</h2>\n" + out;
 }
 
 Result<std::string> MemorySection(const PlanRecord& plan) {
   KP_ASSIGN_OR_RETURN(std::vector<Bar> bars, MemoryBars(plan));
+  const std::optional<BarMark> capacity = CapacityMark(plan);
   return "<h2>Memory per GPU: plan " + std::to_string(plan.id) + "</h2>\n<figure>" +
          StackedBarsSvg("plan " + std::to_string(plan.id) + " (" + plan.model + " on " + std::to_string(plan.world) +
                             " x " + plan.gpu + ")",
-                        bars, [](double v) { return FormatGB(v); }) +
+                        bars, [](double v) { return FormatGB(v); }, capacity) +
          "</figure>\n";
 }
 
@@ -143,6 +206,14 @@ Result<std::vector<Bar>> MemoryBars(const PlanRecord& plan) {
   return bars;
 }
 
+std::optional<BarMark> CapacityMark(const PlanRecord& plan) {
+  const json r = json::parse(plan.result_json, nullptr, false);
+  if (!r.is_object() || !r.contains("memory") || !r["memory"].contains("actor")) return std::nullopt;
+  const double capacity = r["memory"]["actor"].value("capacity_bytes", 0.0);
+  if (capacity <= 0) return std::nullopt;
+  return BarMark{capacity, plan.gpu + ": " + FormatGB(capacity)};
+}
+
 Result<GanttFigure> PipelineGantt(const SimulationRecord& sim) {
   const json q = json::parse(sim.request_json, nullptr, false);
   const std::string flag = "--simulation: simulation " + std::to_string(sim.id);
@@ -182,7 +253,7 @@ Result<std::string> HtmlReport(const HtmlReportInput& in) {
   if (!in.run_list.empty()) body += RunsSection(in.run_list);
   if (in.comparison) body += ComparisonSection(*in.comparison);
   body += PredictionsSection(in.predictions);
-  if (!in.runs.empty()) body += CurvesSection(in.runs);
+  if (!in.runs.empty()) body += CurvesSection(in.runs) + PhasesSection(in.runs, in.predictions);
   if (in.plan) {
     KP_ASSIGN_OR_RETURN(std::string memory, MemorySection(*in.plan));
     body += memory;

@@ -30,6 +30,9 @@ std::vector<PlotSeries> MetricSeries(const std::vector<RunData>& runs, const std
 /// optimizer, activations, other (bytes). InvalidArgument naming `--plan`
 /// when the plan's JSON has no memory breakdown.
 Result<std::vector<Bar>> MemoryBars(const PlanRecord& plan);
+/// The GPU's capacity the plan was sized against (memory.actor.capacity_bytes),
+/// labelled "h200: 141.0 GB"; nullopt when the plan's JSON has none.
+std::optional<BarMark> CapacityMark(const PlanRecord& plan);
 
 /// Re-runs a recorded pipeline simulation from its request_json (schedule,
 /// pp, vp, microbatches, f/b/w/p2p microseconds) and draws its Gantt chart.

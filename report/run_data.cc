@@ -1,6 +1,7 @@
 #include "report/run_data.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -76,8 +77,50 @@ Result<RunData> LoadRun(const Store& store, std::int64_t id, const std::string& 
   d.run = *run;
   d.plan_id = PlanIdOfConfig(d.run.config_json);
   d.process = ProcessOf(d.run, processes);
-  KP_ASSIGN_OR_RETURN(d.steps, store.ListStepColumns(id));
+  if (d.run.source.empty()) {
+    KP_ASSIGN_OR_RETURN(d.steps, store.ListStepColumns(id));
+  } else {
+    KP_ASSIGN_OR_RETURN(d.steps, store.ListMetricColumns(id));
+    AddVerlCommonColumns(&d.steps);
+  }
   return d;
+}
+
+void AddVerlCommonColumns(StepColumns* s) {
+  auto column = [&](const std::string& name) -> const std::vector<std::optional<double>>* {
+    const int c = ColumnIndex(*s, name);
+    return c < 0 ? nullptr : &s->values[c];
+  };
+  auto add = [&](const std::string& name, const std::function<std::optional<double>(std::size_t)>& value) {
+    if (ColumnIndex(*s, name) >= 0) return;
+    std::vector<std::optional<double>> v;
+    bool any = false;
+    for (std::size_t i = 0; i < s->steps.size(); ++i) {
+      v.push_back(value(i));
+      any = any || v.back().has_value();
+    }
+    if (!any) return;
+    s->names.push_back(name);
+    s->values.push_back(std::move(v));
+  };
+  auto copy = [&](const char* from, double scale) {
+    return [from, scale, &column](std::size_t i) -> std::optional<double> {
+      const auto* c = column(from);
+      return c && (*c)[i] ? std::optional<double>(*(*c)[i] * scale) : std::nullopt;
+    };
+  };
+  add("step_time_s", copy("timing_s/step", 1));
+  add("grad_norm", copy("actor/grad_norm", 1));
+  add("lr", copy("actor/lr", 1));
+  add("reward", copy("critic/score/mean", 1));
+  add("peak_memory_bytes", copy("perf/max_memory_allocated_gb", 1024.0 * 1024 * 1024));  // Verl's GiB
+  // Every token of the step (prompts and responses) over the step's time,
+  // as the native runtime's tokens_per_s counts a step's tokens.
+  add("tokens_per_s", [&](std::size_t i) -> std::optional<double> {
+    const auto *tokens = column("perf/total_num_tokens"), *time = column("timing_s/step");
+    if (!tokens || !time || !(*tokens)[i] || !(*time)[i] || *(*time)[i] <= 0) return std::nullopt;
+    return *(*tokens)[i] / *(*time)[i];
+  });
 }
 
 Liveness ProcessOf(const RunRecord& run, const ProcessTable* processes) {

@@ -66,6 +66,15 @@ std::string RunState(const RunData& run);
 /// Every value RunState returns, in that order.
 const std::vector<std::string>& RunStates();
 
+/// An ingested Verl run's columns under the names the native runtime's
+/// steps have, so lists, summaries and plots treat both alike: step_time_s
+/// (timing_s/step), tokens_per_s (perf/total_num_tokens over
+/// timing_s/step: every token of the step), peak_memory_bytes
+/// (perf/max_memory_allocated_gb, GiB), grad_norm, lr (actor/...), reward
+/// (critic/score/mean). A column is added only where Verl's exists and
+/// never replaces one of Verl's own.
+void AddVerlCommonColumns(StepColumns* steps);
+
 /// The plan id a run configuration names ("plan_id", a positive integer), 0
 /// when none or when the text is not JSON.
 std::int64_t PlanIdOfConfig(const std::string& config_json);

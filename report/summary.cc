@@ -81,20 +81,79 @@ PlanPredictions PredictionsOf(const PlanRecord& plan, const std::vector<Simulati
   p.plan_id = plan.id;
   if (plan.step_time_s > 0) p.step_time_s = plan.step_time_s;
   const json r = json::parse(plan.result_json, nullptr, false);
-  if (r.is_object() && r.contains("memory") && r["memory"].contains("actor"))
-    p.actor_total_bytes = r["memory"]["actor"].value("total_bytes", 0.0);
+  if (r.is_object() && r.contains("memory") && r["memory"].contains("actor")) {
+    const json& actor = r["memory"]["actor"];
+    p.actor_total_bytes = actor.value("total_bytes", 0.0);
+    if (actor.contains("details") && actor["details"].is_object())
+      p.actor_reserve_bytes = actor["details"].value("CUDA/NCCL reserve", 0.0);
+  }
+  if (r.is_object()) {
+    if (r.contains("mfu") && r["mfu"].is_number()) p.mfu = r["mfu"].get<double>();
+    if (r.contains("step") && r["step"].is_object() && r["step"].contains("tokens_per_step"))
+      p.tokens_per_step = r["step"]["tokens_per_step"].get<double>();
+    if (r.contains("cluster") && r["cluster"].is_object()) p.actor_gpus = r["cluster"].value("actor_gpus", 0);
+  }
   for (const SimulationRecord& sim : simulations) {
     if (sim.plan_id != plan.id) continue;
     const json j = json::parse(sim.result_json, nullptr, false);
     if (!j.is_object()) continue;
-    if (sim.kind == "loop" && j.contains("step_time_s")) p.simulations.emplace_back(sim, j["step_time_s"].get<double>());
+    if (sim.kind == "loop" && j.contains("step_time_s")) {
+      p.simulations.emplace_back(sim, j["step_time_s"].get<double>());
+      PlanPredictions::Loop loop{sim.id, j["step_time_s"].get<double>(), {}};
+      if (j.contains("costs_s") && j["costs_s"].is_object())
+        for (const auto& [phase, seconds] : j["costs_s"].items())
+          if (seconds.is_number()) loop.costs_s[phase] = seconds.get<double>();
+      p.loops.push_back(std::move(loop));
+    }
     if (sim.kind == "pipeline" && j.contains("makespan_us"))
       p.simulations.emplace_back(sim, j["makespan_us"].get<double>() / 1e6);
   }
   return p;
 }
 
+std::optional<double> PredictionRow::Ratio() const {
+  if (!measured || predicted == 0) return std::nullopt;
+  return *measured / predicted;
+}
+
+std::vector<PredictionRow> VerlPredictions(const PlanPredictions& p, const RunData& run) {
+  std::vector<PredictionRow> rows;
+  const std::string plan = "plan " + std::to_string(p.plan_id);
+  // The median after the first step, which compiles, warms caches and
+  // loads the rollout engine.
+  auto median = [&](const std::string& metric, double scale = 1) -> std::optional<double> {
+    std::vector<std::pair<int, double>> s = run.Series(metric);
+    if (s.size() > 1) s.erase(s.begin());
+    const std::optional<double> m = Stats(s).median;
+    return m ? std::optional<double>(*m * scale) : std::nullopt;
+  };
+  for (const PlanPredictions::Loop& loop : p.loops) {
+    const std::string by = "simulation " + std::to_string(loop.id) + " (loop)";
+    rows.push_back({"loop step s", by, loop.step_time_s, median("timing_s/step")});
+    auto phase = [&](const char* what, const char* cost, const char* metric) {
+      auto it = loop.costs_s.find(cost);
+      if (it != loop.costs_s.end()) rows.push_back({what, by, it->second, median(metric)});
+    };
+    phase("generation s", "rollout", "timing_s/gen");
+    phase("training s", "train", "timing_s/update_actor");
+    phase("weight sync s", "sync", "timing_s/update_weights");
+    if (p.tokens_per_step && p.actor_gpus > 0 && loop.step_time_s > 0)
+      rows.push_back({"throughput tokens/s per GPU", by, *p.tokens_per_step / (loop.step_time_s * p.actor_gpus),
+                      median("perf/throughput")});
+  }
+  if (p.step_time_s) rows.push_back({"training s", plan, *p.step_time_s, median("timing_s/update_actor")});
+  if (p.mfu) rows.push_back({"MFU", plan, *p.mfu, median("perf/mfu/actor")});
+  if (p.actor_total_bytes) {
+    const std::vector<std::pair<int, double>> peak = run.Series("perf/max_memory_allocated_gb");
+    std::optional<double> most = Stats(peak).max;
+    if (most) *most *= 1024.0 * 1024 * 1024;
+    rows.push_back({"actor memory per GPU bytes (allocated)", plan, *p.actor_total_bytes - p.actor_reserve_bytes, most});
+  }
+  return rows;
+}
+
 std::vector<PredictionRow> PredictedVsMeasured(const PlanPredictions& p, const RunData& run) {
+  if (run.run.kind == "verl") return VerlPredictions(p, run);
   std::vector<PredictionRow> rows;
   const std::string plan = "plan " + std::to_string(p.plan_id);
   if (p.step_time_s) rows.push_back({"actor step time s", plan, *p.step_time_s, MedianStep(run)});
@@ -148,13 +207,14 @@ std::string RenderRunList(const std::vector<RunListEntry>& runs, const std::vect
 }
 
 std::string RenderPredictions(const std::vector<std::pair<std::int64_t, std::vector<PredictionRow>>>& by_run) {
-  Table t({"run", "predicted", "by", "predicted value", "measured", "measured vs predicted"});
+  Table t({"run", "predicted", "by", "predicted value", "measured", "measured vs predicted", "ratio"});
   for (const auto& [run, rows] : by_run)
     for (const PredictionRow& r : rows) {
       const bool bytes = r.what.find("bytes") != std::string::npos;
       auto show = [&](double v) { return bytes ? FormatGB(v) : FormatFixed(v, 4); };
+      const std::optional<double> ratio = r.Ratio();
       t.AddRow({std::to_string(run), r.what, r.source, show(r.predicted), r.measured ? show(*r.measured) : "-",
-                r.measured ? SignedChange(*r.measured, r.predicted) : "-"});
+                r.measured ? SignedChange(*r.measured, r.predicted) : "-", ratio ? FormatFixed(*ratio, 3) : "-"});
     }
   return t.Render();
 }
@@ -197,7 +257,8 @@ json RunListJson(const std::vector<RunListEntry>& runs, const std::vector<TableC
 json PredictionsJson(const std::vector<PredictionRow>& rows) {
   json out = json::array();
   for (const PredictionRow& r : rows)
-    out.push_back({{"what", r.what}, {"source", r.source}, {"predicted", r.predicted}, {"measured", Opt(r.measured)}});
+    out.push_back({{"what", r.what}, {"source", r.source}, {"predicted", r.predicted}, {"measured", Opt(r.measured)},
+                   {"ratio", Opt(r.Ratio())}});
   return out;
 }
 

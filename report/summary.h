@@ -7,6 +7,7 @@
 #define KIMI_PLAN_REPORT_SUMMARY_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ struct PredictionRow {
   std::string source;        ///< "plan 3" or "simulation 4 (loop)"
   double predicted = 0;
   std::optional<double> measured;  ///< nullopt when the run has no such measurement
+  /// measured / predicted; nullopt without a measurement or with a zero prediction.
+  std::optional<double> Ratio() const;
 };
 
 /// The plan a run names, as the report needs it.
@@ -59,6 +62,18 @@ struct PlanPredictions {
   std::int64_t plan_id = 0;
   std::optional<double> step_time_s;         ///< plans.step_time_s when the plan is feasible or found one
   std::optional<double> actor_total_bytes;   ///< result_json memory.actor.total_bytes
+  double actor_reserve_bytes = 0;            ///< of which the CUDA/NCCL reserve, which no allocator counts
+  std::optional<double> mfu;                 ///< result_json mfu
+  std::optional<double> tokens_per_step;     ///< result_json step.tokens_per_step
+  int actor_gpus = 0;                        ///< result_json cluster.actor_gpus
+  /// The loop simulations recorded against the plan: each phase's seconds
+  /// (costs_s: rollout, train, sync, ...) and the loop's step.
+  struct Loop {
+    std::int64_t id = 0;
+    double step_time_s = 0;
+    std::map<std::string, double> costs_s;
+  };
+  std::vector<Loop> loops;
   /// Each simulation recorded against the plan with the step time it
   /// predicts: loop step_time_s, pipeline makespan_us / 1e6.
   std::vector<std::pair<SimulationRecord, double>> simulations;
@@ -69,8 +84,21 @@ PlanPredictions PredictionsOf(const PlanRecord& plan, const std::vector<Simulati
 
 /// The rows for a run: predicted step time against the run's median step
 /// time, predicted actor memory against the run's peak, each simulation's
-/// step against the median step time.
+/// step against the median step time. For a Verl run (kind "verl") the
+/// loop's phases instead, each against the median of Verl's timing
+/// (VerlPredictions).
 std::vector<PredictionRow> PredictedVsMeasured(const PlanPredictions& p, const RunData& run);
+/// A Verl run against its plan: the loop step (timing_s/step), generation
+/// (timing_s/gen), training (timing_s/update_actor, against the plan's
+/// step time and each loop simulation's train phase) and weight sync
+/// (timing_s/update_weights) against each loop simulation, each the median
+/// over the run's steps after the first (the first pays warm-up costs a
+/// plan does not model); throughput per GPU (perf/throughput) against the
+/// plan's tokens per step over the loop's step and the actor GPUs; MFU
+/// (perf/mfu/actor) against the plan's; the actor's peak allocated memory
+/// (perf/max_memory_allocated_gb, GiB) against the plan's actor memory
+/// less its CUDA/NCCL reserve.
+std::vector<PredictionRow> VerlPredictions(const PlanPredictions& p, const RunData& run);
 
 struct RunSummary {
   RunListEntry entry;

@@ -104,7 +104,7 @@ TEST_F(StoreFile, ListsRunsAndCountsEveryTable) {
   std::vector<std::pair<std::string, std::int64_t>> got;
   for (const TableCount& t : *counts) got.emplace_back(t.table, t.rows);
   EXPECT_EQ(got, (std::vector<std::pair<std::string, std::int64_t>>{
-                     {"calibrations", 0}, {"future_metrics", 1}, {"loop_steps", 0}, {"pipeline_traffic", 0}, {"plans", 0},
+                     {"calibrations", 0}, {"future_metrics", 1}, {"loop_steps", 0}, {"metrics", 0}, {"pipeline_traffic", 0}, {"plans", 0},
                      {"runs", 2}, {"simulations", 0}, {"steps", 0}, {"weight_syncs", 0}}));
 }
 

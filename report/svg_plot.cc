@@ -35,22 +35,28 @@ std::string Open(double width, double height) {
 double MapX(double x, const PlotArea& a, AxisRange r) { return a.left + (x - r.lo) / (r.hi - r.lo) * a.width; }
 double MapY(double y, const PlotArea& a, AxisRange r) { return a.top + a.height - (y - r.lo) / (r.hi - r.lo) * a.height; }
 
-// Steps are integers: ticks at whole numbers, at most ten of them.
-std::string XTicks(const PlotArea& a, AxisRange r) {
-  const double span = r.hi - r.lo;
-  const double step = std::max(1.0, std::ceil(span / 10));
+// The ticks of a range TickRange made: lo, lo + step, ..., hi, each
+// computed from its index so that no rounding accumulates.
+std::vector<double> Ticks(AxisRange r, double step) {
+  std::vector<double> out;
+  const long long n = std::llround((r.hi - r.lo) / step);
+  for (long long i = 0; i <= n; ++i) out.push_back(r.lo + static_cast<double>(i) * step);
+  return out;
+}
+
+std::string XTicks(const PlotArea& a, AxisRange r, double step) {
   std::string out;
-  for (double x = std::ceil(r.lo); x <= r.hi + 1e-9; x += step) {
+  for (double x : Ticks(r, step)) {
     const double px = MapX(x, a, r), y = a.top + a.height;
     out += Line(px, y, px, y + 4, "#333") + Text(px, y + 16, Tick(x), " text-anchor=\"middle\"");
   }
   return out;
 }
 
-std::string YTicks(const PlotArea& a, AxisRange r) {
+std::string YTicks(const PlotArea& a, AxisRange r, double step) {
   std::string out;
-  for (int i = 0; i <= 4; ++i) {
-    const double v = r.lo + (r.hi - r.lo) * i / 4, py = MapY(v, a, r);
+  for (double v : Ticks(r, step)) {
+    const double py = MapY(v, a, r);
     out += Line(a.left, py, a.left + a.width, py, "#e5e5e5") + Text(a.left - 6, py + 4, Tick(v), " text-anchor=\"end\"");
   }
   return out;
@@ -81,6 +87,25 @@ AxisRange RangeOf(const std::vector<double>& values) {
   return {*lo, *hi};
 }
 
+double TickStep(double span, int intervals, bool integer) {
+  if (!(span > 0) || intervals <= 0) return 1;
+  const double raw = span / intervals;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = 10 * power;
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * power >= raw * (1 - 1e-12)) {
+      step = m * power;
+      break;
+    }
+  return integer ? std::max(1.0, std::round(step)) : step;
+}
+
+AxisRange TickRange(AxisRange r, double step) {
+  // A hair of slack so that a value on a tick, rounded a little past it,
+  // does not add a whole interval.
+  return {std::floor(r.lo / step + 1e-9) * step, std::ceil(r.hi / step - 1e-9) * step};
+}
+
 std::string PolylinePoints(const PlotSeries& s, const PlotArea& area, AxisRange x, AxisRange y) {
   std::string out;
   for (const auto& [px, py] : s.points)
@@ -102,21 +127,25 @@ std::string LinePlotSvg(const std::string& title, const std::string& x_label, co
   const PlotArea a;
   std::string out = Open(kLinePlotWidth, kLinePlotHeight) + Text(a.left, 18, title, " font-weight=\"bold\"");
   if (xs.empty()) return out + Text(a.left, a.top + a.height / 2, "no data") + "</svg>\n";
-  const AxisRange xr = RangeOf(xs), yr = RangeOf(ys);
-  out += YTicks(a, yr) + XTicks(a, xr);
+  const AxisRange x_data = RangeOf(xs), y_data = RangeOf(ys);
+  const double x_step = TickStep(x_data.hi - x_data.lo, 10, /*integer=*/true);
+  const double y_step = TickStep(y_data.hi - y_data.lo, 5, /*integer=*/false);
+  const AxisRange xr = TickRange(x_data, x_step), yr = TickRange(y_data, y_step);
+  out += YTicks(a, yr, y_step) + XTicks(a, xr, x_step);
   out += Line(a.left, a.top + a.height, a.left + a.width, a.top + a.height, "#333") +
          Line(a.left, a.top, a.left, a.top + a.height, "#333");
   out += Text(a.left + a.width / 2, kLinePlotHeight - 6, x_label, " text-anchor=\"middle\"");
   out += Text(14, a.top + a.height / 2, y_label,
               " text-anchor=\"middle\" transform=\"rotate(-90 14 " + Num(a.top + a.height / 2) + ")\"");
   for (size_t i = 0; i < series.size(); ++i)
-    out += "<polyline fill=\"none\" stroke=\"" + std::string(PlotColour(i)) + "\" stroke-width=\"1.5\" points=\"" +
-           PolylinePoints(series[i], a, xr, yr) + "\"/>\n";
+    out += "<polyline fill=\"none\" stroke=\"" + std::string(PlotColour(i)) + "\" stroke-width=\"1.5\"" +
+           (series[i].dashed ? " stroke-dasharray=\"6 4\"" : "") + " points=\"" + PolylinePoints(series[i], a, xr, yr) +
+           "\"/>\n";
   return out + Legend(labels, a.left + a.width + 20, a.top + 10) + "</svg>\n";
 }
 
 std::string StackedBarsSvg(const std::string& title, const std::vector<Bar>& bars,
-                           const std::function<std::string(double)>& format) {
+                           const std::function<std::string(double)>& format, const std::optional<BarMark>& mark) {
   constexpr double kLabel = 230, kBarArea = 600, kRow = 22, kGap = 8, kTop = 52, kRight = 110;
   double longest = 0;
   for (const Bar& b : bars) {
@@ -132,6 +161,7 @@ std::string StackedBarsSvg(const std::string& title, const std::vector<Bar>& bar
   for (size_t i = 0; i < legend.size(); ++i)
     out += "<rect x=\"" + Num(kLabel + 110 * static_cast<double>(i)) + "\" y=\"28\" width=\"12\" height=\"10\" fill=\"" +
            PlotColour(i) + "\"/>\n" + Text(kLabel + 110 * static_cast<double>(i) + 16, 37, legend[i]);
+  if (mark) longest = std::max(longest, mark->value);
   const double scale = longest > 0 ? kBarArea / longest : 0;
   for (size_t r = 0; r < bars.size(); ++r) {
     const double y = kTop + static_cast<double>(r) * (kRow + kGap);
@@ -146,6 +176,12 @@ std::string StackedBarsSvg(const std::string& title, const std::vector<Bar>& bar
       total += s.value;
     }
     out += Text(x + 6, y + kRow / 2 + 4, format(total));
+  }
+  if (mark) {
+    const double x = kLabel + mark->value * scale, bottom = height - 6;
+    out += "<line x1=\"" + Num(x) + "\" y1=\"" + Num(kTop - 4) + "\" x2=\"" + Num(x) + "\" y2=\"" + Num(bottom) +
+           "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/>\n" +
+           Text(x, kTop - 8, mark->label, " text-anchor=\"middle\" style=\"fill:#d62728\"");
   }
   return out + "</svg>\n";
 }

@@ -29,6 +29,26 @@ TEST(SvgPlotTest, LinePlotDrawsEachSeriesOverTheRangeOfAll) {
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900.00\" height=\"320.00\"", 0), 0u);
 }
 
+// Round ticks: 1, 2 or 5 times a power of ten, the axis widened to them.
+TEST(SvgPlotTest, TicksAreRound) {
+  EXPECT_EQ(TickStep(8.176 - 5.393, 5, false), 1.0);  // 2.783 in at most 5 parts: 0.5 gives 6
+  EXPECT_EQ(TickStep(0.8, 5, false), 0.2);
+  EXPECT_EQ(TickStep(59, 10, true), 10.0);
+  EXPECT_EQ(TickStep(4, 10, true), 1.0);  // 0.5 would do, but steps are whole
+  EXPECT_EQ(TickStep(2.4e6, 5, false), 5e5);
+  EXPECT_EQ(TickStep(0, 5, false), 1.0);
+  const AxisRange r = TickRange({5.393, 8.176}, 1.0);
+  EXPECT_EQ(r.lo, 5.0);
+  EXPECT_EQ(r.hi, 9.0);
+  const AxisRange on = TickRange({0.2, 0.6}, 0.2);  // ends already on ticks stay
+  EXPECT_NEAR(on.lo, 0.2, 1e-15);
+  EXPECT_NEAR(on.hi, 0.6, 1e-15);
+  const std::string svg = LinePlotSvg("t", "step", "y", {{"a", {{1, 8.176}, {30, 6.784}, {60, 5.393}}}});
+  for (const char* tick : {">5<", ">6<", ">7<", ">8<", ">9<", ">0<", ">10<", ">60<"})
+    EXPECT_NE(svg.find(tick), std::string::npos) << tick;
+  EXPECT_EQ(svg.find("8.176"), std::string::npos);
+}
+
 TEST(SvgPlotTest, RangeOfASingleValueIsWidened) {
   const AxisRange r = RangeOf({3, 3});
   EXPECT_EQ(r.lo, 2.5);
@@ -43,6 +63,13 @@ TEST(SvgPlotTest, StackedBarsScaleTheLongestTo600) {
   EXPECT_NE(svg.find("<rect x=\"230.00\" y=\"52.00\" width=\"100.00\" height=\"22.00\""), std::string::npos) << svg;
   EXPECT_NE(svg.find("<rect x=\"330.00\" y=\"52.00\" width=\"200.00\""), std::string::npos);
   EXPECT_NE(svg.find("<rect x=\"230.00\" y=\"82.00\" width=\"600.00\""), std::string::npos);
+  // A capacity beyond the bars sets the scale: 120 fills 600, so 60 is 300
+  // wide and the mark stands at 230 + 600.
+  const std::string marked = StackedBarsSvg("m", {{"rollout", {{"w", 60}}}}, [](double v) { return std::to_string(v); },
+                                            BarMark{120, "h200: 120 GB"});
+  EXPECT_NE(marked.find("width=\"300.00\""), std::string::npos) << marked;
+  EXPECT_NE(marked.find("<line x1=\"830.00\""), std::string::npos) << marked;
+  EXPECT_NE(marked.find(">h200: 120 GB<"), std::string::npos);
 }
 
 TEST(HtmlReportTest, MemoryBarsFromAPlansJson) {

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 
 #include <sqlite3.h>
 
@@ -142,6 +144,20 @@ const char* const kMigrations[] = {
     ALTER TABLE runs ADD COLUMN host TEXT;
     ALTER TABLE runs ADD COLUMN pid INTEGER;
     )sql",
+    // 8 -> 9: runs of another engine read from the metrics file it wrote
+    // (`kimi-plan ingest`): the file, one run per file, and every step's
+    // metrics by the engine's own names.
+    R"sql(
+    ALTER TABLE runs ADD COLUMN source TEXT;
+    CREATE UNIQUE INDEX runs_by_source ON runs(source) WHERE source IS NOT NULL;
+    CREATE TABLE metrics (
+      run_id INTEGER NOT NULL REFERENCES runs(id),
+      step INTEGER NOT NULL CHECK (step >= 0),
+      name TEXT NOT NULL,
+      value REAL NOT NULL,
+      PRIMARY KEY (run_id, step, name)
+    ) WITHOUT ROWID;
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -159,6 +175,11 @@ class Statement {
   void Bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.c_str(), -1, SQLITE_TRANSIENT); }
   void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  // Ready for the next row's bindings.
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
   void Bind(int i, const std::optional<double>& v) {
     if (v) Bind(i, *v);
     else sqlite3_bind_null(stmt_, i);
@@ -208,7 +229,8 @@ PlanRecord ReadPlan(const Statement& st) {
   return p;
 }
 
-constexpr const char* kRunColumns = "id, created_at, kind, model, config_json, status, error, ended_at, host, pid";
+constexpr const char* kRunColumns =
+    "id, created_at, kind, model, config_json, status, error, ended_at, host, pid, source";
 constexpr const char* kStepColumns =
     "run_id, step, loss, grad_norm, lr, tokens_per_s, step_time_s, peak_memory_bytes, created_at";
 
@@ -224,6 +246,7 @@ RunRecord ReadRun(const Statement& st) {
   r.ended_at = st.Text(7);
   r.host = st.Text(8);
   r.pid = st.Int(9);
+  r.source = st.Text(10);
   return r;
 }
 
@@ -697,8 +720,8 @@ Result<std::int64_t> Store::CreateRun(const RunRecord& r) {
   std::int64_t id = 0;
   Status s = InTransaction([&]() -> Status {
     Statement st(db_,
-                 "INSERT INTO runs (created_at, kind, model, config_json, status, host, pid) "
-                 "VALUES (?, ?, ?, ?, 'running', ?, ?)");
+                 "INSERT INTO runs (created_at, kind, model, config_json, status, host, pid, source) "
+                 "VALUES (?, ?, ?, ?, 'running', ?, ?, ?)");
     KP_RETURN_IF_ERROR(st.status());
     st.Bind(1, clock_.NowIso8601());
     st.Bind(2, r.kind);
@@ -706,6 +729,7 @@ Result<std::int64_t> Store::CreateRun(const RunRecord& r) {
     st.Bind(4, r.config_json);
     st.BindNullable(5, r.host);
     st.Bind(6, r.pid);
+    st.BindNullable(7, r.source);
     if (st.Step() != SQLITE_DONE) return st.Error("insert run");
     id = sqlite3_last_insert_rowid(db_);
     return Status::Ok();
@@ -917,6 +941,67 @@ Result<std::vector<RunRecord>> Store::ListRuns() const {
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) out.push_back(ReadRun(st));
   if (rc != SQLITE_DONE) return st.Error("list runs");
+  return out;
+}
+
+Result<std::int64_t> Store::FindRunBySource(const std::string& source) const {
+  Statement st(db_, "SELECT id FROM runs WHERE source = ?");
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, source);
+  const int rc = st.Step();
+  if (rc == SQLITE_ROW) return st.Int(0);
+  if (rc != SQLITE_DONE) return st.Error("find run by source");
+  return std::int64_t{0};
+}
+
+Result<int> Store::UpsertMetrics(std::int64_t run_id, const std::vector<MetricRecord>& metrics) {
+  int changed = 0;
+  KP_RETURN_IF_ERROR(InTransaction([&]() -> Status {
+    // A row is written only when it is new or its value differs, so that
+    // reading the same file again changes nothing and says so.
+    Statement st(db_,
+                 "INSERT INTO metrics (run_id, step, name, value) VALUES (?, ?, ?, ?) "
+                 "ON CONFLICT (run_id, step, name) DO UPDATE SET value = excluded.value "
+                 "WHERE value IS NOT excluded.value");
+    KP_RETURN_IF_ERROR(st.status());
+    for (const MetricRecord& m : metrics) {
+      st.Reset();
+      st.Bind(1, run_id);
+      st.Bind(2, static_cast<std::int64_t>(m.step));
+      st.Bind(3, m.name);
+      st.Bind(4, m.value);
+      if (st.Step() != SQLITE_DONE) return st.Error("upsert metric");
+      changed += sqlite3_changes(db_);
+    }
+    return Status::Ok();
+  }));
+  return changed;
+}
+
+Result<StepColumns> Store::ListMetricColumns(std::int64_t run_id) const {
+  Statement st(db_, "SELECT step, name, value FROM metrics WHERE run_id = ? ORDER BY step, name");
+  KP_RETURN_IF_ERROR(st.status());
+  st.Bind(1, run_id);
+  std::map<std::string, std::map<int, double>> by_name;
+  std::set<int> steps;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    const int step = static_cast<int>(st.Int(0));
+    by_name[st.Text(1)][step] = st.Real(2);
+    steps.insert(step);
+  }
+  if (rc != SQLITE_DONE) return st.Error("list metrics");
+  StepColumns out;
+  out.steps.assign(steps.begin(), steps.end());
+  for (const auto& [name, values] : by_name) {
+    out.names.push_back(name);
+    std::vector<std::optional<double>> column;
+    for (int step : out.steps) {
+      auto it = values.find(step);
+      column.push_back(it == values.end() ? std::nullopt : std::optional<double>(it->second));
+    }
+    out.values.push_back(std::move(column));
+  }
   return out;
 }
 

@@ -77,6 +77,17 @@ struct RunRecord {
   std::string ended_at;  ///< when EndRun was called, ISO 8601
   std::string host;      ///< the host of the process that records the run
   std::int64_t pid = 0;  ///< and its process id
+  /// The metrics file an ingested run was read from (`kimi-plan ingest`,
+  /// an absolute path; one run per file); empty for runs this program ran.
+  std::string source;
+};
+
+/// One metric of one step of an ingested run, under the engine's own name
+/// ("timing_s/step", "perf/throughput").
+struct MetricRecord {
+  int step = 0;  ///< the engine's step, >= 0 (Verl logs its validation before training as step 0)
+  std::string name;
+  double value = 0;
 };
 
 /// One optimizer step of a run.
@@ -157,7 +168,7 @@ enum class StoreMode {
 class Store {
  public:
   /// The schema version this build writes; older files are migrated up.
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
   /// PRAGMA application_id of a kimi-plan store ("KPLN"): a file with
   /// another id is another program's and is refused before anything is read
   /// or written (docs/schema.md).
@@ -229,6 +240,17 @@ class Store {
   /// The run's steps column by column (numeric columns only; run_id, step
   /// and created_at are left out), in step order.
   Result<StepColumns> ListStepColumns(std::int64_t run_id) const;
+  /// The id of the run ingested from `source` (RunRecord::source), 0 when none.
+  Result<std::int64_t> FindRunBySource(const std::string& source) const;
+  /// Writes the metrics of an ingested run in one transaction: a new
+  /// (step, name) is added, an existing one with another value replaced
+  /// (the engine rewrote that step), an equal one left alone. Returns the
+  /// rows added or replaced, so that writing the same metrics twice
+  /// returns 0.
+  Result<int> UpsertMetrics(std::int64_t run_id, const std::vector<MetricRecord>& metrics);
+  /// The run's metrics as columns, one per name in name order, over every
+  /// step any of them has (a name missing at a step reads nullopt).
+  Result<StepColumns> ListMetricColumns(std::int64_t run_id) const;
   /// Row counts of every table the schema has, in name order: tables added
   /// by later migrations show up without a change here.
   Result<std::vector<TableCount>> CountRows() const;

@@ -270,11 +270,11 @@ TEST_F(BadStoreTest, RefusesADatabaseThatIsNotAKimiPlanStore) {
   ExpectRefused(other, StoreMode::kWrite, "its application id is 42, another program's");
   const std::string dropped = GoodStore("dropped.db");
   Sql(dropped, "DROP TABLE steps;");
-  ExpectRefused(dropped, StoreMode::kWrite, "a damaged kimi-plan store (schema version 8, but table steps is missing)");
+  ExpectRefused(dropped, StoreMode::kWrite, "a damaged kimi-plan store (schema version 9, but table steps is missing)");
   ExpectRefused(dropped, StoreMode::kRead, "table steps is missing");
   const std::string hand = GoodStore("hand.db");
   Sql(hand, "PRAGMA user_version = 5;");
-  ExpectRefused(hand, StoreMode::kWrite, "schema version 5, but table calibrations is not ours");
+  ExpectRefused(hand, StoreMode::kWrite, "schema version 5, but index runs_by_source is not ours");
 }
 
 TEST_F(BadStoreTest, NewStoresCarryTheApplicationIdAndOldOnesGetItWhenWritten) {
@@ -318,7 +318,7 @@ TEST_F(BadStoreTest, AReaderLeavesNothingBesideTheStore) {
   const std::string before = Read(path);
   ExpectRefused(path, StoreMode::kRead, "schema version 99 is newer");
   EXPECT_EQ(Read(path), before);
-  Sql(path, "PRAGMA user_version = 8;");
+  Sql(path, ("PRAGMA user_version = " + std::to_string(Store::kSchemaVersion) + ";").c_str());
   std::filesystem::permissions(path, std::filesystem::perms::owner_read);
   std::filesystem::permissions(dir_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   {
@@ -415,6 +415,36 @@ RunRecord SampleRun() {
   return r;
 }
 
+// An ingested run: found by its file, its metrics written once whatever
+// how often they are given, a changed value replaced, and read back as
+// columns over every step any of them has.
+TEST(StoreTest, IngestedRunsKeepTheirMetricsByNameOnce) {
+  FakeClock clock;
+  auto s = Store::Open(":memory:", clock);
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  EXPECT_EQ(*store.FindRunBySource("/jobs/a/verl-metrics.jsonl"), 0);
+  RunRecord run = SampleRun();
+  run.kind = "verl";
+  run.source = "/jobs/a/verl-metrics.jsonl";
+  const std::int64_t id = *store.CreateRun(run);
+  EXPECT_EQ(*store.FindRunBySource(run.source), id);
+  EXPECT_EQ(store.GetRun(id)->source, run.source);
+  EXPECT_FALSE(store.CreateRun(run).ok());  // one run per file
+  const std::vector<MetricRecord> metrics = {
+      {0, "val-core/acc", 0.25}, {1, "timing_s/step", 12.5}, {1, "timing_s/gen", 4.0}, {2, "timing_s/step", 11.0}};
+  EXPECT_EQ(*store.UpsertMetrics(id, metrics), 4);
+  EXPECT_EQ(*store.UpsertMetrics(id, metrics), 0);
+  EXPECT_EQ(*store.UpsertMetrics(id, {{2, "timing_s/step", 11.5}, {2, "timing_s/gen", 3.5}}), 2);
+  const StepColumns c = *store.ListMetricColumns(id);
+  EXPECT_EQ(c.steps, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(c.names, (std::vector<std::string>{"timing_s/gen", "timing_s/step", "val-core/acc"}));
+  EXPECT_EQ(c.values[0], (std::vector<std::optional<double>>{std::nullopt, 4.0, 3.5}));
+  EXPECT_EQ(c.values[1], (std::vector<std::optional<double>>{std::nullopt, 12.5, 11.5}));
+  EXPECT_EQ(c.values[2], (std::vector<std::optional<double>>{0.25, std::nullopt, std::nullopt}));
+  EXPECT_FALSE(store.UpsertMetrics(id, {{-1, "x", 1}}).ok());
+}
+
 StepRecord SampleStep(std::int64_t run, int step) {
   StepRecord s;
   s.run_id = run;
@@ -494,12 +524,15 @@ TEST(StoreTest, RunsFromBeforeSchema8HaveNoStatus) {
     ASSERT_TRUE(s.ok());
     ASSERT_TRUE((*s)->CreateRun(SampleRun()).ok());
   }
-  // Back to version 7's runs table: drop the five columns schema 8 added.
+  // Back to version 7's runs table: drop the five columns schema 8 added
+  // (and the source column schema 9 added, with its index), and schema 9's
+  // metrics table.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
                          "CREATE TABLE runs7 AS SELECT id, created_at, kind, model, config_json FROM runs;"
-                         "DROP TABLE runs; ALTER TABLE runs7 RENAME TO runs; PRAGMA user_version = 7;",
+                         "DROP TABLE runs; ALTER TABLE runs7 RENAME TO runs; DROP TABLE metrics; "
+                         "PRAGMA user_version = 7;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);

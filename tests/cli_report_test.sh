@@ -51,7 +51,7 @@ done
 # ---------------------------------------------------------------- list
 "$bin" report > list.txt
 check "list: every run" bash -c "grep -cE '^ *[0-9]+ +train' list.txt | grep -qx $((trained + 3))"
-check "list: store counts" grep -q "store: 0 calibrations, 0 loop_steps, 0 pipeline_traffic, 1 plans, $((trained + 3)) runs, 5 simulations, $((300 + 3 * trained)) steps, 0 weight_syncs" list.txt
+check "list: store counts" grep -q "store: 0 calibrations, 0 loop_steps, 0 metrics, 0 pipeline_traffic, 1 plans, $((trained + 3)) runs, 5 simulations, $((300 + 3 * trained)) steps, 0 weight_syncs" list.txt
 "$bin" report --json > list.json
 json_check "list json: runs, last loss, plan" list.json \
   "len(d['runs']) == $((trained + 3)) and d['runs'][$A - 1]['last_loss'] == 10.0 / 100 + 2 and d['runs'][$A - 1]['plan_id'] == $plan_id and d['tables']['simulations'] == 5"
@@ -106,8 +106,10 @@ import re, sys
 page = open(sys.argv[1]).read()
 assert page.startswith("<!DOCTYPE html>") and page.count("<html") == 1
 assert "<script" not in page and "src=" not in page and "href=" not in page and "@import" not in page
-assert page.count("<svg") == 5, page.count("<svg")   # loss, grad norm, memory, gantt, sync
-for needle in ("<polyline", "Memory per GPU", "Pipeline: simulation", "rank 1", "Weight sync", "identical", "+1.00%"):
+# loss, grad norm, tokens/s, step time, peak memory, memory bars, gantt, sync
+assert page.count("<svg") == 8, page.count("<svg")
+for needle in ("<polyline", "Memory per GPU", "Pipeline: simulation", "rank 1", "Weight sync", "identical", "+1.00%",
+               "tokens/s (every token of the step)", "step time", "peak memory per GPU", "h100: 80.0 GB"):
     assert needle in page, needle
 PY
 if [ -x /usr/bin/chromium ]; then
