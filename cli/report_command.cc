@@ -27,7 +27,7 @@ using nlohmann::json;
 po::options_description ReportOptions() {
   po::options_description desc(
       "kimi-plan report [RUN] [--compare RUN... --reference RUN [--steps 1,10,50,100] [--metric loss,grad_norm]]\n"
-      "                 [--status STATE] [--csv FILE] [--json] [--html FILE] [--db PATH]\n\n"
+      "                 [--status STATE] [--csv FILE] [--predictions-csv FILE] [--json] [--html FILE] [--db PATH]\n\n"
       "Without RUN lists the runs (--status: only those that finished, failed, are running or ended without a word); with RUN summarises it; --compare prints each run's metrics at the chosen steps\n"
       "against the reference (`identical` when bitwise equal, else the % change). Options");
   desc.add_options()("help,h", "this text")
@@ -38,6 +38,7 @@ po::options_description ReportOptions() {
       ("metric", po::value<std::string>()->default_value("loss,grad_norm"), "with --compare: metrics (columns of the steps table)")
       ("status", po::value<std::string>(), "list only the runs that stand so: finished | failed | running | ended (killed without a word) | unknown")
       ("csv", po::value<std::string>(), "write the view as CSV to this file")
+      ("predictions-csv", po::value<std::string>(), "write predicted against measured (with ratios) as CSV to this file")
       ("html", po::value<std::string>(), "write one self-contained HTML page with SVG plots to this file")
       ("plan", Int64Flag(1, INT64_MAX), "--html: the plan whose memory is drawn (default: the first shown run's, else the latest)")
       ("simulation", Int64Flag(1, INT64_MAX), "--html: the pipeline simulation whose Gantt chart is drawn (default: the latest)");
@@ -286,14 +287,17 @@ Status ReportCommand(const std::vector<std::string>& args, CliEnv& env) {
   if (!proceed) return Status::Ok();
   KP_ASSIGN_OR_RETURN(ReportRequest q, Validate(vm));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "csv", /*create_parent=*/true));
+  KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "predictions-csv", /*create_parent=*/true));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "html", /*create_parent=*/true));
-  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "csv", "html"}));
+  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "csv", "predictions-csv", "html"}));
   KP_ASSIGN_OR_RETURN(ReportOutput out, BuildReport(q, env));
   std::string html;
   if (vm.count("html")) {
     KP_ASSIGN_OR_RETURN(html, HtmlReport(out.html));
   }
   if (vm.count("csv")) KP_RETURN_IF_ERROR(env.fs.WriteFile(vm["csv"].as<std::string>(), out.csv));
+  if (vm.count("predictions-csv"))
+    KP_RETURN_IF_ERROR(env.fs.WriteFile(vm["predictions-csv"].as<std::string>(), PredictionsCsv(out.html.predictions)));
   if (vm.count("html")) KP_RETURN_IF_ERROR(env.fs.WriteFile(vm["html"].as<std::string>(), html));
   if (vm.count("json")) env.out << out.json_view.dump(2) << "\n";
   else env.out << out.text;

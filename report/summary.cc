@@ -285,6 +285,16 @@ std::string RunListCsv(const std::vector<RunListEntry>& runs) {
   return out;
 }
 
+std::string PredictionsCsv(const std::vector<std::pair<std::int64_t, std::vector<PredictionRow>>>& by_run) {
+  std::string out = "run_id,predicted,by,predicted_value,measured,ratio\n";
+  auto value = [](const std::optional<double>& v) { return v ? FormatShortest(*v) : std::string(); };
+  for (const auto& [run, rows] : by_run)
+    for (const PredictionRow& r : rows)
+      out += CsvRow({std::to_string(run), r.what, r.source, FormatShortest(r.predicted), value(r.measured),
+                     value(r.Ratio())});
+  return out;
+}
+
 std::string StepsCsv(const RunData& run) {
   std::string out = "step";
   for (const std::string& n : run.steps.names) out += "," + CsvField(n);

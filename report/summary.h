@@ -124,6 +124,9 @@ nlohmann::json PredictionsJson(const std::vector<PredictionRow>& rows);
 std::string RunListCsv(const std::vector<RunListEntry>& runs);
 /// step, then every metric column of the run, values exact (%.17g), NULL empty.
 std::string StepsCsv(const RunData& run);
+/// run_id,predicted,by,predicted_value,measured,ratio: one line per row
+/// (values in their shortest exact form, a missing one empty).
+std::string PredictionsCsv(const std::vector<std::pair<std::int64_t, std::vector<PredictionRow>>>& by_run);
 
 }  // namespace kp
 

@@ -128,6 +128,15 @@ json_check "report --compare --json: predictions with ratios" compare.json \
 "$bin" report "$run_a" --csv steps_a.csv > /dev/null
 check "report --csv: Verl's metrics by name, 60 steps" python3 -c "
 import csv; rows = list(csv.DictReader(open('steps_a.csv'))); assert len(rows) == 60 and 'timing_s/gen' in rows[0], rows[0].keys()"
+"$bin" report "$run_a" --predictions-csv predictions.csv > /dev/null
+check "report --predictions-csv: the rows and ratios of --json" python3 - <<'PY'
+import csv, json
+rows = list(csv.DictReader(open("predictions.csv")))
+want = json.load(open("report_a.json"))["predictions"]
+assert [(r["predicted"], r["by"]) for r in rows] == [(p["what"], p["source"]) for p in want], rows
+for r, p in zip(rows, want):
+    assert float(r["predicted_value"]) == p["predicted"] and float(r["ratio"]) == p["ratio"], (r, p)
+PY
 "$bin" report --compare "$run_b" --reference "$run_a" --metric timing_s/gen --html page.html > /dev/null
 check "report --html: the phases plotted with their predictions" grep -q "gen (predicted)" page.html
 check "report --html: which simulation predicted them" grep -q "dashed: the prediction of simulation 1 (loop)" page.html
@@ -159,7 +168,7 @@ job_file live "$plan_id" null
 "$bin" ingest live/verl-metrics.jsonl --follow --poll-ms 50 --json > follow.json 2> follow.err &
 follower=$!
 steps_of_live() { sqlite3 kimi-plan.db "select count(distinct m.step) from metrics m join runs r on r.id = m.run_id where r.source like '%/live/verl-metrics.jsonl'" 2>/dev/null || echo 0; }
-for _ in $(seq 100); do [ "$(steps_of_live)" = 20 ] && break; sleep 0.05; done
+for _ in $(seq 200); do [ "$(steps_of_live)" = 20 ] && break; sleep 0.05; done
 check "follow: the 20 steps written so far" test "$(steps_of_live)" = 20
 fixture live/verl-metrics.jsonl 1.0 --steps 5 --first-step 21 --append
 appended=$(date +%s.%N)
