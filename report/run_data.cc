@@ -103,9 +103,10 @@ void AddVerlCommonColumns(StepColumns* s) {
     s->names.push_back(name);
     s->values.push_back(std::move(v));
   };
+  // Each source column is found once; `add` appends only after its loop,
+  // so the pointer stays valid while it is read.
   auto copy = [&](const char* from, double scale) {
-    return [from, scale, &column](std::size_t i) -> std::optional<double> {
-      const auto* c = column(from);
+    return [c = column(from), scale](std::size_t i) -> std::optional<double> {
       return c && (*c)[i] ? std::optional<double>(*(*c)[i] * scale) : std::nullopt;
     };
   };
@@ -116,8 +117,8 @@ void AddVerlCommonColumns(StepColumns* s) {
   add("peak_memory_bytes", copy("perf/max_memory_allocated_gb", 1024.0 * 1024 * 1024));  // Verl's GiB
   // Every token of the step (prompts and responses) over the step's time,
   // as the native runtime's tokens_per_s counts a step's tokens.
-  add("tokens_per_s", [&](std::size_t i) -> std::optional<double> {
-    const auto *tokens = column("perf/total_num_tokens"), *time = column("timing_s/step");
+  add("tokens_per_s", [tokens = column("perf/total_num_tokens"), time = column("timing_s/step")](
+                          std::size_t i) -> std::optional<double> {
     if (!tokens || !time || !(*tokens)[i] || !(*time)[i] || *(*time)[i] <= 0) return std::nullopt;
     return *(*tokens)[i] / *(*time)[i];
   });

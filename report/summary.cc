@@ -121,11 +121,10 @@ std::vector<PredictionRow> VerlPredictions(const PlanPredictions& p, const RunDa
   const std::string plan = "plan " + std::to_string(p.plan_id);
   // The median after the first step, which compiles, warms caches and
   // loads the rollout engine.
-  auto median = [&](const std::string& metric, double scale = 1) -> std::optional<double> {
+  auto median = [&](const std::string& metric) {
     std::vector<std::pair<int, double>> s = run.Series(metric);
     if (s.size() > 1) s.erase(s.begin());
-    const std::optional<double> m = Stats(s).median;
-    return m ? std::optional<double>(*m * scale) : std::nullopt;
+    return Stats(s).median;
   };
   for (const PlanPredictions::Loop& loop : p.loops) {
     const std::string by = "simulation " + std::to_string(loop.id) + " (loop)";
