@@ -185,6 +185,28 @@ class C10dCommunicator : public Communicator {
     return Wait("reduce", AnyPeer(), [&] { return g_.pg->reduce(v, opts); });
   }
 
+  // NCCL's own collectives, in place (this rank's part of `t` is the
+  // output, as NCCL allows); Gloo takes the default's reductions and
+  // broadcasts.
+  Status ReduceScatterSum(torch::Tensor& t) override {
+    if (g_.backend != "nccl" || size() == 1) return Communicator::ReduceScatterSum(t);
+    KP_ASSIGN_OR_RETURN(at::Tensor out, PartOf(*this, t, rank(), "reduce-scatter"));
+    KP_RETURN_IF_ERROR(WaitSends(pending_.size()));
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.timeout = g_.timeout;
+    return Wait("reduce-scatter", AnyPeer(), [&] { return g_.pg->_reduce_scatter_base(out, t, opts); });
+  }
+
+  Status AllGather(torch::Tensor& t) override {
+    if (g_.backend != "nccl" || size() == 1) return Communicator::AllGather(t);
+    KP_ASSIGN_OR_RETURN(at::Tensor in, PartOf(*this, t, rank(), "all-gather"));
+    KP_RETURN_IF_ERROR(WaitSends(pending_.size()));
+    c10d::AllgatherOptions opts;
+    opts.timeout = g_.timeout;
+    return Wait("all-gather", AnyPeer(), [&] { return g_.pg->_allgather_base(t, in, opts); });
+  }
+
   Status Broadcast(torch::Tensor& t, int root) override {
     KP_ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> op, StartBroadcast(t, root));
     return op->Wait();

@@ -78,6 +78,19 @@ TEST(C10dRank, Collectives) {
   }
   EXPECT_TRUE(torch::allclose(sums[0], expect, 1e-5, 1e-6));
 
+  // ReduceScatterSum and AllGather, in place over 3 parts of 2: rank r's
+  // part q is 10 q + r + {0, 1}, whose sum over ranks is 30 q + 3 + {0, 3};
+  // then each rank's part becomes its rank, gathered everywhere.
+  torch::Tensor parts =
+      torch::arange(6, torch::kFloat).div(2, "floor") * 10 + r + torch::tensor({0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 1.0f});
+  ASSERT_TRUE(c->ReduceScatterSum(parts).ok());
+  EXPECT_TRUE(torch::equal(parts.narrow(0, 2 * r, 2), torch::tensor({30.0f * r + 3, 30.0f * r + 6})));
+  parts.narrow(0, 2 * r, 2).fill_(r);
+  ASSERT_TRUE(c->AllGather(parts).ok());
+  EXPECT_TRUE(torch::equal(parts, torch::tensor({0.0f, 0.0f, 1.0f, 1.0f, 2.0f, 2.0f})));
+  torch::Tensor uneven = torch::zeros({4});
+  EXPECT_FALSE(c->AllGather(uneven).ok());  // 4 is not 3 equal parts
+
   // AllToAll: rank s sends (s + d) rows of width 3 to rank d, each row
   // [s, d, row]; rank 1 sends nothing to rank 2.
   auto rows = [](int s, int d) { return (s == 1 && d == 2) ? 0 : s + d; };

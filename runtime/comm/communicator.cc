@@ -15,6 +15,30 @@ Result<std::unique_ptr<PendingOp>> Communicator::StartBroadcast(torch::Tensor& t
   return std::unique_ptr<PendingOp>(new DoneOp());
 }
 
+Result<torch::Tensor> PartOf(const Communicator& c, const torch::Tensor& t, int r, const char* op) {
+  if (t.dim() != 1 || t.numel() % c.size() != 0)
+    return Status::Internal(std::string(op) + ": needs a 1-D tensor of " + std::to_string(c.size()) +
+                            " equal parts, got " + std::to_string(t.numel()) + " elements");
+  const std::int64_t k = t.numel() / c.size();
+  return t.narrow(0, r * k, k);
+}
+
+Status Communicator::ReduceScatterSum(torch::Tensor& t) {
+  for (int r = 0; r < size(); ++r) {
+    KP_ASSIGN_OR_RETURN(torch::Tensor part, PartOf(*this, t, r, "reduce-scatter"));
+    KP_RETURN_IF_ERROR(ReduceSum(part, r));
+  }
+  return Status::Ok();
+}
+
+Status Communicator::AllGather(torch::Tensor& t) {
+  for (int r = 0; r < size(); ++r) {
+    KP_ASSIGN_OR_RETURN(torch::Tensor part, PartOf(*this, t, r, "all-gather"));
+    KP_RETURN_IF_ERROR(Broadcast(part, r));
+  }
+  return Status::Ok();
+}
+
 Status AllReduceSumBuckets(const std::vector<torch::Tensor>& tensors, Communicator* c, int divisor,
                            std::int64_t bucket_bytes) {
   std::size_t i = 0;

@@ -66,6 +66,17 @@ class Communicator {
   /// before returning (an op that is already done); c10d returns at once
   /// (NCCL: queued on its stream; Gloo: run on Gloo's threads).
   virtual Result<std::unique_ptr<PendingOp>> StartBroadcast(torch::Tensor& t, int root);
+  /// `t` (1-D, size() equal parts) summed over the group part by part, into
+  /// the part's rank: afterwards part rank() of this rank's `t` holds the sum
+  /// of every rank's part rank(), the other parts are unspecified. The
+  /// reduce-scatter of Megatron's distributed optimizer, in place as NCCL
+  /// allows it. The default runs one ReduceSum per part (c10d's Gloo of
+  /// LibTorch 1.13 has no reduce-scatter); NCCL overrides it.
+  virtual Status ReduceScatterSum(torch::Tensor& t);
+  /// `t` (1-D, size() equal parts): part r of every rank's `t` becomes rank
+  /// r's part r, the all-gather, in place. The default runs one Broadcast
+  /// per part; NCCL overrides it.
+  virtual Status AllGather(torch::Tensor& t);
   /// in[r] goes to rank r; out[r] receives rank r's message. Sizes may differ
   /// per pair (expert-parallel token dispatch); out[r] must be allocated to
   /// the size rank r sends (exchange sizes first with AllToAllSizes).
@@ -81,6 +92,10 @@ class Communicator {
 /// Exchanges the number of rows each rank will send each other rank before
 /// an AllToAll: sizes_in[r] rows go to rank r; returns the rows to expect from each.
 Result<std::vector<std::int64_t>> AllToAllSizes(Communicator& c, const std::vector<std::int64_t>& sizes_in);
+
+/// Part `r` of `t` as ReduceScatterSum and AllGather cut it (1-D, c.size()
+/// equal parts); Internal naming `op` otherwise.
+Result<torch::Tensor> PartOf(const Communicator& c, const torch::Tensor& t, int r, const char* op);
 
 /// The default bucket of AllReduceSumBuckets: Megatron-LM's and DDP's 25 MiB.
 inline constexpr std::int64_t kGradientBucketBytes = std::int64_t{25} << 20;

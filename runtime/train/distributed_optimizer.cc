@@ -12,44 +12,107 @@ int RankIn(const Communicator* c) { return c == nullptr ? 0 : c->rank(); }
 // The elements of a parameter, flat, without autograd.
 torch::Tensor Flat(const torch::Tensor& p) { return p.detach().view({-1}); }
 
+// A parameter's gradient dtype: Megatron's fp32 main gradient (fp64 tests
+// keep fp64).
+torch::ScalarType GradientType(const torch::Tensor& p) {
+  return p.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
 }  // namespace
 
-ParameterShards::ParameterShards(std::vector<ReplicatedParameters> groups) : groups_(std::move(groups)) {
+ParameterShards::ParameterShards(std::vector<ReplicatedParameters> groups, std::int64_t bucket_bytes)
+    : groups_(std::move(groups)),
+      starts_(groups_.size()),
+      buckets_(groups_.size()),
+      totals_(groups_.size()),
+      gradients_(groups_.size()) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    std::vector<std::int64_t> starts;
-    std::int64_t total = 0;
-    for (const torch::Tensor& p : groups_[g].params) {
-      TORCH_CHECK(p.is_contiguous(), "the distributed optimizer needs contiguous parameters");
-      TORCH_CHECK(p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kBFloat16 ||
-                      p.scalar_type() == torch::kDouble,
-                  "the optimizer's shards take fp32 (fp64 in tests) or bf16 parameters");
-      starts.push_back(total);
-      total += p.numel();
-    }
-    starts_.push_back(std::move(starts));
-    totals_.push_back(total);
-    const Range mine = Owned(static_cast<int>(g), RankIn(groups_[g].group));
-    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const torch::Tensor& p = groups_[g].params[i];
-      const std::int64_t lo = std::max(mine.begin, starts_[g][i]), hi = std::min(mine.end, starts_[g][i] + p.numel());
-      if (lo >= hi) continue;
-      const torch::Tensor stored = Flat(p).narrow(0, lo - starts_[g][i], hi - lo);
-      const torch::Tensor values = stored.scalar_type() == torch::kBFloat16 ? stored.to(torch::kFloat) : stored;
-      slices_.push_back({values, stored, static_cast<int>(g), static_cast<int>(i), lo - starts_[g][i], p.dim() >= 2});
+    LayOut(static_cast<int>(g), bucket_bytes);
+    for (const Bucket& b : buckets_[g]) {
+      const auto [lo_owned, hi_owned] = Owned(static_cast<int>(g), b);
+      for (int i = b.first; i < b.last; ++i) {
+        const torch::Tensor& p = groups_[g].params[i];
+        const std::int64_t start = starts_[g][i];
+        const std::int64_t lo = std::max(lo_owned, start), hi = std::min(hi_owned, start + p.numel());
+        if (lo >= hi) continue;
+        const torch::Tensor stored = Flat(p).narrow(0, lo - start, hi - lo);
+        const torch::Tensor values = stored.scalar_type() == torch::kBFloat16 ? stored.to(torch::kFloat) : stored;
+        slices_.push_back({values, stored, static_cast<int>(g), i, lo - start, p.dim() >= 2});
+      }
     }
   }
 }
 
-ParameterShards::Range ParameterShards::Owned(int group, int rank) const {
-  const std::int64_t d = SizeOf(groups_[group].group), n = totals_[group];
-  const std::int64_t per = (n + d - 1) / d;
-  return {std::min(n, rank * per), std::min(n, (rank + 1) * per)};
+// Buckets close at a change of dtype (one staging dtype for the gather) and
+// before the bucket would pass `bucket_bytes` of fp32 gradient; each is
+// padded to a multiple of D so that its D parts are equal, as NCCL's
+// reduce-scatter and all-gather need.
+void ParameterShards::LayOut(int g, std::int64_t bucket_bytes) {
+  const std::vector<torch::Tensor>& params = groups_[g].params;
+  const std::int64_t d = SizeOf(groups_[g].group);
+  std::int64_t total = 0;
+  Bucket open;
+  std::int64_t filled = 0, bytes = 0;
+  const auto close = [&](int last) {
+    open.last = last;
+    open.size = (filled + d - 1) / d * d;
+    buckets_[g].push_back(open);
+    total += open.size;
+    open = Bucket{total, 0, last, last};
+    filled = bytes = 0;
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& p = params[i];
+    TORCH_CHECK(p.is_contiguous(), "the distributed optimizer needs contiguous parameters");
+    TORCH_CHECK(
+        p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kBFloat16 || p.scalar_type() == torch::kDouble,
+        "the optimizer's shards take fp32 (fp64 in tests) or bf16 parameters");
+    TORCH_CHECK(GradientType(p) == GradientType(params[0]), "the optimizer's shards: one gradient dtype per group");
+    const std::int64_t grad_bytes = p.numel() * static_cast<std::int64_t>(torch::elementSize(GradientType(p)));
+    const int at = static_cast<int>(i);
+    if (filled > 0 && (p.scalar_type() != params[open.first].scalar_type() || bytes + grad_bytes > bucket_bytes))
+      close(at);
+    starts_[g].push_back(total + filled);
+    filled += p.numel();
+    bytes += grad_bytes;
+  }
+  if (filled > 0) close(static_cast<int>(params.size()));
+  totals_[g] = total;
+}
+
+std::pair<std::int64_t, std::int64_t> ParameterShards::Owned(int g, const Bucket& b) const {
+  const std::int64_t part = b.size / SizeOf(groups_[g].group);
+  const std::int64_t lo = b.begin + RankIn(groups_[g].group) * part;
+  return {lo, lo + part};
+}
+
+torch::Tensor ParameterShards::GradientView(int g, int i) const {
+  const torch::Tensor& p = groups_[g].params[i];
+  return gradients_[g].narrow(0, starts_[g][i], p.numel()).view(p.sizes());
 }
 
 std::int64_t ParameterShards::owned_elements() const {
   std::int64_t n = 0;
   for (const Slice& s : slices_) n += s.values.numel();
   return n;
+}
+
+void ParameterShards::EnsureGradientBuffer(int g) {
+  const std::vector<torch::Tensor>& params = groups_[g].params;
+  if (!gradients_[g].defined() && !params.empty())
+    gradients_[g] = torch::zeros({totals_[g]}, params[0].options().dtype(GradientType(params[0])));
+}
+
+void ParameterShards::PrepareGradients() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::vector<torch::Tensor>& params = groups_[g].params;
+    if (params.empty()) continue;
+    EnsureGradientBuffer(static_cast<int>(g));
+    gradients_[g].zero_();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      const_cast<torch::Tensor&>(params[i]).mutable_grad() = GradientView(static_cast<int>(g), static_cast<int>(i));
+  }
 }
 
 void ParameterShards::BindGradients() {
@@ -77,21 +140,6 @@ std::int64_t ParameterShards::master_elements() const {
   return n;
 }
 
-template <typename F, typename Of>
-Status ParameterShards::ForEachOwnedPart(int g, const Of& of, const F& f) const {
-  const std::vector<torch::Tensor>& params = groups_[g].params;
-  for (int r = 0; r < SizeOf(groups_[g].group); ++r) {
-    const Range owned = Owned(g, r);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const std::int64_t start = starts_[g][i];
-      const std::int64_t lo = std::max(owned.begin, start), hi = std::min(owned.end, start + params[i].numel());
-      if (lo >= hi) continue;
-      KP_RETURN_IF_ERROR(f(r, static_cast<int>(i), Flat(of(params[i])).narrow(0, lo - start, hi - lo)));
-    }
-  }
-  return Status::Ok();
-}
-
 bool ParameterShards::sharded() const {
   for (const ReplicatedParameters& g : groups_)
     if (SizeOf(g.group) > 1) return true;
@@ -101,19 +149,28 @@ bool ParameterShards::sharded() const {
 Status ParameterShards::ReduceScatterGradients(int divisor) {
   torch::NoGradGuard no_grad;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    for (const torch::Tensor& p : groups_[g].params)
-      if (!p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::zeros_like(p);
+    const std::vector<torch::Tensor>& params = groups_[g].params;
+    if (params.empty()) continue;
+    EnsureGradientBuffer(static_cast<int>(g));
+    // A gradient the backward made anew (none was there) or that someone
+    // replaced is brought into the buffer, so the buckets see every one.
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      torch::Tensor view = GradientView(static_cast<int>(g), static_cast<int>(i));
+      const torch::Tensor& grad = params[i].grad();
+      if (grad.defined() && grad.data_ptr() == view.data_ptr()) continue;
+      if (grad.defined())
+        view.copy_(grad);
+      else
+        view.zero_();
+      const_cast<torch::Tensor&>(params[i]).mutable_grad() = view;
+    }
     Communicator* group = groups_[g].group;
-    const int mine = RankIn(group);
-    // Megatron's reduce-scatter, part by part: each owner receives the sum
-    // of its part alone, as one all-reduce of the part would give it.
-    KP_RETURN_IF_ERROR(ForEachOwnedPart(
-        static_cast<int>(g), [](const torch::Tensor& p) { return p.grad(); },
-        [&](int owner, int, torch::Tensor part) -> Status {
-          if (SizeOf(group) > 1) KP_RETURN_IF_ERROR(group->ReduceSum(part, owner));
-          if (owner == mine && divisor != 1) part.div_(divisor);
-          return Status::Ok();
-        }));
+    for (const Bucket& b : buckets_[g]) {
+      torch::Tensor bucket = gradients_[g].narrow(0, b.begin, b.size);
+      if (SizeOf(group) > 1) KP_RETURN_IF_ERROR(group->ReduceScatterSum(bucket));
+      const auto [lo, hi] = Owned(static_cast<int>(g), b);
+      if (divisor != 1) gradients_[g].narrow(0, lo, hi - lo).div_(divisor);
+    }
   }
   return Status::Ok();
 }
@@ -129,16 +186,27 @@ std::vector<torch::Tensor> ParameterShards::OwnedGradients(int group) const {
   return owned;
 }
 
+// Each bucket through one staging buffer in its parameters' dtype: the
+// owned elements in, the all-gather, every parameter's elements out.
 Status ParameterShards::Gather() {
   torch::NoGradGuard no_grad;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Communicator* group = groups_[g].group;
     if (SizeOf(group) == 1) continue;
-    // Straight into the parameters, part by part: no buffer beside them
-    // (the plan counts none), at one broadcast per part.
-    KP_RETURN_IF_ERROR(ForEachOwnedPart(
-        static_cast<int>(g), [](const torch::Tensor& p) { return p; },
-        [&](int owner, int, torch::Tensor part) { return group->Broadcast(part, owner); }));
+    const std::vector<torch::Tensor>& params = groups_[g].params;
+    for (const Bucket& b : buckets_[g]) {
+      torch::Tensor staging = torch::empty({b.size}, params[b.first].options());
+      const auto [lo, hi] = Owned(static_cast<int>(g), b);
+      for (int i = b.first; i < b.last; ++i) {
+        const std::int64_t start = starts_[g][i], from = std::max(lo, start),
+                           to = std::min(hi, start + params[i].numel());
+        if (from < to)
+          staging.narrow(0, from - b.begin, to - from).copy_(Flat(params[i]).narrow(0, from - start, to - from));
+      }
+      KP_RETURN_IF_ERROR(group->AllGather(staging));
+      for (int i = b.first; i < b.last; ++i)
+        Flat(params[i]).copy_(staging.narrow(0, starts_[g][i] - b.begin, params[i].numel()));
+    }
   }
   return Status::Ok();
 }

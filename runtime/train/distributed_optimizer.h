@@ -1,12 +1,17 @@
-// Megatron's distributed optimizer (--distributed-optimizer on): each
-// replica group's parameters laid end to end in their order, rank d of the
-// group's D owning the elements [d * ceil(N / D), (d + 1) * ceil(N / D)), and
-// AdamW's moments only for what it owns; after the update each rank's owned
-// elements are broadcast to the others, so every rank holds the whole
-// updated parameters again. The gradients are reduce-scattered before it:
-// each part summed into the rank that owns it alone (ReduceScatterGradients),
-// and the gradient norm is taken from the owned parts. The dense parameters' group is DP (x CP), the
-// routed experts' expert-DP (replica_groups in data_parallel.h).
+// Megatron's distributed optimizer (--distributed-optimizer on), laid out
+// as Megatron lays it: each replica group's gradients live in one contiguous
+// buffer (the parameters' order, each parameter's gradient a view of it),
+// cut into buckets of consecutive parameters of one dtype of at most
+// `bucket_bytes` of gradient (a larger parameter alone), each bucket padded
+// to a multiple of the group's D ranks. Rank d owns the d-th of the D equal
+// parts of every bucket, and AdamW's moments exist only for what it owns.
+// The gradients are reduce-scattered bucket by bucket in place
+// (Communicator::ReduceScatterSum: each part summed into its owner alone),
+// the gradient norm is taken from the owned parts, and after the update the
+// parameters are all-gathered bucket by bucket (through one bucket of
+// staging in the parameters' dtype), so every rank holds the whole updated
+// parameters again. The dense parameters' group is DP (x CP), the routed
+// experts' expert-DP (replica_groups in data_parallel.h).
 //
 // The update is AdamW's element by element and a reduction to one rank sums
 // in the order an all-reduce does (of two ranks, one order), so on the CPU
@@ -15,15 +20,16 @@
 //
 // Megatron's mixed precision: a bf16 parameter's owned elements get an fp32
 // master copy, which the optimizer updates (its gradient: the parameter's
-// fp32 main gradient, see PipelineRank); StoreMasters rounds the masters
-// into the parameter, and Gather broadcasts the bf16 elements. fp32
-// parameters are their own masters. With a group of one rank this is the
-// whole optimizer with fp32 masters.
+// fp32 main gradient in the buffer); StoreMasters rounds the masters into
+// the parameter, and Gather all-gathers the bf16 elements. fp32 parameters
+// are their own masters. With a group of one rank this is the whole
+// optimizer with fp32 masters.
 // Thread-safety: one thread.
 #ifndef KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
 #define KIMI_PLAN_RUNTIME_TRAIN_DISTRIBUTED_OPTIMIZER_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -42,14 +48,17 @@ struct ReplicatedParameters {
 
 class ParameterShards {
  public:
-  /// Every parameter must be contiguous, fp32 or bf16 (fp64 in tests).
-  explicit ParameterShards(std::vector<ReplicatedParameters> groups);
+  /// Every parameter must be contiguous, fp32 or bf16 (fp64 in tests), all of
+  /// one device. `bucket_bytes`: the most gradient bytes in one bucket (a
+  /// larger parameter is a bucket alone).
+  explicit ParameterShards(std::vector<ReplicatedParameters> groups,
+                           std::int64_t bucket_bytes = kGradientBucketBytes);
 
   /// This rank's owned elements of each parameter, as the tensors the
   /// optimizer updates: views of the parameter's storage, or for a bf16
   /// parameter its fp32 master copy (none for a parameter it owns nothing
   /// of), and whether the whole parameter is a matrix (the weight-decayed
-  /// ones).
+  /// ones). A parameter lies in one bucket, so it has one slice at most.
   struct Slice {
     torch::Tensor values;
     torch::Tensor stored;  ///< the owned elements in the parameter (values itself but for bf16)
@@ -61,12 +70,21 @@ class ParameterShards {
   const std::vector<Slice>& slices() const { return slices_; }
   /// Elements this rank owns (the optimizer's state covers these alone).
   std::int64_t owned_elements() const;
+  /// Buckets of group `group` (each one reduce-scatter and one all-gather).
+  int buckets(int group) const { return static_cast<int>(buckets_[group].size()); }
 
-  /// Sums each parameter's gradient part over its group into the part's
-  /// owner and divides the owned parts by `divisor` (the replicas' mean);
-  /// the parts a rank does not own are left unspecified. Gradients not yet
-  /// made become zeros first. One reduction per owned part, no buffer (the
-  /// gather's layout). IoError from the communicator.
+  /// Points every parameter's gradient at its place in its group's gradient
+  /// buffer (fp32; fp64 for fp64 parameters), allocated on the first call,
+  /// and zeroes the buffer. Call before the backward, which then
+  /// accumulates into it in place, as into Megatron's grad buffer.
+  void PrepareGradients();
+
+  /// Sums each bucket over its group into the owners of its parts (in
+  /// place in the buffer) and divides the owned parts by `divisor` (the
+  /// replicas' mean); the parts a rank does not own are left unspecified. A
+  /// gradient that is not its buffer view (made or replaced since
+  /// PrepareGradients) is copied into the buffer first, a missing one counts
+  /// as zeros. IoError from the communicator.
   Status ReduceScatterGradients(int divisor);
   /// Whether a group of more than one rank shards its parameters (only
   /// then do the gradients need ReduceScatterGradients).
@@ -78,33 +96,35 @@ class ParameterShards {
   /// Points each slice's gradient at its part of the parameter's gradient
   /// (none where the parameter has none: AdamW leaves it alone).
   void BindGradients();
-  /// Drops the slices' gradients: a view keeps its whole parameter's
-  /// gradient alive, which would then outlive the step.
+  /// Drops the slices' gradients (the buffer stays for the next step).
   void ReleaseGradients();
   /// Rounds every fp32 master into its bf16 parameter (after the update,
   /// before Gather); nothing for fp32 parameters.
   void StoreMasters();
   /// Elements that have an fp32 master copy beside their parameter.
   std::int64_t master_elements() const;
-  /// Broadcasts every rank's owned elements to the rest of its group,
-  /// straight into the parameters (one broadcast per parameter part, no
-  /// buffer). IoError from the communicator.
+  /// All-gathers every bucket's owned parts into every rank's parameters.
+  /// IoError from the communicator.
   Status Gather();
 
  private:
-  struct Range {
-    std::int64_t begin = 0, end = 0;  ///< in the group's elements laid end to end
+  /// Consecutive parameters [first, last) at [begin, begin + size) of the
+  /// group's buffer; size is a multiple of the group's ranks.
+  struct Bucket {
+    std::int64_t begin = 0, size = 0;
+    int first = 0, last = 0;
   };
-  Range Owned(int group, int rank) const;
-  /// Calls f(rank, param, part) for each owner's part of each parameter of
-  /// group `g`, owners in rank order (the order every rank's collectives
-  /// must follow); `part` views the flat elements of `of(param)`.
-  template <typename F, typename Of>
-  Status ForEachOwnedPart(int g, const Of& of, const F& f) const;
+  void LayOut(int g, std::int64_t bucket_bytes);
+  /// This rank's part of bucket `b`, in buffer elements.
+  std::pair<std::int64_t, std::int64_t> Owned(int g, const Bucket& b) const;
+  void EnsureGradientBuffer(int g);
+  torch::Tensor GradientView(int g, int i) const;
 
   std::vector<ReplicatedParameters> groups_;
-  std::vector<std::vector<std::int64_t>> starts_;  ///< per group: each parameter's first element
-  std::vector<std::int64_t> totals_;
+  std::vector<std::vector<std::int64_t>> starts_;  ///< per group: each parameter's first element in the buffer
+  std::vector<std::vector<Bucket>> buckets_;
+  std::vector<std::int64_t> totals_;      ///< per group: the buffer's elements, padding included
+  std::vector<torch::Tensor> gradients_;  ///< per group: the gradient buffer, once made
   std::vector<Slice> slices_;
 };
 

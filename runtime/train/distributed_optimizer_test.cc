@@ -1,7 +1,7 @@
 // ParameterShards' fp32 masters (Megatron's mixed precision), against the
 // parameters and dtypes themselves: one rank owning everything; and the
 // reduce-scatter and gather over three in-process ranks, against the
-// ownership ranges worked out by hand.
+// ownership ranges worked out by hand, in one bucket and in several.
 #include "runtime/train/distributed_optimizer.h"
 
 #include <gtest/gtest.h>
@@ -78,6 +78,73 @@ TEST(ParameterShardsTest, ReduceScatterGivesEachOwnerTheMeanOfItsPartAndGatherRe
     KP_RETURN_IF_ERROR(shards.Gather());
     EXPECT_TRUE(torch::equal(p, torch::tensor({1.0, 1.0, 1.0, 2.0, 2.0}, torch::kDouble))) << me;
     EXPECT_TRUE(torch::equal(q.view({-1}), torch::tensor({2.0, 3.0, 3.0, 3.0}, torch::kDouble))) << me;
+    return Status::Ok();
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.message();
+}
+
+// Buckets of at most 10 fp64 gradients over 3 ranks: p (5) and q (4) share
+// bucket 0 (9 elements, parts of 3); w (7) does not fit beside them and is
+// bucket 1, padded to 9 (parts of 3: rank 0 owns w[0..3), rank 1 w[3..6),
+// rank 2 w[6..7) and two padding elements). Rank r's gradients are (r + 1) x
+// base, whose mean over ranks is 2 x base; after the gather every rank holds
+// each owner's rank + 1 in the elements it owned.
+TEST(ParameterShardsTest, BucketsArePaddedToEqualPartsAndEachPartIsItsOwnersAlone) {
+  const std::vector<Status> statuses = RunRanks(3, [](Communicator& comm) -> Status {
+    const double r = comm.rank();
+    const int me = comm.rank();
+    torch::Tensor p = torch::zeros({5}, torch::kDouble), q = torch::zeros({4}, torch::kDouble),
+                  w = torch::zeros({7}, torch::kDouble);
+    const torch::Tensor base = torch::arange(1, 17, torch::kDouble);  // p, q, w end to end
+    ParameterShards shards({{{p, q, w}, &comm}}, /*bucket_bytes=*/10 * 8);
+    EXPECT_EQ(shards.buckets(0), 2);
+    shards.PrepareGradients();
+    // The backward accumulates into the buffer's views in place.
+    p.mutable_grad().add_(base.narrow(0, 0, 5) * (r + 1));
+    q.mutable_grad().add_(base.narrow(0, 5, 4) * (r + 1));
+    w.mutable_grad().add_(base.narrow(0, 9, 7) * (r + 1));
+    KP_RETURN_IF_ERROR(shards.ReduceScatterGradients(3));
+    // Owned {offset, length} per rank of p, q and w, worked out by hand.
+    const std::int64_t owned[3][3][2] = {{{0, 3}, {0, 0}, {0, 3}}, {{3, 2}, {0, 1}, {3, 3}}, {{0, 0}, {1, 3}, {6, 1}}};
+    const std::int64_t first[3] = {0, 5, 9};
+    const std::vector<torch::Tensor> grads = shards.OwnedGradients(0);
+    if (grads.size() != 3u) return Status::Internal("OwnedGradients: " + std::to_string(grads.size()) + " of 3");
+    std::int64_t expected_owned = 0;
+    for (int i = 0; i < 3; ++i) {
+      const std::int64_t offset = owned[me][i][0], n = owned[me][i][1];
+      expected_owned += n;
+      EXPECT_EQ(grads[i].defined(), n > 0) << me << " " << i;
+      if (n > 0) {
+        EXPECT_TRUE(torch::equal(grads[i], 2 * base.narrow(0, first[i] + offset, n))) << me << " " << i;
+      }
+    }
+    EXPECT_EQ(shards.owned_elements(), expected_owned);
+    for (const ParameterShards::Slice& s : shards.slices()) s.values.fill_(r + 1);
+    KP_RETURN_IF_ERROR(shards.Gather());
+    EXPECT_TRUE(torch::equal(p, torch::tensor({1.0, 1.0, 1.0, 2.0, 2.0}, torch::kDouble))) << me;
+    EXPECT_TRUE(torch::equal(q, torch::tensor({2.0, 3.0, 3.0, 3.0}, torch::kDouble))) << me;
+    EXPECT_TRUE(torch::equal(w, torch::tensor({1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0}, torch::kDouble))) << me;
+    return Status::Ok();
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.message();
+}
+
+// A change of dtype closes a bucket (one staging dtype per gather); bf16
+// and fp32 parameters share the fp32 gradient buffer.
+TEST(ParameterShardsTest, ADtypeChangeStartsABucketAndBf16GathersAsBf16) {
+  const std::vector<Status> statuses = RunRanks(2, [](Communicator& comm) -> Status {
+    torch::Tensor a = torch::zeros({2, 2}, torch::kBFloat16), b = torch::zeros({3}), c = torch::zeros({1});
+    ParameterShards shards({{{a, b, c}, &comm}});
+    EXPECT_EQ(shards.buckets(0), 2);  // {a}, {b, c}
+    shards.PrepareGradients();
+    EXPECT_EQ(a.grad().scalar_type(), torch::kFloat);
+    EXPECT_EQ(a.grad().data_ptr<float>() + 4, b.grad().data_ptr<float>());  // a's 4 elements, no padding (2 | 4)
+    for (const ParameterShards::Slice& s : shards.slices()) s.values.fill_(comm.rank() + 0.5);
+    shards.StoreMasters();
+    KP_RETURN_IF_ERROR(shards.Gather());
+    EXPECT_TRUE(torch::equal(a.view({-1}), torch::tensor({0.5, 0.5, 1.5, 1.5}).to(torch::kBFloat16)));
+    EXPECT_TRUE(torch::equal(b, torch::tensor({0.5, 0.5, 1.5})));
+    EXPECT_TRUE(torch::equal(c, torch::tensor({1.5})));
     return Status::Ok();
   });
   for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.message();

@@ -382,17 +382,16 @@ Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
   // The gradients stay allocated from step to step and are zeroed, as
   // Megatron's gradient buffer is (and as the plan prices them), whichever
-  // LibTorch's zero_grad would free them. A bf16 parameter's gradient is
-  // its fp32 main gradient, in place before the backward, which accumulates
-  // into it (Megatron's main_grad); the shards' gradients are views of the
-  // whole ones.
-  {
+  // LibTorch's zero_grad would free them. With the shards every gradient is
+  // a view of its group's contiguous buffer, in place before the backward,
+  // which accumulates into it: a bf16 parameter's is its fp32 main gradient
+  // (Megatron's main_grad), and the buckets are reduce-scattered in place.
+  if (shards) {
+    shards->PrepareGradients();
+  } else {
     torch::NoGradGuard no_grad;
-    for (const torch::Tensor& p : params) {
+    for (const torch::Tensor& p : params)
       if (p.grad().defined()) p.mutable_grad().zero_();
-      else if (p.scalar_type() == torch::kBFloat16)
-        p.mutable_grad() = torch::zeros(p.sizes(), p.options().dtype(torch::kFloat));
-    }
   }
   KP_RETURN_IF_ERROR(RunActions(/*training=*/true));
   KP_RETURN_IF_ERROR(CheckDrained());
