@@ -10,6 +10,7 @@
 #include <iostream>
 #include <string>
 
+#include "bench/bench_options.h"
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "planner/search.h"
@@ -117,16 +118,37 @@ int Pipeline(int pp, int vp, int microbatches) {
   return 0;
 }
 
-}  // namespace
+// The positional argument at `i` (its name for messages) as an integer of
+// at least `min`, or `fallback` when it is not given.
+kp::Result<int> Positional(int argc, char** argv, int i, const char* name, int min, int fallback) {
+  if (argc <= i) return fallback;
+  KP_ASSIGN_OR_RETURN(const std::int64_t v, kp::ParseIntInRange(name, argv[i], min, 1 << 20));
+  return static_cast<int>(v);
+}
 
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "search";
-  if (what == "pipeline")
-    return Pipeline(argc > 2 ? std::atoi(argv[2]) : 16, argc > 3 ? std::atoi(argv[3]) : 4,
-                    argc > 4 ? std::atoi(argv[4]) : 512);
-  const int nodes = argc > 2 ? std::atoi(argv[2]) : 128;
-  if (what == "search") return Search(nodes);
-  if (what == "loop") return Loop(nodes);
+  if (what == "pipeline") {
+    const kp::Result<int> pp = Positional(argc, argv, 2, "PP", 2, 16), vp = Positional(argc, argv, 3, "VP", 1, 4),
+                          mb = Positional(argc, argv, 4, "MICROBATCHES", 1, 512);
+    for (const kp::Result<int>* r : {&pp, &vp, &mb})
+      if (!r->ok()) {
+        std::cerr << r->status().message() << "\n";
+        return 2;
+      }
+    return Pipeline(*pp, *vp, *mb);
+  }
+  const kp::Result<int> nodes = Positional(argc, argv, 2, "NODES", 1, 128);
+  if (!nodes.ok()) {
+    std::cerr << nodes.status().message() << "\n";
+    return 2;
+  }
+  if (what == "search") return Search(*nodes);
+  if (what == "loop") return Loop(*nodes);
   std::cerr << "usage: kimi-plan-bench search|loop [NODES] | kimi-plan-bench pipeline [PP VP MICROBATCHES]\n";
   return 2;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }

@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
-#include <map>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "bench/bench_options.h"
 #include "common/status.h"
 #include "runtime/comm/device.h"
 #include "runtime/comm/environment.h"
@@ -30,24 +30,6 @@ inline double Median(std::vector<double> v) {
 
 /// Waits for the work queued on a CUDA device; nothing on the CPU.
 using runtime::Synchronize;
-
-/// The command line as "--name value" pairs by name; `flag` (without its
-/// dashes) is the one option without a value, and `*flagged` says whether it
-/// was given. Anything else is an InvalidArgument naming the token.
-inline Result<std::map<std::string, std::string>> OptionPairs(int argc, char** argv, const std::string& flag,
-                                                             bool* flagged) {
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--" + flag) {
-      *flagged = true;
-      continue;
-    }
-    if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
-    kv[k.substr(2)] = argv[++i];
-  }
-  return kv;
-}
 
 /// A benchmark's main: bad arguments print their message and exit 2; a
 /// LibTorch error prints it and exits 1; otherwise `run`'s exit code. Every

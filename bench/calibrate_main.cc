@@ -36,10 +36,13 @@ Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   a.fp8 = !no_fp8;
   for (const auto& [k, v] : kv) {
+    if (k == "tokens") {
+      KP_ASSIGN_OR_RETURN(a.tokens, bench::NumberOption(k, v, 1, 1e9));
+      continue;
+    }
     if (k == "out") a.out = v;
     else if (k == "gpu-name") a.gpu = v;
     else if (k == "shape") a.shape = v;
-    else if (k == "tokens") a.tokens = std::stod(v);
     else return Status::InvalidArgument("--" + k + ": unknown option");
   }
   if (a.out.empty()) return Status::InvalidArgument("--out: name the table file to write");

@@ -42,22 +42,17 @@ Result<Args> ParseArgs(int argc, char** argv) {
     return Status::InvalidArgument(
         "usage: kimi-plan-kda-bench [--batch 16] [--seq-len 1024] [--heads 8] [--dk 128] [--dv 128] [--iters 10] "
         "[--device cuda]");
-  try {
-    for (const auto& [k, v] : kv) {
-      if (k == "batch") a.batch = std::stoi(v);
-      else if (k == "seq-len") a.seq_len = std::stoi(v);
-      else if (k == "heads") a.heads = std::stoi(v);
-      else if (k == "dk") a.dk = std::stoi(v);
-      else if (k == "dv") a.dv = std::stoi(v);
-      else if (k == "iters") a.iters = std::stoi(v);
-      else if (k == "device") a.device = v;
-      else return Status::InvalidArgument("unknown option --" + k);
+  const std::map<std::string, int*> positive = {{"batch", &a.batch}, {"seq-len", &a.seq_len}, {"heads", &a.heads},
+                                                {"dk", &a.dk},       {"dv", &a.dv},           {"iters", &a.iters}};
+  for (const auto& [k, v] : kv) {
+    if (auto it = positive.find(k); it != positive.end()) {
+      KP_ASSIGN_OR_RETURN(*it->second, kp::bench::IntOption(k, v, 1));
+    } else if (k == "device") {
+      a.device = v;
+    } else {
+      return Status::InvalidArgument("unknown option --" + k);
     }
-  } catch (const std::exception&) {
-    return Status::InvalidArgument("a numeric option is not a number");
   }
-  if (a.batch <= 0 || a.seq_len <= 0 || a.heads <= 0 || a.dk <= 0 || a.dv <= 0 || a.iters <= 0)
-    return Status::InvalidArgument("--batch, --seq-len, --heads, --dk, --dv, --iters must be positive");
   return a;
 }
 

@@ -67,19 +67,17 @@ struct Args {
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
-  const std::map<std::string, int*> ints = {{"pp", &a.pp},         {"vp", &a.vp},       {"microbatches", &a.microbatches},
-                                            {"batch", &a.batch},   {"seq-len", &a.seq_len}, {"warmup", &a.warmup},
-                                            {"steps", &a.steps},   {"timeout-s", &a.timeout_s}};
+  // Each integer option and its least value.
+  const std::map<std::string, std::pair<int*, int>> ints = {
+      {"pp", {&a.pp, 2}},           {"vp", {&a.vp, 1}},         {"microbatches", {&a.microbatches, 1}},
+      {"batch", {&a.batch, 1}},     {"seq-len", {&a.seq_len, 1}}, {"warmup", {&a.warmup, 0}},
+      {"steps", {&a.steps, 1}},     {"timeout-s", {&a.timeout_s, 1}}};
   const std::map<std::string, std::string*> strings = {{"shape", &a.shape},     {"device", &a.device},
                                                        {"backend", &a.backend}, {"dtype", &a.dtype},
                                                        {"schedule", &a.schedule}};
   for (const auto& [k, v] : kv) {
-    if (ints.count(k)) {
-      try {
-        *ints.at(k) = std::stoi(v);
-      } catch (const std::exception&) {
-        return Status::InvalidArgument("--" + k + ": not a number: " + v);
-      }
+    if (auto it = ints.find(k); it != ints.end()) {
+      KP_ASSIGN_OR_RETURN(*it->second.first, kp::bench::IntOption(k, v, it->second.second));
     } else if (strings.count(k)) {
       *strings.at(k) = v;
     } else if (k == "attnres-cache") {
@@ -90,8 +88,6 @@ Result<Args> ParseArgs(int argc, char** argv) {
     }
   }
   if (a.shape.empty()) return Status::InvalidArgument("--shape FILE is required");
-  if (a.pp < 2 || a.vp < 1 || a.microbatches < 1 || a.batch < 1 || a.seq_len < 1 || a.steps < 1 || a.warmup < 0)
-    return Status::InvalidArgument("--pp >= 2; --vp, --microbatches, --batch, --seq-len, --steps positive; --warmup >= 0");
   return a;
 }
 

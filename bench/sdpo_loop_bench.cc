@@ -54,11 +54,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
     else if (k == "device") a.device = v;
     else if (k == "backend") a.backend = v;
     else if (k == "timeout-s") {
-      try {
-        a.timeout_s = std::stoi(v);
-      } catch (const std::exception&) {
-        return Status::InvalidArgument("--timeout-s: not a number: " + v);
-      }
+      KP_ASSIGN_OR_RETURN(a.timeout_s, kp::bench::IntOption(k, v, 1));
     } else {
       return Status::InvalidArgument("unknown option --" + k + " (the loop's settings are in --config)");
     }

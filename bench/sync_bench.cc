@@ -68,49 +68,61 @@ struct Args {
   bool json = false;
 };
 
-std::vector<double> ParseList(const std::string& v) {
+// A comma-separated list of positive sizes.
+Result<std::vector<double>> ParseList(const std::string& name, const std::string& v) {
   std::vector<double> out;
   std::stringstream in(v);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stod(item));
+  for (std::string item; std::getline(in, item, ',');) {
+    KP_ASSIGN_OR_RETURN(const double size, kp::bench::NumberOption(name, item, 0, 1e12, /*min_open=*/true));
+    out.push_back(size);
+  }
+  if (out.empty()) return Status::InvalidArgument("--" + name + ": give at least one size");
   return out;
 }
 
 Status SetOption(Args& a, const std::string& k, const std::string& v) {
+  using kp::bench::IntOption;
+  using kp::bench::NumberOption;
   static const std::map<std::string, std::optional<int> kp::runtime::ScaleFlags::*> kScale = {
       {"layers", &kp::runtime::ScaleFlags::layers}, {"hidden", &kp::runtime::ScaleFlags::hidden},
       {"heads", &kp::runtime::ScaleFlags::heads},   {"experts", &kp::runtime::ScaleFlags::experts},
       {"top-k", &kp::runtime::ScaleFlags::top_k},   {"vocab", &kp::runtime::ScaleFlags::vocab}};
-  if (auto it = kScale.find(k); it != kScale.end()) a.scale.*(it->second) = std::stoi(v);
-  else if (k == "device") a.device = v;
-  else if (k == "backend") a.backend = v;
-  else if (k == "shape") a.shape = v;
-  else if (k == "raw-mib") a.raw_mib = std::stod(v);
-  else if (k == "synth-gb") a.synth_gb = std::stod(v);
-  else if (k == "synth-hidden") a.synth_hidden = std::stoll(v);
-  else if (k == "bucket-mib") a.bucket_mib = ParseList(v);
-  else if (k == "model-bucket-mib") a.model_bucket_mib = std::stod(v);
-  else if (k == "lora-rank") a.lora_rank = std::stoi(v);
-  else if (k == "warmup") a.warmup = std::stoi(v);
-  else if (k == "repeats") a.repeats = std::stoi(v);
-  else if (k == "timeout-s") a.timeout_s = std::stoi(v);
-  else if (k == "json-file") a.json_file = v;
-  else return Status::InvalidArgument("unknown option --" + k);
+  // Each integer option and its least value.
+  const std::map<std::string, std::pair<int*, int>> ints = {{"lora-rank", {&a.lora_rank, 0}},
+                                                            {"warmup", {&a.warmup, 0}},
+                                                            {"repeats", {&a.repeats, 1}},
+                                                            {"timeout-s", {&a.timeout_s, 1}}};
+  const std::map<std::string, double*> sizes = {{"raw-mib", &a.raw_mib}, {"model-bucket-mib", &a.model_bucket_mib}};
+  if (auto it = kScale.find(k); it != kScale.end()) {
+    KP_ASSIGN_OR_RETURN(a.scale.*(it->second), IntOption(k, v, 1));
+  } else if (auto i = ints.find(k); i != ints.end()) {
+    KP_ASSIGN_OR_RETURN(*i->second.first, IntOption(k, v, i->second.second));
+  } else if (auto s = sizes.find(k); s != sizes.end()) {
+    KP_ASSIGN_OR_RETURN(*s->second, NumberOption(k, v, 0, 1e12, /*min_open=*/true));
+  } else if (k == "synth-gb") {
+    KP_ASSIGN_OR_RETURN(a.synth_gb, NumberOption(k, v, 0, 1e6));
+  } else if (k == "synth-hidden") {
+    KP_ASSIGN_OR_RETURN(a.synth_hidden, IntOption<std::int64_t>(k, v, 4));
+  } else if (k == "bucket-mib") {
+    KP_ASSIGN_OR_RETURN(a.bucket_mib, ParseList(k, v));
+  } else if (k == "device") {
+    a.device = v;
+  } else if (k == "backend") {
+    a.backend = v;
+  } else if (k == "shape") {
+    a.shape = v;
+  } else if (k == "json-file") {
+    a.json_file = v;
+  } else {
+    return Status::InvalidArgument("unknown option --" + k);
+  }
   return Status::Ok();
 }
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
-  try {
-    for (const auto& [k, v] : kv) KP_RETURN_IF_ERROR(SetOption(a, k, v));
-  } catch (const std::exception&) {
-    return Status::InvalidArgument("a numeric option is not a number");
-  }
-  if (a.raw_mib <= 0 || a.synth_gb < 0 || a.synth_hidden < 4 || a.repeats <= 0 || a.warmup < 0 || a.lora_rank < 0)
-    return Status::InvalidArgument("--raw-mib, --synth-hidden (>= 4), --repeats must be positive; --synth-gb, "
-                                   "--warmup, --lora-rank >= 0");
-  for (double b : a.bucket_mib)
-    if (b <= 0) return Status::InvalidArgument("--bucket-mib: sizes must be positive");
+  for (const auto& [k, v] : kv) KP_RETURN_IF_ERROR(SetOption(a, k, v));
   return a;
 }
 

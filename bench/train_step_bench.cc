@@ -31,9 +31,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <iostream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
@@ -88,10 +90,10 @@ Status ApplyRecompute(const std::string& s, kp::runtime::ModelOptions* o) {
   for (const std::string method : {"block:", "uniform:"}) {
     if (s.rfind(method, 0) != 0) continue;
     const std::string n = s.substr(method.size());
-    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) == 0)
-      return bad;
+    const Result<std::int64_t> layers = kp::ParseIntInRange("--recompute", n, 1, 9999);
+    if (!layers.ok()) return bad;
     o->activation_checkpointing = true;
-    (method == "block:" ? o->checkpoint_first_layers : o->checkpoint_group_layers) = std::stoi(n);
+    (method == "block:" ? o->checkpoint_first_layers : o->checkpoint_group_layers) = static_cast<int>(*layers);
     return Status::Ok();
   }
   const std::pair<const char*, bool kp::runtime::ModelOptions::*> modules[] = {
@@ -116,34 +118,29 @@ Status ApplyRecompute(const std::string& s, kp::runtime::ModelOptions* o) {
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "dry-run", &a.dry_run));
-  try {
-    for (const auto& [k, v] : kv) {
-      if (k == "shape") a.shape = v;
-      else if (k == "batch") a.batch = std::stoi(v);
-      else if (k == "seq-len") a.seq_len = std::stoi(v);
-      else if (k == "warmup") a.warmup = std::stoi(v);
-      else if (k == "steps") a.steps = std::stoi(v);
-      else if (k == "kda-chunk") a.kda_chunk = std::stoi(v);
-      else if (k == "fused") a.fused = std::stoi(v);
-      else if (k == "profile") a.profile = std::stoi(v);
-      else if (k == "memory-trace") a.memory_trace = std::stoi(v);
-      else if (k == "device") a.device = v;
-      else if (k == "dtype") a.dtype = v;
-      else if (k == "peak-tflops") a.peak_tflops = std::stod(v);
-      else if (k == "dump-dir") a.dump_dir = v;
-      else if (k == "profile-out") a.profile_out = v;
-      else if (k == "recompute") a.recompute = v;
-      else if (k == "states") a.states = v;
-      else return Status::InvalidArgument("unknown option --" + k);
+  // Each integer option and its range.
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  const std::map<std::string, std::tuple<int*, int, int>> ints = {
+      {"batch", {&a.batch, 1, kMaxInt}},         {"seq-len", {&a.seq_len, 1, kMaxInt}},
+      {"warmup", {&a.warmup, 0, kMaxInt}},       {"steps", {&a.steps, 1, kMaxInt}},
+      {"kda-chunk", {&a.kda_chunk, 1, kMaxInt}}, {"fused", {&a.fused, 0, 1}},
+      {"profile", {&a.profile, 0, kMaxInt}},     {"memory-trace", {&a.memory_trace, 0, 2}}};
+  const std::map<std::string, std::string*> strings = {
+      {"shape", &a.shape},          {"device", &a.device},       {"dtype", &a.dtype}, {"dump-dir", &a.dump_dir},
+      {"profile-out", &a.profile_out}, {"recompute", &a.recompute}, {"states", &a.states}};
+  for (const auto& [k, v] : kv) {
+    if (auto it = ints.find(k); it != ints.end()) {
+      const auto [field, min, max] = it->second;
+      KP_ASSIGN_OR_RETURN(*field, kp::bench::IntOption(k, v, min, max));
+    } else if (auto s = strings.find(k); s != strings.end()) {
+      *s->second = v;
+    } else if (k == "peak-tflops") {
+      KP_ASSIGN_OR_RETURN(a.peak_tflops, kp::bench::NumberOption(k, v, 0, 1e6));
+    } else {
+      return Status::InvalidArgument("unknown option --" + k);
     }
-  } catch (const std::exception&) {
-    return Status::InvalidArgument("a numeric option is not a number");
   }
   if (a.shape.empty()) return Status::InvalidArgument("--shape FILE is required");
-  if (a.batch <= 0 || a.seq_len <= 0 || a.steps <= 0 || a.warmup < 0 || a.profile < 0)
-    return Status::InvalidArgument("--batch, --seq-len, --steps must be positive, --warmup and --profile >= 0");
-  if (a.fused != 0 && a.fused != 1) return Status::InvalidArgument("--fused: must be 0 or 1");
-  if (a.memory_trace < 0 || a.memory_trace > 2) return Status::InvalidArgument("--memory-trace: must be 0, 1 or 2");
   kp::runtime::ModelOptions checked;
   KP_RETURN_IF_ERROR(ApplyRecompute(a.recompute, &checked));
   if (a.states != "fp32" && a.states != "mixed") return Status::InvalidArgument("--states: must be fp32 or mixed");

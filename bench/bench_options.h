@@ -1,0 +1,53 @@
+// How the benchmark programs read their command lines: "--name value" pairs,
+// and numbers through the CLI's range-checked readers (common/range.h), so
+// a value that is not a number, or out of range, is one line naming the
+// option and what it allows, never an uncaught exception.
+#ifndef KIMI_PLAN_BENCH_BENCH_OPTIONS_H_
+#define KIMI_PLAN_BENCH_BENCH_OPTIONS_H_
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "common/range.h"
+#include "common/status.h"
+
+namespace kp::bench {
+
+/// The command line as "--name value" pairs by name; `flag` (without its
+/// dashes) is the one option without a value, and `*flagged` says whether it
+/// was given. Anything else is an InvalidArgument naming the token.
+inline Result<std::map<std::string, std::string>> OptionPairs(int argc, char** argv, const std::string& flag,
+                                                             bool* flagged) {
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--" + flag) {
+      *flagged = true;
+      continue;
+    }
+    if (k.rfind("--", 0) != 0 || i + 1 >= argc) return Status::InvalidArgument("bad argument: " + k);
+    kv[k.substr(2)] = argv[++i];
+  }
+  return kv;
+}
+
+/// Option --`name`'s value as an integer in [min, max] (ParseIntInRange).
+template <typename Int = int>
+Result<Int> IntOption(const std::string& name, const std::string& text, Int min,
+                      Int max = std::numeric_limits<Int>::max()) {
+  KP_ASSIGN_OR_RETURN(const std::int64_t v, ParseIntInRange("--" + name, text, min, max));
+  return static_cast<Int>(v);
+}
+
+/// Option --`name`'s value as a finite number in [min, max], or (min, max]
+/// when `min_open` (ParseNumberInRange).
+inline Result<double> NumberOption(const std::string& name, const std::string& text, double min,
+                                   double max = std::numeric_limits<double>::max(), bool min_open = false) {
+  return ParseNumberInRange("--" + name, text, min, max, min_open);
+}
+
+}  // namespace kp::bench
+
+#endif  // KIMI_PLAN_BENCH_BENCH_OPTIONS_H_
