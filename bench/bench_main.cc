@@ -16,7 +16,7 @@
 #include "planner/search.h"
 #include "simulator/loop_costs.h"
 #include "simulator/pipeline_sim.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 #include "specs/presets.h"
 
 namespace {

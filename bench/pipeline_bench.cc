@@ -45,8 +45,8 @@
 #include "runtime/comm/rendezvous.h"
 #include "runtime/model/runtime_config.h"
 #include "runtime/comm/device.h"
-#include "simulator/attnres_transport.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/attnres_transport.h"
+#include "schedules/schedule_generators.h"
 #include "specs/presets.h"
 
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/data_paths.h"
 #include "common/file_system.h"
 #include "common/process_launcher.h"
 #include "common/process_table.h"
@@ -28,7 +29,9 @@ struct CliEnv {
   std::ostream& err;
   const FileSystem& fs;
   const Clock& clock;
-  std::string preset_dir;
+  /// The presets, the Verl key list and the validation cases (main finds
+  /// them beside the executable: common/data_paths.h).
+  DataPaths data;
   /// Starts other programs (sbatch, modal, the native runtime); a command
   /// that needs one fails with an internal error when it is missing.
   const ProcessLauncher* processes = nullptr;

@@ -109,8 +109,8 @@ Status CheckStoreExists(const po::variables_map& vm, const CliEnv& env) {
 
 Result<VerlKeys> LoadVerlKeys(const LaunchOptions& o, const CliEnv& env) {
   if (o.engine != LaunchEngine::kVerl) return VerlKeys();
-  KP_ASSIGN_OR_RETURN(std::string text, env.fs.ReadFile(DefaultVerlKeysPath(), limits::kMaxSpecFileBytes));
-  return VerlKeys::Parse(text, DefaultVerlKeysPath());
+  KP_ASSIGN_OR_RETURN(std::string text, env.fs.ReadFile(env.data.verl_keys, limits::kMaxSpecFileBytes));
+  return VerlKeys::Parse(text, env.data.verl_keys);
 }
 
 std::string CommandLine(const std::vector<std::string>& argv) {

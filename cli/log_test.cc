@@ -49,7 +49,7 @@ TEST(LoggerTest, OnlyAMultiRankProcessIsTagged) {
   std::ostringstream out, err;
   FakeFileSystem fs;
   FakeClock clock;
-  CliEnv env{out, err, fs, clock, ""};
+  CliEnv env{out, err, fs, clock, {}};
   std::map<std::string, std::string> vars;
   env.getenv = [&](const char* name) { return vars.count(name) ? vars[name].c_str() : nullptr; };
   EXPECT_EQ(RankTag(env), "");

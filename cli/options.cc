@@ -178,7 +178,7 @@ Result<ModelSpec> ModelFromFlags(const po::variables_map& vm) {
 
 Result<ModelSpec> ResolveModel(const po::variables_map& vm, const CliEnv& env, const std::string& fallback,
                                const std::string& fallback_field) {
-  PresetCatalog catalog(env.fs, env.preset_dir);
+  PresetCatalog catalog(env.fs, env.data.presets);
   const int given = int(vm.count("model")) + int(vm.count("model-file")) + int(vm.count("hidden") > 0);
   if (given > 1) return Status::InvalidArgument("--model: give one of --model, --model-file or the dense-GPT flags");
   if (vm.count("model")) return catalog.Model(vm["model"].as<std::string>());
@@ -196,7 +196,7 @@ void AddGpuOptions(po::options_description& desc) {
 
 Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const std::string& fallback,
                            const std::string& fallback_field) {
-  PresetCatalog catalog(env.fs, env.preset_dir);
+  PresetCatalog catalog(env.fs, env.data.presets);
   if (vm.count("gpu") && vm.count("gpu-file")) return Status::InvalidArgument("--gpu: give --gpu or --gpu-file, not both");
   if (vm.count("gpu")) return catalog.Gpu(vm["gpu"].as<std::string>());
   if (vm.count("gpu-file")) return catalog.GpuFile(vm["gpu-file"].as<std::string>());

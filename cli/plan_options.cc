@@ -257,7 +257,7 @@ Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& 
   TopologySpec topo;
   bool have_topo = false;
   std::string topo_source;  // what an error in the topology's model or GPU names
-  PresetCatalog catalog(env.fs, env.preset_dir);
+  PresetCatalog catalog(env.fs, env.data.presets);
   if (vm.count("preset") && vm.count("topology-file"))
     return Status::InvalidArgument("--preset: give --preset or --topology-file, not both");
   if (vm.count("preset")) {

@@ -2,15 +2,35 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
-#include "specs/presets.h"
+#include "common/data_paths.h"
+
+#ifndef KIMI_PLAN_SOURCE_ROOT
+#define KIMI_PLAN_SOURCE_ROOT "."
+#endif
 
 namespace kp {
 
+namespace {
+// This executable's real file (a symlink on PATH resolved), or "" where
+// /proc has none.
+std::filesystem::path SelfExecutable() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path() : self;
+}
+}  // namespace
+
 CliEnv RealCliEnv(RealServices& s, const char* argv0) {
-  CliEnv env{std::cout, std::cerr, s.fs, s.clock, DefaultPresetDir(), &s.processes, ProgramPath(argv0)};
+  CliEnv env{std::cout, std::cerr, s.fs, s.clock, FindDataPaths(s.fs, SelfExecutable().string(), KIMI_PLAN_SOURCE_ROOT),
+             &s.processes, ProgramPath(argv0)};
+  // KIMI_PLAN_PRESETS points the catalogue elsewhere (main is where the
+  // environment is read).
+  if (const char* presets = std::getenv("KIMI_PLAN_PRESETS"); presets != nullptr && *presets != '\0')
+    env.data.presets = presets;
   env.process_table = &s.process_table;
   return env;
 }
@@ -24,10 +44,9 @@ std::string ProgramPath(const char* argv0) {
 }
 
 std::string SiblingExecutable(const std::string& name) {
-  std::error_code ec;
   // The real file, not argv[0]: a symlink on PATH still finds its sibling.
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
+  const std::filesystem::path self = SelfExecutable();
+  if (self.empty()) return "";
   const std::filesystem::path sibling = self.parent_path() / name;
   if (::access(sibling.c_str(), X_OK) != 0) return "";
   return sibling.string();

@@ -40,7 +40,7 @@ void AddScaledModelOptions(po::options_description& desc) {
 }
 
 Result<ModelSpec> ResolveScaledModel(const po::variables_map& vm, const CliEnv& env) {
-  PresetCatalog catalog(env.fs, env.preset_dir);
+  PresetCatalog catalog(env.fs, env.data.presets);
   ModelSpec preset;
   if (vm.count("model-file")) {
     KP_ASSIGN_OR_RETURN(preset, catalog.ModelFile(vm["model-file"].as<std::string>()));

@@ -2,7 +2,7 @@
 // model (or a layer count and block size) cut into pp x vp stages.
 #include "cli/simulate_commands.h"
 #include "common/limits.h"
-#include "simulator/attnres_transport.h"
+#include "schedules/attnres_transport.h"
 #include "specs/presets.h"
 
 namespace kp {
@@ -30,7 +30,7 @@ Result<std::pair<int, int>> LayersAndBlock(const po::variables_map& vm, const Cl
   if (by_model && (vm.count("layers") || vm.count("block-size")))
     return Status::InvalidArgument("--model: give a model or --layers with --block-size, not both");
   if (by_model) {
-    PresetCatalog catalog(env.fs, env.preset_dir);
+    PresetCatalog catalog(env.fs, env.data.presets);
     KP_ASSIGN_OR_RETURN(ModelSpec m, vm.count("model") ? catalog.Model(vm["model"].as<std::string>())
                                                        : catalog.ModelFile(vm["model-file"].as<std::string>()));
     if (m.attn_res_block <= 0)

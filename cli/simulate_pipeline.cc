@@ -5,10 +5,10 @@
 #include "common/limits.h"
 #include "common/table.h"
 #include "planner/schedule_model.h"
-#include "simulator/attnres_transport.h"
+#include "schedules/attnres_transport.h"
 #include "simulator/gantt.h"
 #include "simulator/pipeline_sim.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 namespace kp {
 

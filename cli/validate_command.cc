@@ -16,12 +16,6 @@
 #include "planner/validation.h"
 #include "planner/validation_search.h"
 
-#ifndef KIMI_PLAN_VALIDATION_CASES
-#define KIMI_PLAN_VALIDATION_CASES "tests/validation/megatron_runs.json"
-#endif
-#ifndef KIMI_PLAN_MOE_VALIDATION_CASES
-#define KIMI_PLAN_MOE_VALIDATION_CASES "tests/validation/megatron_moe_runs.json"
-#endif
 
 namespace kp {
 
@@ -54,7 +48,7 @@ json OutcomeJson(const ValidationOutcome& o) {
 
 // The cases of every file, in order; errors name the file.
 Result<std::vector<ValidationCase>> ReadCases(const std::vector<std::string>& paths, const CliEnv& env) {
-  PresetCatalog catalog(env.fs, env.preset_dir);
+  PresetCatalog catalog(env.fs, env.data.presets);
   std::vector<ValidationCase> all;
   for (const std::string& path : paths) {
     Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
@@ -160,9 +154,8 @@ Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
-  const std::vector<std::string> paths = vm.count("cases") ? vm["cases"].as<std::vector<std::string>>()
-                                                           : std::vector<std::string>{KIMI_PLAN_VALIDATION_CASES,
-                                                                                      KIMI_PLAN_MOE_VALIDATION_CASES};
+  const std::vector<std::string> paths =
+      vm.count("cases") ? vm["cases"].as<std::vector<std::string>>() : env.data.validation_cases;
   KP_ASSIGN_OR_RETURN(std::vector<ValidationCase> selected, ReadCases(paths, env));
   if (vm.count("only")) {
     const std::string prefix = vm["only"].as<std::string>();

@@ -244,7 +244,7 @@ Result<std::string> ModalApp(const Launch& l, const VerlKeys& keys, const std::s
   if (l.options.engine == LaunchEngine::kVerl) {
     KP_ASSIGN_OR_RETURN(overrides, VerlOverrides(l, keys));
     if (keys.commit().empty())
-      return Status::Internal(DefaultVerlKeysPath() + ": the header names no Verl commit for the image to install");
+      return Status::Internal(keys.source() + ": the header names no Verl commit for the image to install");
   }
   std::ostringstream s;
   Docstring(l, s);

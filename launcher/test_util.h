@@ -63,11 +63,14 @@ inline Launch SeedLaunch(const std::string& preset, LaunchTarget target, LaunchE
   return l;
 }
 
+/// The source tree's Verl key list (the tests' build defines its path).
+inline std::string RepoVerlKeysPath() { return KIMI_PLAN_VERL_KEYS; }
+
 inline VerlKeys RepoVerlKeys() {
   RealFileSystem fs;
-  auto text = fs.ReadFile(DefaultVerlKeysPath(), limits::kMaxSpecFileBytes);
+  auto text = fs.ReadFile(RepoVerlKeysPath(), limits::kMaxSpecFileBytes);
   EXPECT_TRUE(text.ok()) << text.status().message();
-  auto keys = VerlKeys::Parse(text.ok() ? *text : "", DefaultVerlKeysPath());
+  auto keys = VerlKeys::Parse(text.ok() ? *text : "", RepoVerlKeysPath());
   EXPECT_TRUE(keys.ok()) << keys.status().message();
   return keys.ok() ? *keys : VerlKeys();
 }

@@ -4,10 +4,6 @@
 
 #include "launcher/quoting.h"
 
-#ifndef KIMI_PLAN_VERL_KEYS
-#define KIMI_PLAN_VERL_KEYS "launcher/verl_keys.txt"
-#endif
-
 namespace kp {
 
 namespace {
@@ -63,7 +59,7 @@ class OverrideList {
   void Add(const std::string& key, long long value) { Add(key, std::to_string(value)); }
   Result<std::vector<VerlOverride>> Take() {
     if (!missing_.empty())
-      return Status::Internal("verl override key \"" + missing_ + "\" is not in " + DefaultVerlKeysPath() +
+      return Status::Internal("verl override key \"" + missing_ + "\" is not in " + keys_.source() +
                               " (the Verl version the job installs has no such key)");
     return std::move(list_);
   }
@@ -220,6 +216,7 @@ void AddDistillation(const Launch& l, OverrideList& o) {
 
 Result<VerlKeys> VerlKeys::Parse(const std::string& text, const std::string& source) {
   VerlKeys k;
+  k.source_ = source;
   std::istringstream in(text);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
@@ -235,8 +232,6 @@ Result<VerlKeys> VerlKeys::Parse(const std::string& text, const std::string& sou
   if (k.keys_.empty()) return Status::InvalidArgument(source + ": no keys");
   return k;
 }
-
-std::string DefaultVerlKeysPath() { return KIMI_PLAN_VERL_KEYS; }
 
 std::vector<std::string> MegatronLoraTargets(const PlanRequest& r) {
   std::vector<std::string> t;

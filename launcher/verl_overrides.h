@@ -26,14 +26,14 @@ class VerlKeys {
   std::size_t size() const { return keys_.size(); }
   /// The Verl commit the header names ("commit <40 hex digits>"), or empty.
   const std::string& commit() const { return commit_; }
+  /// Where the list was read from (Parse's `source`), for messages.
+  const std::string& source() const { return source_; }
 
  private:
   std::set<std::string> keys_;
   std::string commit_;
+  std::string source_;
 };
-
-/// The key list in this source tree.
-std::string DefaultVerlKeysPath();
 
 /// One override as Verl's command line takes it: key=value, the value in
 /// Hydra's syntax (null, True, a number, a string, ["a","b"]).

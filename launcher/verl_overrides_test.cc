@@ -228,7 +228,7 @@ TEST(VerlOverrides, EveryEmittedKeyIsInTheList) {
 
 TEST(VerlOverrides, FailNamingAKeyTheListLacks) {
   RealFileSystem fs;
-  std::string text = *fs.ReadFile(DefaultVerlKeysPath(), limits::kMaxSpecFileBytes);
+  std::string text = *fs.ReadFile(testing::RepoVerlKeysPath(), limits::kMaxSpecFileBytes);
   const std::string line = "\ntrainer.nnodes\n";
   const size_t at = text.find(line);
   ASSERT_NE(at, std::string::npos);

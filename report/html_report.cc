@@ -7,7 +7,7 @@
 #include "common/table.h"
 #include "simulator/gantt.h"
 #include "simulator/pipeline_sim.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 #include "specs/schedule_kind.h"
 
 namespace kp {

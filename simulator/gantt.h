@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 #include "simulator/pipeline_sim.h"
 
 namespace kp {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 namespace kp {
 namespace {

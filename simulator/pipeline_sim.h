@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 #include "common/units.h"
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 #include "simulator/schedule_graph.h"
 #include "specs/schedule_kind.h"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "planner/schedule_model.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 namespace kp {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 #include "common/units.h"
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 
 namespace kp {
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "simulator/pipeline_sim.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 namespace kp {
 namespace {

@@ -1,7 +1,6 @@
 #include "specs/presets.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -17,10 +16,7 @@ namespace kp {
 
 using nlohmann::json;
 
-std::string DefaultPresetDir() {
-  if (const char* env = std::getenv("KIMI_PLAN_PRESETS"); env && *env) return env;
-  return KIMI_PLAN_PRESET_DIR;
-}
+std::string DefaultPresetDir() { return KIMI_PLAN_PRESET_DIR; }
 
 namespace {
 

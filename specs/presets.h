@@ -18,7 +18,8 @@
 
 namespace kp {
 
-/// The preset directory compiled in, unless KIMI_PLAN_PRESETS is set.
+/// The source tree's preset directory, compiled in: the tests' and the
+/// benchmarks' (the CLI finds its own beside its binary: common/data_paths.h).
 std::string DefaultPresetDir();
 
 Result<ModelSpec> ParseModelSpec(const std::string& json_text);

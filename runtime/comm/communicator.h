@@ -16,6 +16,7 @@
 #define KIMI_PLAN_RUNTIME_COMM_COMMUNICATOR_H_
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,18 @@
 #include "common/status.h"
 
 namespace kp::runtime {
+
+/// What a failed collective inside an autograd node's forward or backward
+/// throws: autograd gives no other way out. The rule (docs/architecture.md,
+/// "Errors"): only code that runs inside autograd (the TP, CP and EP
+/// exchanges of runtime/model/) throws it, always made from a failed Status;
+/// the training step's entry points (PipelineRank, DistTrainSession) catch it
+/// and return it as an IoError Status. Nothing else throws across a library
+/// boundary.
+class CommunicationError : public std::runtime_error {
+ public:
+  explicit CommunicationError(const Status& s) : std::runtime_error(s.message()) {}
+};
 
 /// A collective started by Communicator::Start*, in flight. Thread-safety: as
 /// its communicator's (one thread).

@@ -24,7 +24,7 @@
 // Every exchange is an autograd node whose backward is the conjugate
 // exchange; the backward's point-to-point order is the forward's reversed,
 // so no rank waits on one that waits on it. A failed exchange throws
-// CommunicationError (expert_parallel.h). Thread-safety: as the model.
+// CommunicationError (communicator.h). Thread-safety: as the model.
 #ifndef KIMI_PLAN_RUNTIME_MODEL_CONTEXT_PARALLEL_H_
 #define KIMI_PLAN_RUNTIME_MODEL_CONTEXT_PARALLEL_H_
 

@@ -37,13 +37,6 @@ namespace kp::runtime {
 class ExpertBankImpl;
 class StageModelImpl;
 
-/// What a failed exchange inside forward or backward throws (autograd gives
-/// no other way out); the trainer turns it back into an IoError Status.
-class CommunicationError : public std::runtime_error {
- public:
-  explicit CommunicationError(const Status& s) : std::runtime_error(s.message()) {}
-};
-
 /// A communicator as an integer, the form an autograd node's saved_data can
 /// hold (IValues only); the caller keeps the communicator alive through the
 /// backward.

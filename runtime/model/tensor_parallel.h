@@ -32,7 +32,7 @@
 // Sums are in rank order 0 .. n-1 on every rank (the Communicator's
 // AllReduceSum contract; the reduce-scatter adds the received shards in rank
 // order), so results are reproducible run to run. A failed collective
-// inside forward or backward throws CommunicationError (expert_parallel.h),
+// inside forward or backward throws CommunicationError (communicator.h),
 // which the trainer turns back into a Status. The communicator must outlive
 // the backward.
 //

@@ -10,7 +10,7 @@
 
 #include "runtime/sdpo/sdpo_loop_internal.h"
 #include "runtime/sdpo/sdpo_loss.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 #include "specs/json_fields.h"
 #include "specs/presets.h"
 #include "specs/schedule_kind.h"

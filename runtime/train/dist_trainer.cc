@@ -12,7 +12,7 @@
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
 #include "runtime/train/trainer_internal.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 #include "specs/schedule_kind.h"
 
 namespace kp::runtime {

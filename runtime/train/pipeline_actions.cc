@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/train/pipeline_rank_internal.h"
-#include "simulator/attnres_transport.h"
+#include "schedules/attnres_transport.h"
 #include "specs/schedule_kind.h"
 
 namespace kp::runtime {

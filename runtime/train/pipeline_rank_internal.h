@@ -22,7 +22,7 @@
 #include "runtime/train/multi_tensor_adamw.h"
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 
 namespace kp::runtime {
 

@@ -13,7 +13,7 @@
 #include "runtime/model/expert_parallel.h"
 #include "runtime/train/pipeline_rank_internal.h"
 #include "runtime/train/trainer_internal.h"
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 namespace kp::runtime {
 

@@ -4,7 +4,7 @@
 // the Block Attention Residual payload of torchtitan PR #4312 over the
 // pipeline communicator: the whole stack on every hop (naive) or, with the
 // rank cache, only what the receiving rank lacks (cached). What is sent,
-// stored, deposited and collected is read off simulator/attnres_transport.h's
+// stored, deposited and collected is read off schedules/attnres_transport.h's
 // routing tables, so what the simulator predicts is what runs.
 //
 // Numerics: a step is the single-process reference that accumulates the

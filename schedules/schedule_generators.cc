@@ -1,4 +1,4 @@
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 #include <algorithm>
 #include <cstdint>

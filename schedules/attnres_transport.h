@@ -17,8 +17,8 @@
 //  - Gradients are named with a `d` prefix (`de`, `dx4`).
 //
 // Thread-safety: plain values and pure functions.
-#ifndef KIMI_PLAN_SIMULATOR_ATTNRES_TRANSPORT_H_
-#define KIMI_PLAN_SIMULATOR_ATTNRES_TRANSPORT_H_
+#ifndef KIMI_PLAN_SCHEDULES_ATTNRES_TRANSPORT_H_
+#define KIMI_PLAN_SCHEDULES_ATTNRES_TRANSPORT_H_
 
 #include <string>
 #include <utility>
@@ -134,4 +134,4 @@ std::string RenderTables(const AttnResTransport& t);
 
 }  // namespace kp
 
-#endif  // KIMI_PLAN_SIMULATOR_ATTNRES_TRANSPORT_H_
+#endif  // KIMI_PLAN_SCHEDULES_ATTNRES_TRANSPORT_H_

@@ -7,8 +7,8 @@
 // runs the same lists, so what is simulated is what runs.
 //
 // Thread-safety: plain values and pure functions.
-#ifndef KIMI_PLAN_SIMULATOR_PIPELINE_SCHEDULE_H_
-#define KIMI_PLAN_SIMULATOR_PIPELINE_SCHEDULE_H_
+#ifndef KIMI_PLAN_SCHEDULES_PIPELINE_SCHEDULE_H_
+#define KIMI_PLAN_SCHEDULES_PIPELINE_SCHEDULE_H_
 
 #include <optional>
 #include <string>
@@ -108,4 +108,4 @@ Result<PipelineSchedule> AddCommunication(const PipelineSchedule& compute_only);
 
 }  // namespace kp
 
-#endif  // KIMI_PLAN_SIMULATOR_PIPELINE_SCHEDULE_H_
+#endif  // KIMI_PLAN_SCHEDULES_PIPELINE_SCHEDULE_H_

@@ -1,8 +1,8 @@
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 
-#include "simulator/schedule_generators.h"
+#include "schedules/schedule_generators.h"
 
 namespace kp {
 namespace {

@@ -1,4 +1,4 @@
-#include "simulator/attnres_transport.h"
+#include "schedules/attnres_transport.h"
 
 #include <gtest/gtest.h>
 

@@ -21,14 +21,14 @@
 //                     forward+backward pairs are listed as F then B.
 //
 // Thread-safety: pure functions.
-#ifndef KIMI_PLAN_SIMULATOR_SCHEDULE_GENERATORS_H_
-#define KIMI_PLAN_SIMULATOR_SCHEDULE_GENERATORS_H_
+#ifndef KIMI_PLAN_SCHEDULES_SCHEDULE_GENERATORS_H_
+#define KIMI_PLAN_SCHEDULES_SCHEDULE_GENERATORS_H_
 
 #include <cstdint>
 #include <string>
 
 #include "common/status.h"
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 #include "specs/schedule_kind.h"
 
 namespace kp {
@@ -56,4 +56,4 @@ Result<PipelineSchedule> GenerateSchedule(ScheduleKind kind, int pp, int vp, int
 
 }  // namespace kp
 
-#endif  // KIMI_PLAN_SIMULATOR_SCHEDULE_GENERATORS_H_
+#endif  // KIMI_PLAN_SCHEDULES_SCHEDULE_GENERATORS_H_

@@ -1,4 +1,4 @@
-#include "simulator/pipeline_schedule.h"
+#include "schedules/pipeline_schedule.h"
 
 #include <array>
 #include <cctype>
