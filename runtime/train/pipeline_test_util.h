@@ -82,6 +82,28 @@ inline std::vector<std::int64_t> Tokens(const PipelineRankConfig& c, int step) {
   return t;
 }
 
+/// fp32's unit roundoff, 2^-24.
+inline constexpr double kFp32Roundoff = 5.9604644775390625e-8;
+
+/// The tolerance, relative, of a comparison between two fp32 runs of one
+/// computation whose sums add the same terms in other orders (a GEMM split
+/// over ranks into partial sums, a reduction over replicas): recursive
+/// summation of n terms is within (n - 1) u of the exact sum relative to the
+/// sum of the terms' magnitudes (Higham, Accuracy and Stability of Numerical
+/// Algorithms, eq. 4.3), so two orders are within 2 (n - 1) u of each other,
+/// and a chain of `depth` such sums within `depth` times that. n is the
+/// longest sum of the step: the hidden size, an FFN's width, the vocabulary
+/// (the head's gradient) or a micro-batch's tokens (a weight's gradient).
+/// Derived from the operation count, not from one machine's BLAS, so it
+/// holds for any x86-64 core type and thread count.
+inline double ReorderedSumBound(const PipelineRankConfig& c) {
+  const ModelSpec& m = c.train.model;
+  const std::int64_t tokens = std::int64_t{c.train.batch} * c.train.seq_len / c.microbatches;
+  const std::int64_t longest = std::max<std::int64_t>({std::int64_t{m.hidden}, std::int64_t{m.moe.expert_ffn}, std::int64_t{m.moe.shared_ffn}, std::int64_t{m.dense_ffn}, std::int64_t{m.vocab}, tokens});
+  const int depth = m.layers + 2;  // the embedding, every layer, the head
+  return 2.0 * depth * static_cast<double>(longest - 1) * kFp32Roundoff;
+}
+
 /// Gradients by parameter name; with dp > 1 by "d<dp rank>/name".
 using Grads = std::map<std::string, torch::Tensor>;
 
