@@ -1,6 +1,6 @@
 // kimi-plan-kda-bench: KDA's chunked gated delta rule alone, the torch form
 // (a [.., C, C, dk] decay tensor) against the CUDA intra-chunk kernel
-// (runtime/model/cuda_kernels.h), forward and forward + backward, in ms and
+// (runtime/kernels/kda.h), forward and forward + backward, in ms and
 // peak GB, at the kimi-1b layer shape by default. docs/benchmarks.md has the
 // command and the numbers.
 //
@@ -19,7 +19,7 @@
 #include "common/file_system.h"
 #include "runtime/comm/device.h"
 #include "runtime/model/attention.h"
-#include "runtime/model/cuda_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/layers.h"
 
 namespace {

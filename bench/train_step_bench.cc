@@ -47,7 +47,7 @@
 #include "planner/step_time.h"
 #include "runtime/train/activation_profile_measure.h"
 #include "runtime/comm/device.h"
-#include "runtime/model/cuda_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/runtime_config.h"
 #include "runtime/train/trainer.h"

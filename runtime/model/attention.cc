@@ -6,7 +6,7 @@
 
 #include <torch/version.h>
 
-#include "runtime/model/cuda_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/recompute.h"
 
 namespace kp::runtime {

@@ -76,7 +76,7 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 /// delta-rule updates are one unit-lower-triangular solve, across chunks the
 /// state is carried. Equal to KdaRecurrent up to rounding; about `chunk`
 /// times fewer sequential steps. T need not be a multiple of `chunk`.
-/// With `fused` and where the CUDA kernel applies (cuda_kernels.h: fp32 on a
+/// With `fused` and where the CUDA kernel applies (runtime/kernels/kda.h: fp32 on a
 /// GPU, chunk 16/32/64), the intra-chunk products come from the kernel
 /// instead of a [.., C, C, dk] decay tensor, and the solve becomes the
 /// explicit inverse of the unit-lower-triangular matrix (C columns) times

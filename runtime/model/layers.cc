@@ -6,7 +6,7 @@
 #include <torch/version.h>
 
 #include "runtime/comm/device.h"
-#include "runtime/model/cuda_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/expert_parallel.h"
 #include "runtime/model/recompute.h"
 

@@ -71,7 +71,7 @@ torch::Tensor RmsNormalize(const torch::Tensor& x, double eps);
 /// RMSNorm with a learned scale (init 1); computes in fp32, returns x's dtype.
 class RmsNormImpl : public torch::nn::Module {
  public:
-  /// `fused`: the CUDA kernel where it applies (cuda_kernels.h).
+  /// `fused`: the CUDA kernel where it applies (runtime/kernels/).
   RmsNormImpl(std::int64_t dim, double eps, bool fused = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor& weight() { return weight_; }
@@ -94,7 +94,7 @@ torch::Tensor AttnResRead(const std::vector<torch::Tensor>& blocks, const torch:
 /// (init 0, so an untrained read is the plain average over depth).
 class AttnResImpl : public torch::nn::Module {
  public:
-  /// `fused`: the CUDA kernel where it applies (cuda_kernels.h).
+  /// `fused`: the CUDA kernel where it applies (runtime/kernels/).
   AttnResImpl(std::int64_t dim, double eps, bool fused = false);
   torch::Tensor forward(const std::vector<torch::Tensor>& blocks, const torch::Tensor& partial);
   torch::Tensor& norm_weight() { return norm_weight_; }
@@ -113,11 +113,11 @@ class ChannelMixer : public torch::nn::Module {
   virtual torch::Tensor Mix(const torch::Tensor& x, bool record_load) = 0;
 };
 
-/// w.to(dtype); fp32 to bf16 on a GPU by the cast kernel (cuda_kernels.h),
+/// w.to(dtype); fp32 to bf16 on a GPU by the cast kernel (runtime/kernels/),
 /// bit for bit the same values at a fraction of torch's copy's time.
 torch::Tensor CastWeight(const torch::Tensor& w, c10::ScalarType dtype);
 
-/// silu(gate) * up; by the CUDA kernel (cuda_kernels.h) when `fused` and it applies.
+/// silu(gate) * up; by the CUDA kernel (runtime/kernels/) when `fused` and it applies.
 torch::Tensor SiluTimes(const torch::Tensor& gate, const torch::Tensor& up, bool fused);
 
 /// down(silu(gate(x)) * up(x)) (§6), or down(gelu(up(x))) for GPT-style specs.

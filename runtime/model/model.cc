@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/model/cuda_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/recompute.h"
 
 namespace kp::runtime {

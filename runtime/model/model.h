@@ -143,7 +143,7 @@ class HeadImpl : public torch::nn::Module {
   /// The logits in the activations' dtype (forward before its upcast).
   torch::Tensor Logits(const ResidualStream& in);
   /// LanguageModelLoss of Logits(in). `fused`: where the CUDA kernels apply,
-  /// by LinearCrossEntropyKernel (cuda_kernels.h), which never holds all the
+  /// by LinearCrossEntropyKernel (runtime/kernels/cross_entropy.h), which never holds all the
   /// logits; otherwise from Logits with LanguageModelLoss's `fused`.
   /// Under TP: the vocabulary-parallel cross entropy of this rank's logits,
   /// the same on every rank (targets: the whole [B, T] on every rank).
@@ -246,7 +246,7 @@ Result<std::shared_ptr<StageModelImpl>> BuildStage(const ModelSpec& spec, const 
 Result<std::shared_ptr<StageModelImpl>> BuildModel(const ModelSpec& spec, const ModelOptions& options);
 
 /// Mean next-token cross entropy in fp32: logits [B, T, V], targets [B, T].
-/// `fused`: by the CUDA loss kernel (cuda_kernels.h) where it applies, which
+/// `fused`: by the CUDA loss kernel (runtime/kernels/) where it applies, which
 /// reads bf16 logits without an fp32 copy; the same value within rounding.
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets, bool fused = false);
 

@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/attention.h"
-#include "runtime/model/cuda_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/model.h"
 

@@ -1,8 +1,8 @@
 // The CUDA kernels of RMSNorm (docs/runtime.md §1) and of KDA's gated output
 // norm (§5), forward and backward, one warp per row, fp32 arithmetic on fp32 or bf16 rows, deterministic.
-// Plain pointers and a stream; cuda_kernels.cc wraps them.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_RMS_NORM_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_RMS_NORM_CUDA_H_
+// Plain pointers and a stream; rms_norm.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_RMS_NORM_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_RMS_NORM_CUDA_H_
 
 #include <cstdint>
 
@@ -54,4 +54,4 @@ cudaError_t GatedRmsNormBackward(const GatedNormRows& shape, const float* x, con
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_RMS_NORM_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_RMS_NORM_CUDA_H_

@@ -1,13 +1,13 @@
 // Kernels of cast_cuda.h: 8 elements per thread of a grid-stride loop (two
 // float4 and one uint4 of bf16) where both buffers are 16-byte aligned, the
 // rest one element at a time.
-#include "runtime/model/cast_cuda.h"
+#include "runtime/kernels/cast_cuda.h"
 
 #include <cstdint>
 
 #include <cuda_bf16.h>
 
-#include "runtime/model/cuda_elementwise.cuh"
+#include "runtime/kernels/cuda_elementwise.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

@@ -3,9 +3,9 @@
 // loads and stores where torch's conversion copy moves one element per
 // thread, for the ~1.1 B parameters cast every forward and whose gradients
 // come back every backward. Round to nearest even, as torch's. Plain
-// pointers and a stream; cuda_kernels.cc wraps them.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_CAST_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_CAST_CUDA_H_
+// pointers and a stream; cast.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_CAST_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_CAST_CUDA_H_
 
 #include <cstdint>
 
@@ -21,4 +21,4 @@ cudaError_t CastToFloat(std::int64_t count, const void* in, float* out, cudaStre
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_CAST_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_CAST_CUDA_H_

@@ -1,8 +1,8 @@
 // Device and launch helpers of the elementwise kernels (cast_cuda.cu,
 // swiglu_cuda.cu): grid-stride loops over 16-byte packs where every buffer
 // is 16-byte aligned, single elements otherwise.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_CUDA_ELEMENTWISE_CUH_
-#define KIMI_PLAN_RUNTIME_MODEL_CUDA_ELEMENTWISE_CUH_
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_CUDA_ELEMENTWISE_CUH_
+#define KIMI_PLAN_RUNTIME_KERNELS_CUDA_ELEMENTWISE_CUH_
 
 #include <algorithm>
 #include <cstdint>
@@ -31,4 +31,4 @@ inline unsigned BlocksFor(std::int64_t count, int per_pack) {
 
 }  // namespace kp::runtime::cuda::elementwise
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_CUDA_ELEMENTWISE_CUH_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_CUDA_ELEMENTWISE_CUH_

@@ -2,9 +2,9 @@
 // §6), forward and backward, in one pass each over bf16 or fp32 tensors:
 // torch's form takes two passes forward and four backward, and keeps
 // silu(gate) for the backward. fp32 arithmetic. Plain pointers and a
-// stream; cuda_kernels.cc wraps them.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_SWIGLU_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_SWIGLU_CUDA_H_
+// stream; swiglu.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_SWIGLU_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_SWIGLU_CUDA_H_
 
 #include <cstdint>
 
@@ -27,4 +27,4 @@ cudaError_t SwiGluBackward(const SwiGluShape& shape, const void* gate, const voi
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_SWIGLU_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_SWIGLU_CUDA_H_

@@ -1,8 +1,8 @@
 // Kernels of moe_combine_cuda.h: one warp per token, lane l on channels l,
 // l + 32, ...; the k slots in order, so every sum has a fixed order.
-#include "runtime/model/moe_combine_cuda.h"
+#include "runtime/kernels/moe_combine_cuda.h"
 
-#include "runtime/model/cuda_rows.cuh"
+#include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

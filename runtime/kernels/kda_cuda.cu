@@ -3,7 +3,7 @@
 // product. Here the C x C products are reduced over dk in registers, and
 // their gradients are accumulated per channel, so nothing of size C*C*dk is
 // ever stored.
-#include "runtime/model/kda_cuda.h"
+#include "runtime/kernels/kda_cuda.h"
 
 namespace kp::runtime::cuda {
 namespace {

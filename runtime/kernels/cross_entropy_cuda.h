@@ -5,9 +5,9 @@
 // fp32 before casting it: at N = 16k tokens and V = 32k, ~8 GB at the step's
 // memory peak. These keep one fp32 log-sum-exp per row and write the
 // gradient once in the logits' dtype. Deterministic (fixed reduction order).
-// Plain pointers and a stream; cuda_kernels.cc wraps them.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_CROSS_ENTROPY_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_CROSS_ENTROPY_CUDA_H_
+// Plain pointers and a stream; cross_entropy.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_CROSS_ENTROPY_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_CROSS_ENTROPY_CUDA_H_
 
 #include <cstdint>
 
@@ -39,4 +39,4 @@ cudaError_t CrossEntropyBackward(const LogitRows& shape, const void* logits, con
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_CROSS_ENTROPY_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_CROSS_ENTROPY_CUDA_H_

@@ -1,14 +1,14 @@
 // The CUDA kernels of KDA's gated delta rule (docs/runtime.md §5): the
 // intra-chunk products of the chunked form, forward and backward, and the
 // recurrent steps of a decode. Plain pointers and a stream, no LibTorch:
-// cuda_kernels.cc wraps them as tensors and autograd.
+// kda.cc wraps them as tensors and autograd.
 //
 // Every kernel is deterministic (no atomics; each sum in a fixed order), all
 // arithmetic is fp32, and every exponential is of a difference of cumulative
 // log decays taken in the direction that makes it <= 0, so no gate, however
 // strong, overflows.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_KDA_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_KDA_CUDA_H_
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_KDA_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_KDA_CUDA_H_
 
 #include <cstdint>
 
@@ -90,4 +90,4 @@ cudaError_t KdaRecurrentForward(const KdaTokens& shape, const float* q, const fl
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_KDA_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_KDA_CUDA_H_

@@ -10,9 +10,9 @@
 //
 // Gate: one thread per (batch, head, chunk, channel), down the chunk's rows
 // (the cumulative sum forward, the reverse cumulative sum backward).
-#include "runtime/model/kda_prep_cuda.h"
+#include "runtime/kernels/kda_prep_cuda.h"
 
-#include "runtime/model/cuda_rows.cuh"
+#include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

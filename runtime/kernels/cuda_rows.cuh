@@ -1,7 +1,7 @@
 // Device helpers of the row kernels (attn_res_cuda.cu, rms_norm_cuda.cu):
 // one warp per row of fp32 or bf16 channels, fp32 arithmetic.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_CUDA_ROWS_CUH_
-#define KIMI_PLAN_RUNTIME_MODEL_CUDA_ROWS_CUH_
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_CUDA_ROWS_CUH_
+#define KIMI_PLAN_RUNTIME_KERNELS_CUDA_ROWS_CUH_
 
 #include <cstdint>
 
@@ -32,4 +32,4 @@ inline unsigned Blocks(std::int64_t rows) { return static_cast<unsigned>((rows +
 
 }  // namespace kp::runtime::cuda::rowwise
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_CUDA_ROWS_CUH_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_CUDA_ROWS_CUH_

@@ -2,11 +2,11 @@
 // keeps a running (max, sum of exp) over its strided share of the row (the
 // online softmax), the block combines the pairs in a fixed tree. Backward:
 // each element's gradient from the saved log-sum-exp, in one pass.
-#include "runtime/model/cross_entropy_cuda.h"
+#include "runtime/kernels/cross_entropy_cuda.h"
 
 #include <cmath>
 
-#include "runtime/model/cuda_rows.cuh"
+#include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

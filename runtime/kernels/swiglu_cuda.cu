@@ -1,11 +1,11 @@
 // Kernels of swiglu_cuda.h: 16-byte packs per thread of a grid-stride loop,
 // with s = sigmoid(g):  h = g s u;  dg = dh u s (1 + g (1 - s));  du = dh g s.
-#include "runtime/model/swiglu_cuda.h"
+#include "runtime/kernels/swiglu_cuda.h"
 
 #include <cstdint>
 
-#include "runtime/model/cuda_elementwise.cuh"
-#include "runtime/model/cuda_rows.cuh"
+#include "runtime/kernels/cuda_elementwise.cuh"
+#include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

@@ -1,9 +1,9 @@
 // The CUDA kernels of the Block Attention Residuals depth read
 // (docs/runtime.md §2), forward and backward, one warp per token: no
 // [tokens, N, D] fp32 copy of the stack, every sum in fp32 in a fixed order
-// (deterministic). Plain pointers and a stream; cuda_kernels.cc wraps them.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_ATTN_RES_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_ATTN_RES_CUDA_H_
+// (deterministic). Plain pointers and a stream; attn_res.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_ATTN_RES_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_ATTN_RES_CUDA_H_
 
 #include <cstdint>
 
@@ -49,4 +49,4 @@ cudaError_t DepthReadBackward(const DepthRead& shape, const DepthValues& values,
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_ATTN_RES_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_ATTN_RES_CUDA_H_

@@ -6,11 +6,11 @@
 // the [B, T, H, d] -> [B, H, n, C, d] copy) and the intermediates autograd
 // kept of them: the backward recomputes from the bf16 projection.
 //
-// Plain pointers and a stream; cuda_kernels.cc wraps them. fp32 arithmetic,
+// Plain pointers and a stream; kda_prep.cc and kda.cc wrap them. fp32 arithmetic,
 // deterministic (no atomics; the weight gradients come back as per-tile
 // partial sums that the caller reduces in a fixed order).
-#ifndef KIMI_PLAN_RUNTIME_MODEL_KDA_PREP_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_KDA_PREP_CUDA_H_
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_KDA_PREP_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_KDA_PREP_CUDA_H_
 
 #include <cstdint>
 
@@ -94,4 +94,4 @@ cudaError_t KdaChunkProductsBackward(const KdaChunkProducts& shape, const float*
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_KDA_PREP_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_KDA_PREP_CUDA_H_

@@ -3,9 +3,9 @@
 // the (at most kMaxDepthValues) values live in registers: every loop over
 // the values is unrolled to that bound with a guard, so their indices are
 // constants.
-#include "runtime/model/attn_res_cuda.h"
+#include "runtime/kernels/attn_res_cuda.h"
 
-#include "runtime/model/cuda_rows.cuh"
+#include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

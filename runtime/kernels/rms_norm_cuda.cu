@@ -3,9 +3,9 @@
 // width fits.
 //   r = 1 / sqrt(mean(x^2) + eps),  y = x r w
 //   dx = r (dy w) - x r^3 mean(dy w x),   dw += dy x r
-#include "runtime/model/rms_norm_cuda.h"
+#include "runtime/kernels/rms_norm_cuda.h"
 
-#include "runtime/model/cuda_rows.cuh"
+#include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
 namespace {

@@ -3,9 +3,9 @@
 // expert-sorted rows and summed with the routing weights in fp32, one warp
 // per token. torch's form scatters the rows back to slot order, upcasts
 // them to fp32 and keeps that copy for the backward. Deterministic. Plain
-// pointers and a stream; cuda_kernels.cc wraps them.
-#ifndef KIMI_PLAN_RUNTIME_MODEL_MOE_COMBINE_CUDA_H_
-#define KIMI_PLAN_RUNTIME_MODEL_MOE_COMBINE_CUDA_H_
+// pointers and a stream; moe_combine.cc wraps them.
+#ifndef KIMI_PLAN_RUNTIME_KERNELS_MOE_COMBINE_CUDA_H_
+#define KIMI_PLAN_RUNTIME_KERNELS_MOE_COMBINE_CUDA_H_
 
 #include <cstdint>
 
@@ -39,4 +39,4 @@ cudaError_t MoeCombineBackward(const MoeCombineShape& shape, const void* rows, c
 
 }  // namespace kp::runtime::cuda
 
-#endif  // KIMI_PLAN_RUNTIME_MODEL_MOE_COMBINE_CUDA_H_
+#endif  // KIMI_PLAN_RUNTIME_KERNELS_MOE_COMBINE_CUDA_H_

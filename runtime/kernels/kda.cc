@@ -1,0 +1,358 @@
+// KDA: the intra-chunk products, the chunk scan, the chunked core after the
+// intra-chunk products and the recurrent steps of a decode: autograd nodes over
+// the kernels of kda_cuda.h, kda_prep_cuda.h, or, in a build without them,
+// entries that say no.
+#include "runtime/kernels/kda.h"
+
+#ifdef KIMI_PLAN_CUDA_KERNELS
+#include <algorithm>
+#include <limits>
+
+#include "runtime/kernels/kernel_support.h"
+#include "runtime/kernels/kda_cuda.h"
+#include "runtime/kernels/kda_prep_cuda.h"
+#else
+#include <stdexcept>
+#endif
+
+namespace kp::runtime {
+
+#ifdef KIMI_PLAN_CUDA_KERNELS
+namespace {
+
+using namespace kernel_support;
+
+// The scan and recurrent kernels put batch x heads on the grid's y axis.
+constexpr std::int64_t kMaxGridY = 65535;
+
+cuda::KdaChunks ChunksOf(const torch::Tensor& q) {
+  return {q.numel() / (q.size(-2) * q.size(-1)), static_cast<int>(q.size(-2)), static_cast<int>(q.size(-1))};
+}
+
+// [..., C, dk] -> [..., C, C]
+std::vector<std::int64_t> SquareShape(const torch::Tensor& q) {
+  auto shape = q.sizes().vec();
+  shape.back() = q.size(-2);
+  return shape;
+}
+
+class KdaIntraFunction : public torch::autograd::Function<KdaIntraFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& g_cum) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), gc = g_cum.contiguous();
+    torch::Tensor a = torch::empty(SquareShape(qc), qc.options()), p = torch::empty(SquareShape(qc), qc.options());
+    Check(cuda::KdaIntraForward(ChunksOf(qc), In(qc), In(kc), In(gc), Out(a), Out(p),
+                                c10::cuda::getCurrentCUDAStream()),
+          "KDA intra-chunk forward");
+    ctx->save_for_backward({qc, kc, gc});
+    return {a, p};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &g = saved[2];
+    const c10::cuda::CUDAGuard guard(q.device());
+    auto grad_or_zero = [&](const torch::Tensor& t) {
+      return t.defined() ? t.contiguous() : torch::zeros(SquareShape(q), q.options());
+    };
+    const torch::Tensor da = grad_or_zero(grads[0]), dp = grad_or_zero(grads[1]);
+    torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k), dg = torch::empty_like(g);
+    Check(cuda::KdaIntraBackward(ChunksOf(q), In(q), In(k), In(g), In(da), In(dp), Out(dq), Out(dk), Out(dg),
+                                 c10::cuda::getCurrentCUDAStream()),
+          "KDA intra-chunk backward");
+    return {dq, dk, dg};
+  }
+};
+
+cuda::KdaScan ScanOf(const torch::Tensor& w, const torch::Tensor& y) {
+  return {w.size(0) * w.size(1), static_cast<int>(w.size(2)), static_cast<int>(w.size(3)),
+          static_cast<int>(y.size(4)), static_cast<int>(w.size(4))};
+}
+
+// The chunk scan (KdaStateScan) on contiguous fp32 tensors: {u, starts, last}.
+variable_list ScanForward(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
+                          const torch::Tensor& decay, const torch::Tensor& s0) {
+  const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
+  torch::Tensor u = torch::empty_like(w), starts = torch::empty({b, h, n, dk, dv}, w.options()),
+                last = torch::empty({b, h, dk, dv}, w.options());
+  Check(cuda::KdaChunkScan(ScanOf(w, y), /*reverse=*/false, /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(w), In(y),
+                           In(k_to_end), In(decay), nullptr, In(s0), Out(u), Out(starts), Out(last),
+                           c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk scan");
+  return {u, starts, last};
+}
+
+// The scan's gradients {dw, dy, dk_to_end, ddecay, ds0} from its saved
+// tensors and the gradients of {u, starts, last} (any may be undefined).
+variable_list ScanBackward(const torch::Tensor& y, const torch::Tensor& k, const torch::Tensor& decay,
+                           const torch::Tensor& u, const torch::Tensor& starts, const torch::Tensor& du_in,
+                           const torch::Tensor& dstarts_in, const torch::Tensor& dlast_in) {
+  const torch::Tensor du = du_in.defined() ? du_in.contiguous() : torch::zeros_like(u);
+  const torch::Tensor dstarts = dstarts_in.defined() ? dstarts_in.contiguous() : torch::Tensor();
+  const torch::Tensor dlast = dlast_in.defined() ? dlast_in.contiguous() : torch::Tensor();
+  torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),
+                ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options());
+  // The same recurrence on the gradients, last chunk first: x = dU + K dS
+  // is U's whole gradient, `starts` the gradient of each chunk's end state.
+  Check(cuda::KdaChunkScan(ScanOf(u, y), /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
+                           In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), Out(dends), Out(ds0),
+                           c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk scan backward");
+  const torch::Tensor dy = -torch::matmul(du_total, starts.transpose(-1, -2));
+  const torch::Tensor dk = torch::matmul(u, dends.transpose(-1, -2));
+  const torch::Tensor ddecay = (starts * dends).sum(-1);
+  return {du_total, dy, dk, ddecay, ds0};
+}
+
+class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& w, const torch::Tensor& y,
+                               const torch::Tensor& k_to_end, const torch::Tensor& decay, const torch::Tensor& s0) {
+    const c10::cuda::CUDAGuard guard(w.device());
+    const torch::Tensor yc = y.contiguous(), kc = k_to_end.contiguous(), dc = decay.contiguous();
+    variable_list out = ScanForward(w.contiguous(), yc, kc, dc, s0.contiguous());
+    ctx->save_for_backward({yc, kc, dc, out[0], out[1]});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const c10::cuda::CUDAGuard guard(saved[3].device());
+    return ScanBackward(saved[0], saved[1], saved[2], saved[3], saved[4], grads[0], grads[1], grads[2]);
+  }
+};
+
+cuda::KdaChunkProducts ProductsShapeOf(const torch::Tensor& q, const torch::Tensor& v) {
+  return {q.size(0) * q.size(1) * q.size(2), static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
+          static_cast<int>(v.size(4))};
+}
+
+// The chunk products of contiguous {q, k, v, g_cum, beta}:
+// {q e^G, beta k e^G, k e^{G_C - G}, beta v, e^{G_C}}.
+variable_list ProductsForward(const variable_list& in) {
+  const torch::Tensor &q = in[0], &v = in[2];
+  torch::Tensor qd = torch::empty_like(q), kb = torch::empty_like(q), ke = torch::empty_like(q),
+                vb = torch::empty_like(v), decay = torch::empty({q.size(0), q.size(1), q.size(2), q.size(4)}, q.options());
+  Check(cuda::KdaChunkProductsForward(ProductsShapeOf(q, v), In(q), In(in[1]), In(v), In(in[3]), In(in[4]), Out(qd),
+                                      Out(kb), Out(ke), Out(vb), Out(decay), c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk products");
+  return {qd, kb, ke, vb, decay};
+}
+
+// The products' input gradients from their inputs and the gradients of the
+// five products (any may be undefined: zero).
+variable_list ProductsBackward(const variable_list& in, const variable_list& grads) {
+  const torch::Tensor &q = in[0], &k = in[1], &v = in[2], &g = in[3], &beta = in[4];
+  const std::vector<torch::Tensor> like = {q, q, q, v};
+  std::vector<torch::Tensor> d(5);
+  for (int i = 0; i < 4; ++i) d[i] = grads[i].defined() ? grads[i].contiguous() : torch::zeros_like(like[i]);
+  d[4] = grads[4].defined() ? grads[4].contiguous()
+                            : torch::zeros({q.size(0), q.size(1), q.size(2), q.size(4)}, q.options());
+  torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v),
+                dg = torch::empty_like(g), dbeta = torch::empty_like(beta);
+  Check(cuda::KdaChunkProductsBackward(ProductsShapeOf(q, v), In(q), In(k), In(v), In(g), In(beta), In(d[0]),
+                                       In(d[1]), In(d[2]), In(d[3]), In(d[4]), Out(dq), Out(dk), Out(dv), Out(dg),
+                                       Out(dbeta), c10::cuda::getCurrentCUDAStream()),
+        "KDA chunk products backward");
+  return {dq, dk, dv, dg, dbeta};
+}
+
+class ChunkProductsFunction : public torch::autograd::Function<ChunkProductsFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& g_cum, const torch::Tensor& beta) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const variable_list in = {q.contiguous(), k.contiguous(), v.contiguous(), g_cum.contiguous(), beta.contiguous()};
+    ctx->save_for_backward(in);
+    return ProductsForward(in);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const c10::cuda::CUDAGuard guard(saved[0].device());
+    return ProductsBackward(saved, grads);
+  }
+};
+
+// KdaChunkedCore after the intra-chunk products and the inverse, as one
+// node: the chunk products, the UT transform's two products, the scan and
+// the output. It keeps its inputs, u and the chunk-start states; the
+// backward makes the products and y again (one elementwise pass and one
+// small batched product) instead of keeping five [B, H, n, C, d] tensors.
+class KdaChunkCoreFunction : public torch::autograd::Function<KdaChunkCoreFunction> {
+ public:
+  // inputs: q, k, v, g_cum, beta (the products' inputs), inverse and qk
+  // [B, H, n, C, C], s0 [B, H, dk, dv].
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& g_cum, const torch::Tensor& beta,
+                               const torch::Tensor& inverse, const torch::Tensor& qk, const torch::Tensor& s0) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const variable_list in = {q.contiguous(), k.contiguous(), v.contiguous(), g_cum.contiguous(), beta.contiguous()};
+    const variable_list p = ProductsForward(in);  // q e^G, beta k e^G, k e^{G_C - G}, beta v, e^{G_C}
+    const torch::Tensor w = torch::matmul(inverse, p[3]), y = torch::matmul(inverse, p[1]);
+    const variable_list scan = ScanForward(w, y, p[2], p[4], s0.contiguous());  // u, starts, last
+    const torch::Tensor out = torch::matmul(p[0], scan[1]) + torch::matmul(qk, scan[0]);
+    variable_list keep = in;
+    keep.insert(keep.end(), {inverse, qk, scan[0], scan[1]});
+    ctx->save_for_backward(keep);
+    return {out, scan[2]};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const variable_list in(saved.begin(), saved.begin() + 5);
+    const torch::Tensor &inverse = saved[5], &qk = saved[6], &u = saved[7], &starts = saved[8];
+    const c10::cuda::CUDAGuard guard(u.device());
+    const variable_list p = ProductsForward(in);
+    const torch::Tensor y = torch::matmul(inverse, p[1]);
+    const torch::Tensor dout = grads[0].defined() ? grads[0].contiguous()
+                                                  : torch::zeros({u.size(0), u.size(1), u.size(2), u.size(3),
+                                                                  u.size(4)}, u.options());
+    auto t = [](const torch::Tensor& x) { return x.transpose(-1, -2); };
+    // out = Qd starts + qk u
+    const torch::Tensor dq_decayed = torch::matmul(dout, t(starts)), dstarts = torch::matmul(t(p[0]), dout);
+    const torch::Tensor dqk = torch::matmul(dout, t(u)), du = torch::matmul(t(qk), dout);
+    const variable_list ds = ScanBackward(y, p[2], p[4], u, starts, du, dstarts, grads[1]);  // dw, dy, dke, ddecay, ds0
+    // w = inverse (beta v), y = inverse (beta k e^G)
+    const torch::Tensor dinverse = torch::matmul(ds[0], t(p[3])) + torch::matmul(ds[1], t(p[1]));
+    const torch::Tensor dv_beta = torch::matmul(t(inverse), ds[0]), dk_beta = torch::matmul(t(inverse), ds[1]);
+    variable_list d = ProductsBackward(in, {dq_decayed, dk_beta, ds[2], dv_beta, ds[3]});
+    d.insert(d.end(), {dinverse, dqk, ds[4]});
+    return d;
+  }
+};
+
+}  // namespace
+
+bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
+  return OnCudaInFp32(w) && w.dim() == 5 && y.dim() == 5 && w.size(0) * w.size(1) <= kMaxGridY &&
+         cuda::KdaScanSupports(static_cast<int>(w.size(3)), static_cast<int>(y.size(4)), static_cast<int>(w.size(4)));
+}
+
+KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
+                           const torch::Tensor& decay, const torch::Tensor& s0) {
+  const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
+  const std::vector<std::int64_t> decay_shape = {b, h, n, dk}, state_shape = {b, h, dk, dv};
+  const bool shapes_fit = k_to_end.sizes() == y.sizes() && decay.sizes() == at::IntArrayRef(decay_shape) &&
+                          s0.sizes() == at::IntArrayRef(state_shape);
+  TORCH_CHECK(KdaScanKernelApplies(w, y) && OnCudaInFp32(y) && OnCudaInFp32(k_to_end) && OnCudaInFp32(decay) &&
+                  OnCudaInFp32(s0) && shapes_fit,
+              "KdaStateScan: fp32 CUDA tensors of a supported shape");
+  const variable_list out = KdaScanFunction::apply(w, y, k_to_end, decay, s0);
+  return {out[0], out[1], out[2]};
+}
+
+bool KdaIntraKernelApplies(const torch::Tensor& q) {
+  return OnCudaInFp32(q) && q.dim() >= 2 &&
+         cuda::KdaIntraSupports(static_cast<int>(q.size(-2)), static_cast<int>(q.size(-1)));
+}
+
+std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor& q, const torch::Tensor& k,
+                                                      const torch::Tensor& g_cum) {
+  TORCH_CHECK(KdaIntraKernelApplies(q) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && k.sizes() == q.sizes() &&
+                  g_cum.sizes() == q.sizes(),
+              "KdaIntraChunk: q, k and g_cum must be equal-shaped fp32 CUDA tensors of a supported shape");
+  const variable_list out = KdaIntraFunction::apply(q, k, g_cum);
+  return {out[0], out[1]};
+}
+
+bool KdaRecurrentKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
+  return !torch::GradMode::is_enabled() && OnCudaInFp32(q) && OnCudaInFp32(v) && q.dim() == 4 && v.dim() == 4 &&
+         q.size(0) * q.size(2) <= kMaxGridY &&
+         cuda::KdaRecurrentSupports(static_cast<int>(q.size(3)), static_cast<int>(v.size(3)));
+}
+
+torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
+                                 torch::Tensor* final_state) {
+  TORCH_CHECK(KdaRecurrentKernelApplies(q, v), "KdaRecurrentKernel: unsupported tensors");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), gc = g.contiguous(),
+                      bc = beta.contiguous();
+  const std::int64_t b = q.size(0), t = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
+  torch::Tensor s0;
+  if (initial_state.defined()) s0 = initial_state.to(torch::kFloat).expand({b, h, dk, dv}).contiguous();
+  torch::Tensor o = torch::empty({b, t, h, dv}, vc.options()), s1 = torch::empty({b, h, dk, dv}, vc.options());
+  const cuda::KdaTokens shape{b, t, static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv)};
+  Check(cuda::KdaRecurrentForward(shape, In(qc), In(kc), In(vc), In(gc), In(bc), s0.defined() ? In(s0) : nullptr,
+                                  Out(o), Out(s1), c10::cuda::getCurrentCUDAStream()),
+        "KDA recurrent steps");
+  if (final_state) *final_state = s1;
+  return o;
+}
+
+bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
+  return OnCudaInFp32(q) && OnCudaInFp32(v) && q.dim() == 5 && v.dim() == 5 &&
+         cuda::KdaChunkProductsSupports(static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
+                                        static_cast<int>(v.size(4)));
+}
+
+std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, const torch::Tensor& g_cum,
+                                                  const torch::Tensor& beta) {
+  const bool shapes_fit = k.sizes() == q.sizes() && g_cum.sizes() == q.sizes() &&
+                          v.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.dim() == 5 &&
+                          beta.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.size(4) == 1;
+  TORCH_CHECK(KdaChunkProductsKernelApplies(q, v) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && OnCudaInFp32(beta) &&
+                  shapes_fit,
+              "KdaChunkProductsKernel: fp32 CUDA tensors of a supported shape");
+  return ChunkProductsFunction::apply(q, k, v, g_cum, beta);
+}
+
+bool KdaChunkCoreKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
+  return KdaChunkProductsKernelApplies(q, v) && KdaScanKernelApplies(v, q);
+}
+
+std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& v, const torch::Tensor& g_cum,
+                                                           const torch::Tensor& beta, const torch::Tensor& inverse,
+                                                           const torch::Tensor& qk, const torch::Tensor& s0) {
+  const std::int64_t b = q.size(0), h = q.size(1), dk = q.size(4), dv = v.size(4);
+  const std::vector<std::int64_t> state = {b, h, dk, dv};
+  const bool shapes_fit = q.dim() == 5 && k.sizes() == q.sizes() && g_cum.sizes() == q.sizes() &&
+                          v.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.dim() == 5 &&
+                          beta.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.size(4) == 1 &&
+                          inverse.sizes() == at::IntArrayRef(SquareShape(q)) && qk.sizes() == inverse.sizes() &&
+                          s0.sizes() == at::IntArrayRef(state);
+  TORCH_CHECK(KdaChunkCoreKernelApplies(q, v) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && OnCudaInFp32(beta) &&
+                  OnCudaInFp32(inverse) && OnCudaInFp32(qk) && OnCudaInFp32(s0) && shapes_fit,
+              "KdaChunkCoreKernel: fp32 CUDA tensors of a supported shape");
+  const variable_list out = KdaChunkCoreFunction::apply(q, k, v, g_cum, beta, inverse, qk, s0);
+  return {out[0], out[1]};
+}
+
+#else  // no CUDA kernels in this build
+
+bool KdaIntraKernelApplies(const torch::Tensor&) { return false; }
+std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor&, const torch::Tensor&,
+                                                      const torch::Tensor&) {
+  throw std::logic_error("KdaIntraChunk: this build has no CUDA KDA kernels");
+}
+bool KdaScanKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+KdaScanResult KdaStateScan(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                           const torch::Tensor&) {
+  throw std::logic_error("KdaStateScan: this build has no CUDA KDA kernels");
+}
+bool KdaRecurrentKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+torch::Tensor KdaRecurrentKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                 const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, torch::Tensor*) {
+  throw std::logic_error("KdaRecurrentKernel: this build has no CUDA KDA kernels");
+}
+bool KdaChunkProductsKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                  const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("KdaChunkProductsKernel: this build has no CUDA KDA kernels");
+}
+bool KdaChunkCoreKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
+std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("KdaChunkCoreKernel: this build has no CUDA KDA kernels");
+}
+
+#endif
+
+}  // namespace kp::runtime
