@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/flag_values.h"
 #include "common/limits.h"
 #include "common/range.h"
 #include "common/text.h"
@@ -122,8 +123,7 @@ Result<bool> ParseCommand(const std::vector<std::string>& args, const po::option
 }
 
 Status FlagNeeds(const po::variables_map& vm, const char* flag, bool holds, const std::string& what) {
-  if (holds || !vm.count(flag) || vm[flag].defaulted()) return Status::Ok();
-  return Status::InvalidArgument(std::string("--") + flag + ": needs " + what + "; without it the flag does nothing");
+  return FlagNeedsSetting(flag, vm.count(flag) && !vm[flag].defaulted(), holds, what);
 }
 
 std::string FirstGivenFlag(const po::variables_map& vm, const po::options_description& desc,
@@ -212,10 +212,7 @@ void AddOutputOptions(po::options_description& desc) {
 
 Result<bool> OnOff(const po::variables_map& vm, const char* name, bool fallback) {
   if (!vm.count(name)) return fallback;
-  const std::string v = vm[name].as<std::string>();
-  if (v == "on") return true;
-  if (v == "off") return false;
-  return Status::InvalidArgument(std::string("--") + name + ": must be on or off, got \"" + v + "\"");
+  return ParseOnOff(name, vm[name].as<std::string>());
 }
 
 }  // namespace kp

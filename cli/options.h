@@ -63,8 +63,9 @@ Result<GpuSpec> ResolveGpu(const po::variables_map& vm, const CliEnv& env, const
 void AddOutputOptions(po::options_description& desc);
 
 /// Ok unless `flag` was given on the command line (not defaulted) while
-/// `holds` is false: then InvalidArgument "--FLAG: needs WHAT (...)": a flag
-/// that would do nothing is refused rather than silently ignored.
+/// `holds` is false: then FlagNeedsSetting's InvalidArgument (common/
+/// flag_values.h): a flag that would do nothing is refused rather than
+/// silently ignored.
 Status FlagNeeds(const po::variables_map& vm, const char* flag, bool holds, const std::string& what);
 
 /// The first of `desc`'s flags but `except` given on the command line (not
@@ -73,7 +74,7 @@ Status FlagNeeds(const po::variables_map& vm, const char* flag, bool holds, cons
 std::string FirstGivenFlag(const po::variables_map& vm, const po::options_description& desc,
                            const std::vector<std::string>& except = {});
 
-/// Reads an "on"/"off" flag value.
+/// Reads an "on"/"off" flag value (ParseOnOff); `fallback` when not given.
 Result<bool> OnOff(const po::variables_map& vm, const char* name, bool fallback);
 
 }  // namespace kp

@@ -3,12 +3,11 @@
 // the workload and the parallel layout.
 #include "cli/plan_options.h"
 
-#include <sstream>
+#include <optional>
 
 #include "common/limits.h"
-#include "common/text.h"
-#include "planner/constraints.h"
 #include "planner/plan_json.h"
+#include "planner/plan_request_builder.h"
 #include "specs/presets.h"
 
 namespace kp {
@@ -94,147 +93,91 @@ void AddLayerSplitOption(po::options_description& desc) {
                      "split Megatron builds; even for native)");
 }
 
-Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm) {
-  const std::string engine = vm.count("engine") ? vm["engine"].as<std::string>() : "native";
-  if (engine != "native" && engine != "verl")
-    return Status::InvalidArgument("--engine: must be native or verl, got \"" + engine + "\"");
-  if (vm.count("layer-split")) return ParseLayerSplit(vm["layer-split"].as<std::string>());
-  return LayerSplit{engine == "verl" ? LayerSplitKind::kAuto : LayerSplitKind::kEven, {}};
-}
-
 namespace {
 
 template <typename T>
-void Override(const po::variables_map& vm, const char* name, T* field) {
-  if (vm.count(name)) *field = vm[name].as<T>();
+std::optional<T> Given(const po::variables_map& vm, const char* name) {
+  if (!vm.count(name)) return std::nullopt;
+  return vm[name].as<T>();
 }
 
-Status ApplyChoices(const po::variables_map& vm, PlanRequest& r) {
-  if (vm.count("mode")) {
-    const std::string m = vm["mode"].as<std::string>();
-    if (m == "full") r.mode = TrainMode::kFull;
-    else if (m == "lora") r.mode = TrainMode::kLora;
-    else return Status::InvalidArgument("--mode: must be full or lora, got \"" + m + "\"");
-  }
-  if (vm.count("lora-experts")) {
-    const std::string e = vm["lora-experts"].as<std::string>();
-    if (e == "shared-outer") r.lora.experts = LoraExperts::kSharedOuter;
-    else if (e == "per-expert") r.lora.experts = LoraExperts::kPerExpert;
-    else return Status::InvalidArgument("--lora-experts: must be shared-outer or per-expert, got \"" + e + "\"");
-  }
-  if (vm.count("lora-targets")) {
-    r.lora.attention = r.lora.routed_experts = r.lora.dense_ffn = false;
-    const std::string targets = vm["lora-targets"].as<std::string>();
-    std::stringstream ss(targets);
-    std::string t;
-    while (std::getline(ss, t, ',')) {
-      if (t == "attention") r.lora.attention = true;
-      else if (t == "experts") r.lora.routed_experts = true;
-      else if (t == "dense") r.lora.dense_ffn = true;
-      else return Status::InvalidArgument("--lora-targets: \"" + QuoteBounded(t) + "\" is not one of attention, experts, dense");
-    }
-    // An empty list (or a trailing comma) would train LoRA with no adapter.
-    if (targets.empty() || targets.back() == ',')
-      return Status::InvalidArgument("--lora-targets: \"" + QuoteBounded(targets) +
-                                     "\" names an empty target; give one or more of attention, experts, dense");
-  }
-  if (vm.count("lora-native-base")) r.lora.native_base = true;
-  if (vm.count("schedule")) {
-    KP_ASSIGN_OR_RETURN(r.schedule, ParseSchedule(vm["schedule"].as<std::string>()));
-  } else if (vm.count("vp") && vm["vp"].as<int>() > 1) {
-    r.schedule = ScheduleKind::kInterleaved1F1B;  // virtual stages are what the interleaved schedule runs
-  }
-  if (vm.count("optimizer-sync")) {
-    KP_ASSIGN_OR_RETURN(r.optimizer_sync, ParseOptimizerSync(vm["optimizer-sync"].as<std::string>()));
-  }
-  if (vm.count("p2p")) {
-    KP_ASSIGN_OR_RETURN(r.send_mode, ParseSendMode(vm["p2p"].as<std::string>()));
-  } else if (vm.count("engine") && vm["engine"].as<std::string>() == "verl") {
-    r.send_mode = DefaultSendMode(r.schedule, /*megatron=*/true);
-  }
-  if (vm.count("engine") && vm["engine"].as<std::string>() == "verl")
-    r.recipe.expert_activations = ExpertActivations::kMegatron;
-  if (vm.count("recompute")) {
-    KP_ASSIGN_OR_RETURN(r.recompute, ParseRecompute(vm["recompute"].as<std::string>()));
-  }
-  if (vm.count("recompute-method")) {
-    KP_ASSIGN_OR_RETURN(r.recompute_method, ParseRecomputeMethod(vm["recompute-method"].as<std::string>()));
-    if (r.recompute != Recompute::kFull)
-      return Status::InvalidArgument("--recompute-method: needs --recompute full");
-  }
-  if (vm.count("recompute-num-layers")) {
-    r.recompute_layers = vm["recompute-num-layers"].as<int>();
-    if (r.recompute != Recompute::kFull)
-      return Status::InvalidArgument("--recompute-num-layers: needs --recompute full");
-  }
-  KP_ASSIGN_OR_RETURN(r.sequence_parallel, OnOff(vm, "sequence-parallel", r.sequence_parallel));
-  KP_ASSIGN_OR_RETURN(r.distributed_optimizer, OnOff(vm, "distributed-optimizer", r.distributed_optimizer));
-  KP_ASSIGN_OR_RETURN(r.flash_attention, OnOff(vm, "flash-attention", r.flash_attention));
-  if (vm.count("dtype")) {
-    KP_ASSIGN_OR_RETURN(const PrecisionChoice precision, ParsePrecision(vm["dtype"].as<std::string>(), r.gpu));
-    r.bf16 = precision.bf16;
-    r.recipe.fp8 = precision.fp8;
-  }
-  KP_ASSIGN_OR_RETURN(r.recipe.fp8_param_gather, OnOff(vm, "fp8-param-gather", r.recipe.fp8_param_gather));
-  if (vm.count("optimizer-moments")) {
-    KP_ASSIGN_OR_RETURN(r.recipe.moments, ParseMomentsDtype(vm["optimizer-moments"].as<std::string>()));
-  }
-  if (vm.count("recompute-modules")) {
-    KP_ASSIGN_OR_RETURN(r.recipe.recompute_modules, ParseRecomputeModules(vm["recompute-modules"].as<std::string>()));
-  }
-  if (vm.count("dispatcher")) {
-    KP_ASSIGN_OR_RETURN(r.recipe.dispatcher, ParseDispatcher(vm["dispatcher"].as<std::string>()));
-  }
-  KP_ASSIGN_OR_RETURN(r.recipe.a2a_overlap, OnOff(vm, "a2a-overlap", r.recipe.a2a_overlap));
-  if (vm.count("cuda-graphs")) {
-    KP_ASSIGN_OR_RETURN(r.recipe.cuda_graphs, ParseCudaGraphs(vm["cuda-graphs"].as<std::string>(), "--cuda-graphs"));
-  }
-  KP_ASSIGN_OR_RETURN(r.recipe.grad_reduce_in_fp32, OnOff(vm, "grad-reduce-in-fp32", r.recipe.grad_reduce_in_fp32));
-  if (vm.count("state-precision")) {
-    const std::string s = vm["state-precision"].as<std::string>();
-    if (s != "mixed" && s != "fp32")
-      return Status::InvalidArgument("--state-precision: must be mixed or fp32, got \"" + s + "\"");
-    r.state_precision = s == "fp32" ? StatePrecision::kFp32 : StatePrecision::kMixed;
-  }
-  if (vm.count("placement")) {
-    const std::string p = vm["placement"].as<std::string>();
-    if (p == "colocated") r.placement = Placement::kColocated;
-    else if (p == "split") r.placement = Placement::kSplit;
-    else return Status::InvalidArgument("--placement: must be colocated or split, got \"" + p + "\"");
+std::optional<std::string> Word(const po::variables_map& vm, const char* name) {
+  return Given<std::string>(vm, name);
+}
+
+RequestChoices ReadChoices(const po::variables_map& vm) {
+  RequestChoices c;
+  c.nodes = Given<int>(vm, "nodes");
+  c.gpus_per_node = Given<int>(vm, "gpus-per-node");
+  c.mode = Word(vm, "mode");
+  c.lora_rank = Given<int>(vm, "lora-rank");
+  c.lora_alpha = Given<double>(vm, "lora-alpha");
+  c.lora_experts = Word(vm, "lora-experts");
+  c.lora_targets = Word(vm, "lora-targets");
+  c.lora_native_base = vm.count("lora-native-base") > 0;
+  c.prompt_length = Given<int>(vm, "prompt-length");
+  c.response_length = Given<int>(vm, "response-length");
+  c.seq_len = Given<int>(vm, "seq-len");
+  c.global_batch = Given<int>(vm, "global-batch");
+  c.micro_batch = Given<int>(vm, "micro-batch");
+  c.rollout_n = Given<int>(vm, "rollout-n");
+  c.schedule = Word(vm, "schedule");
+  c.optimizer_sync = Word(vm, "optimizer-sync");
+  c.p2p = Word(vm, "p2p");
+  c.engine = Word(vm, "engine");
+  c.layer_split = Word(vm, "layer-split");
+  c.recompute = Word(vm, "recompute");
+  c.recompute_method = Word(vm, "recompute-method");
+  c.recompute_num_layers = Given<int>(vm, "recompute-num-layers");
+  c.sequence_parallel = Word(vm, "sequence-parallel");
+  c.distributed_optimizer = Word(vm, "distributed-optimizer");
+  c.flash_attention = Word(vm, "flash-attention");
+  c.dtype = Word(vm, "dtype");
+  c.fp8_param_gather = Word(vm, "fp8-param-gather");
+  c.optimizer_moments = Word(vm, "optimizer-moments");
+  c.grad_reduce_in_fp32 = Word(vm, "grad-reduce-in-fp32");
+  c.recompute_modules = Word(vm, "recompute-modules");
+  c.dispatcher = Word(vm, "dispatcher");
+  c.cuda_graphs = Word(vm, "cuda-graphs");
+  c.a2a_overlap = Word(vm, "a2a-overlap");
+  c.state_precision = Word(vm, "state-precision");
+  c.grad_bucket_mib = Given<double>(vm, "grad-bucket-mib");
+  c.placement = Word(vm, "placement");
+  c.rollout_gpus = Given<int>(vm, "rollout-gpus");
+  c.gpu_memory_utilization = Given<double>(vm, "gpu-memory-utilization");
+  c.tp = Given<int>(vm, "tp");
+  c.pp = Given<int>(vm, "pp");
+  c.vp = Given<int>(vm, "vp");
+  c.ep = Given<int>(vm, "ep");
+  c.etp = Given<int>(vm, "etp");
+  c.cp = Given<int>(vm, "cp");
+  c.dp = Given<int>(vm, "dp");
+  c.rollout_tp = Given<int>(vm, "rollout-tp");
+  c.rollout_ep = Given<int>(vm, "rollout-ep");
+  c.rollout_dp = Given<int>(vm, "rollout-dp");
+  c.matmul_efficiency = Given<double>(vm, "matmul-efficiency");
+  c.comm_efficiency = Given<double>(vm, "comm-efficiency");
+  c.dp_overlap = Given<double>(vm, "dp-overlap");
+  c.moe_imbalance = Given<double>(vm, "moe-imbalance");
+  c.search = vm.count("search") > 0;
+  return c;
+}
+
+// The seed topology --preset or --topology-file names, if either, with what
+// an error about one of its values names.
+Status ResolveTopology(const po::variables_map& vm, const PresetCatalog& catalog, RequestInputs& in) {
+  if (vm.count("preset") && vm.count("topology-file"))
+    return Status::InvalidArgument("--preset: give --preset or --topology-file, not both");
+  if (vm.count("preset")) {
+    KP_ASSIGN_OR_RETURN(in.topology, catalog.Topology(vm["preset"].as<std::string>()));
+    in.topology_source = "--preset " + in.topology->name + ": ";
+  } else if (vm.count("topology-file")) {
+    const std::string path = vm["topology-file"].as<std::string>();
+    KP_ASSIGN_OR_RETURN(in.topology, catalog.TopologyFile(path));
+    in.topology_source = "--topology-file " + path + ": ";
   }
   return Status::Ok();
 }
-
-// A flag whose value only matters under another setting is refused without
-// it, rather than accepted and silently ignored.
-Status CheckPreconditions(const po::variables_map& vm, const PlanRequest& r) {
-  const bool lora = r.mode == TrainMode::kLora;
-  for (const char* flag : {"lora-rank", "lora-alpha", "lora-experts", "lora-targets", "lora-native-base"})
-    KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, lora, "--mode lora (the plan trains full weights)"));
-  KP_RETURN_IF_ERROR(FlagNeeds(vm, "rollout-gpus", r.placement == Placement::kSplit, "--placement split"));
-  KP_RETURN_IF_ERROR(
-      FlagNeeds(vm, "gpu-memory-utilization", r.placement == Placement::kColocated, "--placement colocated"));
-  KP_RETURN_IF_ERROR(FlagNeeds(vm, "recompute-modules", r.recompute == Recompute::kSelective, "--recompute selective"));
-  KP_RETURN_IF_ERROR(FlagNeeds(vm, "fp8-param-gather", r.recipe.fp8 != Fp8Recipe::kNone,
-                               "an FP8 --dtype (fp8-tensorwise, fp8-blockwise, mxfp8)"));
-  for (const char* flag : {"dispatcher", "a2a-overlap", "cuda-graphs"})
-    KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, r.model.is_moe(), "an MoE model (" + r.model.name + " is dense)"));
-  // Megatron's state knobs price the full fine-tune's mixed-precision states;
-  // LoRA's adapters and the native fp32 states keep their own.
-  const bool megatron_states = r.mode == TrainMode::kFull && r.state_precision == StatePrecision::kMixed;
-  for (const char* flag : {"optimizer-moments", "fp8-param-gather", "grad-reduce-in-fp32"})
-    KP_RETURN_IF_ERROR(FlagNeeds(vm, flag, megatron_states, "full fine-tuning with --state-precision mixed"));
-  KP_RETURN_IF_ERROR(FlagNeeds(vm, "grad-reduce-in-fp32", r.bf16, "--dtype bf16 or an FP8 recipe (fp16 gradients stay fp16)"));
-  for (const char* flag : {"prompt-length", "response-length"})
-    if (vm.count(flag) && vm.count("seq-len"))
-      return Status::InvalidArgument(std::string("--") + flag + ": give --seq-len (prompt only) or --prompt-length and "
-                                     "--response-length, not both");
-  return Status::Ok();
-}
-
-}  // namespace
-
-namespace {
 
 // The table that prices the plan: the user's file, the GPU preset's, or none.
 Result<std::shared_ptr<const CalibrationTable>> ResolveCalibration(const po::variables_map& vm,
@@ -250,105 +193,37 @@ Result<std::shared_ptr<const CalibrationTable>> ResolveCalibration(const po::var
   return catalog.Calibration(gpu);
 }
 
+Result<std::shared_ptr<const ActivationProfile>> ReadActivationProfile(const po::variables_map& vm,
+                                                                       const CliEnv& env) {
+  if (!vm.count("activation-profile")) return std::shared_ptr<const ActivationProfile>();
+  const std::string path = vm["activation-profile"].as<std::string>();
+  Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
+  if (!text.ok()) return text.status().WithContext("--activation-profile");
+  Result<ActivationProfile> profile = ParseActivationProfile(*text);
+  if (!profile.ok()) return Status::InvalidArgument("--activation-profile: " + path + ": " + profile.status().message());
+  return std::make_shared<const ActivationProfile>(std::move(*profile));
+}
+
+// What the options name in files and presets: the topology, the model, the
+// GPU, the calibration table and the activation profile.
+Result<RequestInputs> ResolveInputs(const po::variables_map& vm, const CliEnv& env) {
+  PresetCatalog catalog(env.fs, env.data.presets);
+  RequestInputs in;
+  KP_RETURN_IF_ERROR(ResolveTopology(vm, catalog, in));
+  const std::string& source = in.topology_source;
+  KP_ASSIGN_OR_RETURN(in.model, ResolveModel(vm, env, in.topology ? in.topology->model : "", source + "model"));
+  KP_ASSIGN_OR_RETURN(in.gpu, ResolveGpu(vm, env, in.topology ? in.topology->gpu : "", source + "gpu"));
+  KP_ASSIGN_OR_RETURN(in.calibration, ResolveCalibration(vm, catalog, in.gpu.name));
+  KP_ASSIGN_OR_RETURN(in.activation_profile, ReadActivationProfile(vm, env));
+  return in;
+}
+
 }  // namespace
 
 Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& env, std::string* preset) {
-  PlanRequest r;
-  TopologySpec topo;
-  bool have_topo = false;
-  std::string topo_source;  // what an error in the topology's model or GPU names
-  PresetCatalog catalog(env.fs, env.data.presets);
-  if (vm.count("preset") && vm.count("topology-file"))
-    return Status::InvalidArgument("--preset: give --preset or --topology-file, not both");
-  if (vm.count("preset")) {
-    KP_ASSIGN_OR_RETURN(topo, catalog.Topology(vm["preset"].as<std::string>()));
-    have_topo = true;
-    *preset = topo.name;
-    topo_source = "--preset " + topo.name + ": ";
-  } else if (vm.count("topology-file")) {
-    KP_ASSIGN_OR_RETURN(topo, catalog.TopologyFile(vm["topology-file"].as<std::string>()));
-    have_topo = true;
-    *preset = topo.name;
-    topo_source = "--topology-file " + vm["topology-file"].as<std::string>() + ": ";
-  }
-  KP_ASSIGN_OR_RETURN(r.model, ResolveModel(vm, env, have_topo ? topo.model : "", topo_source + "model"));
-  KP_ASSIGN_OR_RETURN(r.gpu, ResolveGpu(vm, env, have_topo ? topo.gpu : "", topo_source + "gpu"));
-  r.gpus_per_node = r.gpu.gpus_per_node;
-  r.nodes = 1;
-  if (have_topo) {
-    r.nodes = topo.nodes;
-    r.gpus_per_node = topo.gpus_per_node;
-    r.mode = topo.mode == "lora" ? TrainMode::kLora : TrainMode::kFull;
-    if (topo.lora_rank > 0) r.lora.rank = topo.lora_rank;
-    r.plan.tp = topo.actor_tp; r.plan.pp = topo.actor_pp; r.plan.ep = topo.actor_ep;
-    r.plan.etp = topo.actor_etp; r.plan.cp = topo.actor_cp;
-    r.plan.rollout_tp = topo.rollout_tp; r.plan.rollout_ep = topo.rollout_ep;
-    r.rollout_n = topo.rollout_n;
-    r.prompt_length = topo.prompt_length;
-    r.response_length = topo.response_length;
-    // What the topology gave and no flag replaced: errors name the file's field.
-    const std::pair<const char*, const char*> fields[] = {
-        {"nodes", "nodes"},         {"gpus-per-node", "gpus_per_node"}, {"mode", "mode"},
-        {"lora-rank", "lora_rank"}, {"tp", "actor.tp"},                 {"pp", "actor.pp"},
-        {"ep", "actor.ep"},         {"etp", "actor.etp"},               {"cp", "actor.cp"},
-        {"dp", "actor.dp"},         {"rollout-tp", "rollout.tp"},       {"rollout-ep", "rollout.ep"},
-        {"rollout-n", "rollout.n"}, {"prompt-length", "lengths.prompt"}, {"response-length", "lengths.response"}};
-    for (const auto& [flag, field] : fields)
-      if (!vm.count(flag)) r.value_sources[std::string("--") + flag] = topo_source + field;
-  }
-  Override(vm, "nodes", &r.nodes);
-  Override(vm, "gpus-per-node", &r.gpus_per_node);
-  Override(vm, "lora-rank", &r.lora.rank);
-  r.lora.alpha = 2.0 * r.lora.rank;
-  Override(vm, "lora-alpha", &r.lora.alpha);
-  Override(vm, "prompt-length", &r.prompt_length);
-  Override(vm, "response-length", &r.response_length);
-  if (vm.count("seq-len")) {
-    r.prompt_length = vm["seq-len"].as<int>();
-    r.response_length = 0;
-  }
-  Override(vm, "global-batch", &r.global_batch);
-  Override(vm, "micro-batch", &r.micro_batch);
-  Override(vm, "rollout-n", &r.rollout_n);
-  Override(vm, "rollout-gpus", &r.rollout_gpus);
-  Override(vm, "gpu-memory-utilization", &r.gpu_memory_utilization);
-  Override(vm, "matmul-efficiency", &r.efficiency.matmul);
-  Override(vm, "comm-efficiency", &r.efficiency.comm);
-  r.efficiency.gemm_from_table = !vm.count("matmul-efficiency");
-  r.efficiency.comm_from_table = !vm.count("comm-efficiency");
-  KP_ASSIGN_OR_RETURN(r.calibration, ResolveCalibration(vm, catalog, r.gpu.name));
-  if (vm.count("grad-bucket-mib")) r.gradient_bucket = Bytes(vm["grad-bucket-mib"].as<double>() * (1 << 20));
-  if (vm.count("activation-profile")) {
-    const std::string path = vm["activation-profile"].as<std::string>();
-    Result<std::string> text = env.fs.ReadFile(path, limits::kMaxSpecFileBytes);
-    if (!text.ok()) return text.status().WithContext("--activation-profile");
-    Result<ActivationProfile> profile = ParseActivationProfile(*text);
-    if (!profile.ok()) return Status::InvalidArgument("--activation-profile: " + path + ": " + profile.status().message());
-    r.activation_profile = std::make_shared<const ActivationProfile>(std::move(*profile));
-  }
-  Override(vm, "dp-overlap", &r.efficiency.dp_overlap);
-  Override(vm, "moe-imbalance", &r.efficiency.moe_imbalance);
-  KP_RETURN_IF_ERROR(ApplyChoices(vm, r));
-  KP_RETURN_IF_ERROR(CheckPreconditions(vm, r));
-  KP_ASSIGN_OR_RETURN(r.layer_split, LayerSplitFromOptions(vm));
-  ParallelPlan& p = r.plan;
-  Override(vm, "tp", &p.tp); Override(vm, "pp", &p.pp); Override(vm, "vp", &p.vp);
-  Override(vm, "ep", &p.ep); Override(vm, "etp", &p.etp); Override(vm, "cp", &p.cp);
-  Override(vm, "rollout-tp", &p.rollout_tp); Override(vm, "rollout-ep", &p.rollout_ep);
-  if (Status s = ValidateRequest(r); !s.ok()) return Status::InvalidArgument(WithValueSource(r, s.message()));
-  // dp and rollout dp follow from the others unless given.
-  // Each factor is at most 2^20 (IntFlag), so the product fits in 64 bits.
-  const std::int64_t denom = std::int64_t{p.tp} * p.pp * p.cp;
-  p.dp = r.actor_gpus() % denom == 0 ? static_cast<int>(r.actor_gpus() / denom) : 0;
-  Override(vm, "dp", &p.dp);
-  if (!vm.count("search") && p.dp <= 0)
-    return Status::InvalidArgument(WithValueSource(r, "--dp: tp x pp x cp = " + std::to_string(denom) +
-                                                          " does not divide the " + std::to_string(r.actor_gpus()) +
-                                                          " actor GPUs"));
-  p.rollout_dp = p.rollout_tp > 0 && p.rollout_ep % p.rollout_tp == 0 && p.rollout_ep > p.rollout_tp
-                     ? p.rollout_ep / p.rollout_tp : 1;
-  Override(vm, "rollout-dp", &p.rollout_dp);
-  return r;
+  KP_ASSIGN_OR_RETURN(const RequestInputs inputs, ResolveInputs(vm, env));
+  if (inputs.topology) *preset = inputs.topology->name;
+  return BuildPlanRequest(ReadChoices(vm), inputs);
 }
 
 Result<RecordedPlan> ReadRecordedPlan(const std::string& db, std::int64_t id, const CliEnv& env) {

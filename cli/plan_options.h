@@ -20,12 +20,10 @@ void AddPlanRequestOptions(po::options_description& desc);
 /// even split only).
 void AddLayerSplitOption(po::options_description& desc);
 
-/// --layer-split when given, else the default of --engine where the command
-/// has one (native: even, verl: megatron), else even.
-Result<LayerSplit> LayerSplitFromOptions(const po::variables_map& vm);
-
-/// The request those options describe, validated; *preset receives the
-/// topology's name when one was used. dp and rollout dp are derived unless given.
+/// The request those options describe: the files and presets they name
+/// read here, the rest built by the planner (planner/plan_request_builder.h:
+/// validated, dp and rollout dp derived unless given); *preset receives the
+/// topology's name when one was used.
 Result<PlanRequest> BuildPlanRequest(const po::variables_map& vm, const CliEnv& env, std::string* preset);
 
 /// A plan `kimi-plan plan` recorded in the store at `db`: its row and the
