@@ -1,17 +1,20 @@
-// The pipeline rank's set-up, step and reductions; the actions that move
-// the payload are in pipeline_actions.cc.
+// The pipeline rank: its stages built and placed, and a step run through
+// its three parts in order: the schedule executor (schedule_executor.h), the
+// gradient reducer (gradient_reducer.h) and the optimizer step
+// (optimizer_step.h), over one shared PipelineContext.
 #include "runtime/train/pipeline_runtime.h"
 
-#include <algorithm>
 #include <cmath>
 #include <map>
-#include <set>
 
 #include "common/clock.h"
 #include "runtime/comm/device.h"
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/expert_parallel.h"
-#include "runtime/train/pipeline_rank_internal.h"
+#include "runtime/train/gradient_reducer.h"
+#include "runtime/train/optimizer_step.h"
+#include "runtime/train/pipeline_context.h"
+#include "runtime/train/schedule_executor.h"
 #include "runtime/train/trainer_internal.h"
 #include "schedules/schedule_generators.h"
 
@@ -30,8 +33,6 @@ PipelineReplicas ReplicasOf(const RankGroups& g, bool sequence_parallel) {
   r.dp_cp = g.dp_cp;
   return r;
 }
-
-using namespace pipeline_internal;
 
 // ---------------------------------------------------------------- setup
 
@@ -58,86 +59,80 @@ Status ValidateConfig(const PipelineRankConfig& c, const Communicator& comm) {
   return ValidateTrainConfig(c.train);
 }
 
-bool HasBf16(const std::vector<torch::Tensor>& params) {
-  return std::any_of(params.begin(), params.end(),
-                     [](const torch::Tensor& p) { return p.scalar_type() == torch::kBFloat16; });
-}
 
 }  // namespace
 
+struct PipelineRank::Impl {
+  PipelineContext ctx;
+  std::unique_ptr<ScheduleExecutor> executor;
+  GradientReducer reducer;
+  OptimizerStep optimizer;
+  int step = 0;
+
+  PipelineRankConfig& config() { return ctx.config; }
+  Status Setup(StageModuleFactory factory);
+  Status EnableLora(const LoraOptions& lora, std::uint64_t seed);
+  Status PlaceStages();
+  Status BeginPhase(const TrainConfig& train);
+  Result<torch::Tensor> ReplicaTokens(const std::vector<std::int64_t>& tokens) const;
+  Status CheckStepShape(int seq_len, const MicroBatchLoss* loss) const;
+  Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);
+  Result<double> EvalStep(const std::vector<std::int64_t>& tokens);
+};
+
 Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
-  KP_RETURN_IF_ERROR(ValidateConfig(config, *comm));
-  KP_RETURN_IF_ERROR(ValidateForRuntime(config.train.model));
-  config.train.options.seed = config.train.seed;
-  KP_ASSIGN_OR_RETURN(device, ParseDevice(config.train.device));
-  if (config.replicas.dp != nullptr) dp_rank = config.replicas.dp->rank(), dp_size = config.replicas.dp->size();
-  const int vp = ScheduleTakesVp(config.schedule) ? config.vp : 1;
-  KP_ASSIGN_OR_RETURN(PipelineSchedule compute, GenerateSchedule(config.schedule, config.pp, vp, M()));
-  KP_ASSIGN_OR_RETURN(schedule, AddCommunication(compute));
-  if (config.split.stages.empty()) {
-    KP_ASSIGN_OR_RETURN(config.split, EvenSplit(config.train.model.layers, schedule.num_stages));
+  PipelineRankConfig& c = config();
+  KP_RETURN_IF_ERROR(ValidateConfig(c, *ctx.comm));
+  KP_RETURN_IF_ERROR(ValidateForRuntime(c.train.model));
+  c.train.options.seed = c.train.seed;
+  KP_ASSIGN_OR_RETURN(ctx.device, ParseDevice(c.train.device));
+  if (c.replicas.dp != nullptr) ctx.dp_rank = c.replicas.dp->rank(), ctx.dp_size = c.replicas.dp->size();
+  const int vp = ScheduleTakesVp(c.schedule) ? c.vp : 1;
+  KP_ASSIGN_OR_RETURN(PipelineSchedule compute, GenerateSchedule(c.schedule, c.pp, vp, ctx.M()));
+  KP_ASSIGN_OR_RETURN(ctx.schedule, AddCommunication(compute));
+  if (c.split.stages.empty()) {
+    KP_ASSIGN_OR_RETURN(c.split, EvenSplit(c.train.model.layers, ctx.schedule.num_stages));
   }
-  if (config.split.num_stages() != schedule.num_stages)
-    return Status::InvalidArgument("--split: " + std::to_string(config.split.num_stages()) + " stages, the " +
-                                   ScheduleName(config.schedule) + " schedule has " +
-                                   std::to_string(schedule.num_stages));
+  if (c.split.num_stages() != ctx.schedule.num_stages)
+    return Status::InvalidArgument("--split: " + std::to_string(c.split.num_stages()) + " stages, the " +
+                                   ScheduleName(c.schedule) + " schedule has " +
+                                   std::to_string(ctx.schedule.num_stages));
   // The split's ends are the embedding and the head, whatever the counts say.
-  config.split.stages.front().embedding = true;
-  config.split.stages.back().head = true;
-  KP_ASSIGN_OR_RETURN(routes, Routes(config, schedule));
+  c.split.stages.front().embedding = true;
+  c.split.stages.back().head = true;
+  KP_ASSIGN_OR_RETURN(std::vector<pipeline_internal::StageRoute> routes, pipeline_internal::Routes(c, ctx.schedule));
   if (!factory)
     factory = [this](int, const StageLayers& layers) {
       // Sharded construction: PlaceStages cuts this rank's shards from the
       // deferred weights before any is made.
-      ModelOptions options = config.train.options;
+      ModelOptions options = config().train.options;
       options.deferred_init = true;
-      return MakeModelStage(config.train.model, options, layers);
+      return MakeModelStage(config().train.model, options, layers);
     };
-  for (int s = 0; s < schedule.num_stages; ++s) {
-    if (RankOf(s) != rank()) continue;
-    KP_ASSIGN_OR_RETURN(modules[s], factory(s, config.split.stages[s]));
+  for (int s = 0; s < ctx.schedule.num_stages; ++s) {
+    if (ctx.RankOf(s) != ctx.rank()) continue;
+    KP_ASSIGN_OR_RETURN(ctx.modules[s], factory(s, c.split.stages[s]));
   }
-  if (modules.empty()) return Status::InvalidArgument("--schedule: rank " + std::to_string(rank()) + " holds no stage");
-  act_dtype = config.train.options.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat;
+  if (ctx.modules.empty())
+    return Status::InvalidArgument("--schedule: rank " + std::to_string(ctx.rank()) + " holds no stage");
+  ctx.act_dtype = c.train.options.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat;
   KP_RETURN_IF_ERROR(PlaceStages());
-  CollectParameters();
-  KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  MakeOptimizer();
+  executor = std::make_unique<ScheduleExecutor>(ctx, std::move(routes));
+  KP_RETURN_IF_ERROR(reducer.Collect(ctx));
+  optimizer.Reset(ctx, reducer);
   return Status::Ok();
-}
-
-// AdamW over the whole parameters, or with the distributed optimizer over
-// this rank's shards of them (the dense ones over their DP (x CP) replicas,
-// the experts' over expert-DP). bf16 parameters (Megatron's mixed
-// precision) always go through the shards, which keep their fp32 masters;
-// without the distributed optimizer each rank owns all of them.
-void PipelineRank::Impl::MakeOptimizer() {
-  shards.reset();
-  if (!config.train.distributed_optimizer && !HasBf16(params)) {
-    optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(params, config.train),
-                                                   torch::optim::AdamWOptions(config.train.lr));
-    return;
-  }
-  const ReplicaGroups replicas = Replicas();
-  const bool sharded = config.train.distributed_optimizer;
-  shards = std::make_unique<ParameterShards>(std::vector<ReplicatedParameters>{
-      {split.dense, sharded ? replicas.dp : nullptr}, {split.expert, sharded ? replicas.expert_dp : nullptr}});
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const ParameterShards::Slice& s : shards->slices()) (s.matrix ? decay : no_decay).push_back(s.values);
-  optimizer = std::make_unique<MultiTensorAdamW>(ParamGroups(decay, no_decay, config.train),
-                                                 torch::optim::AdamWOptions(config.train.lr));
 }
 
 // LoRA adapters on every stage, initialised by name so that every split gets
 // the single-process model's; a stand-in stage cannot take them.
 Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t seed) {
-  for (auto& [s, module] : modules)
+  for (auto& [s, module] : ctx.modules)
     if (ModelOfStage(*module) == nullptr)
       return Status::InvalidArgument("--lora-rank: stage " + std::to_string(s) + " is a stand-in");
-  for (auto& [s, module] : modules) {
+  for (auto& [s, module] : ctx.modules) {
     StageModelImpl* model = ModelOfStage(*module);
     model->EnableLora(lora, seed);
-    model->to(device);
+    model->to(ctx.device);
   }
   return Status::Ok();
 }
@@ -148,290 +143,119 @@ Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t see
 // adapters a run starts with (never with a split: ValidateConfig), and the
 // stage moved to the device.
 Status PipelineRank::Impl::PlaceStages() {
-  for (auto& [s, module] : modules) {
+  const PipelineRankConfig& c = config();
+  for (auto& [s, module] : ctx.modules) {
     StageModelImpl* model = ModelOfStage(*module);
     if (model == nullptr) {
-      if (TensorParallel()) return Status::InvalidArgument("--tp: stage " + std::to_string(s) + " is a stand-in");
+      if (ctx.TensorParallel()) return Status::InvalidArgument("--tp: stage " + std::to_string(s) + " is a stand-in");
       continue;
     }
-    KP_RETURN_IF_ERROR(ShardExperts(*model, ExpertGroups{config.replicas.ep, config.replicas.etp}));
-    if (TensorParallel()) {
-      KP_ASSIGN_OR_RETURN(tp_splits[s], ShardTensorParallel(*model, *config.replicas.tp,
-                                                            config.replicas.sequence_parallel, config.train.seq_len / CpSize()));
+    KP_RETURN_IF_ERROR(ShardExperts(*model, ExpertGroups{c.replicas.ep, c.replicas.etp}));
+    if (ctx.TensorParallel()) {
+      KP_ASSIGN_OR_RETURN(ctx.tp_splits[s], ShardTensorParallel(*model, *c.replicas.tp, c.replicas.sequence_parallel,
+                                                                c.train.seq_len / ctx.CpSize()));
     }
-    if (ContextParallel()) model->SetContextParallel(ContextShard(config.replicas.cp));
+    if (ctx.ContextParallel()) model->SetContextParallel(ContextShard(c.replicas.cp));
     KP_RETURN_IF_ERROR(model->Materialize());
   }
-  if (config.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(config.train.lora, config.train.seed));
-  for (auto& [s, module] : modules)
-    if (StageModelImpl* model = ModelOfStage(*module)) model->to(device);
+  if (c.train.lora.enabled()) KP_RETURN_IF_ERROR(EnableLora(c.train.lora, c.train.seed));
+  for (auto& [s, module] : ctx.modules)
+    if (StageModelImpl* model = ModelOfStage(*module)) model->to(ctx.device);
   return Status::Ok();
 }
 
-// The rank's trainable parameters (stage order), split into dense and
-// expert ones for the DP average, with the EP and TP shards marked for the
-// gradient norm.
-void PipelineRank::Impl::CollectParameters() {
-  params.clear(), expert_at.clear(), tp_shard_at.clear(), slots.clear();
-  split = SplitParameters{};
-  for (auto& [s, module] : modules) {
-    StageModelImpl* model = ModelOfStage(*module);
-    const std::vector<torch::Tensor> mine = module->TrainableParameters();
-    const SplitParameters part = model != nullptr ? SplitByReplication(*model, mine)
-                                                  : SplitParameters{mine, {}, std::vector<bool>(mine.size(), false)};
-    std::set<const c10::TensorImpl*> tp_shards;
-    if (auto it = tp_splits.find(s); it != tp_splits.end()) {
-      const auto named = model->named_parameters();
-      for (const auto& [name, shard] : it->second.shards) tp_shards.insert(named[name].unsafeGetTensorImpl());
-    }
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      if (part.is_expert[i] && config.replicas.expert_shards != nullptr) expert_at.push_back(static_cast<int>(params.size()));
-      if (tp_shards.count(mine[i].unsafeGetTensorImpl()) > 0) tp_shard_at.push_back(static_cast<int>(params.size()));
-      params.push_back(mine[i]);
-    }
-    split.dense.insert(split.dense.end(), part.dense.begin(), part.dense.end());
-    split.expert.insert(split.expert.end(), part.expert.begin(), part.expert.end());
-    split.is_expert.insert(split.is_expert.end(), part.is_expert.begin(), part.is_expert.end());
-  }
-}
-
-// LoRA goes on after a full-weight warm start, as TrainSession's would on a
-// loaded checkpoint: the adapters are initialised by name, so every split
-// gets the single-process model's.
+// LoRA goes on after a full-weight warm start, as a loaded checkpoint's
+// would: the adapters are initialised by name, so every split gets the
+// single-process model's.
 Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
+  const TrainConfig& now = config().train;
   TrainConfig t = next;
-  t.model = config.train.model;
-  t.options = config.train.options;
-  t.device = config.train.device;
-  t.seed = config.train.seed;
-  t.deterministic = config.train.deterministic;
-  PipelineRankConfig c = config;
+  t.model = now.model;
+  t.options = now.options;
+  t.device = now.device;
+  t.seed = now.seed;
+  t.deterministic = now.deterministic;
+  PipelineRankConfig c = config();
   c.train = t;
-  KP_RETURN_IF_ERROR(ValidateConfig(c, *comm));
-  const bool add_lora = t.lora.enabled() && !config.train.lora.enabled();
-  if (!t.lora.enabled() && config.train.lora.enabled())
+  KP_RETURN_IF_ERROR(ValidateConfig(c, *ctx.comm));
+  const bool add_lora = t.lora.enabled() && !now.lora.enabled();
+  if (!t.lora.enabled() && now.lora.enabled())
     return Status::InvalidArgument("--lora-rank: a phase cannot drop the LoRA adapters the last one trained");
   if (add_lora) KP_RETURN_IF_ERROR(EnableLora(t.lora, t.seed));
   // The last phase's gradients go: a frozen base would keep them resident.
-  for (const torch::Tensor& p : params) p.mutable_grad() = torch::Tensor();
-  config.train = t;
-  CollectParameters();
-  KP_RETURN_IF_ERROR(ExchangeParameterLayout());
-  MakeOptimizer();
+  for (const torch::Tensor& p : reducer.params()) p.mutable_grad() = torch::Tensor();
+  config().train = t;
+  KP_RETURN_IF_ERROR(reducer.Collect(ctx));
+  optimizer.Reset(ctx, reducer);
   step = 0;
-  return Status::Ok();
-}
-
-// Every rank learns how many parameters each stage has, so a parameter's
-// place in the whole model's order (stage major) is known everywhere and the
-// gradient norm can be summed in that order.
-Status PipelineRank::Impl::ExchangeParameterLayout() {
-  torch::Tensor host = torch::zeros({schedule.num_stages}, torch::kDouble);
-  for (auto& [s, module] : modules) host[s] = static_cast<double>(module->TrainableParameters().size());
-  torch::Tensor counts = host.to(device);
-  KP_RETURN_IF_ERROR(comm->AllReduceSum(counts));
-  counts = counts.cpu();
-  std::vector<int> offset(schedule.num_stages + 1, 0);
-  for (int s = 0; s < schedule.num_stages; ++s) offset[s + 1] = offset[s] + static_cast<int>(counts[s].item<double>());
-  global_params = offset.back();
-  for (auto& [s, module] : modules) {
-    const int n = static_cast<int>(module->TrainableParameters().size());
-    for (int j = 0; j < n; ++j) slots.push_back(offset[s] + j);
-  }
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- step
 
-Status PipelineRank::Impl::CheckDrained() const {
-  if (!saved.empty() || !fwd_inbox.empty() || !bwd_inbox.empty() || !fwd_outbox.empty() || !bwd_outbox.empty() ||
-      !store.empty())
-    return Status::Internal("pipeline rank " + std::to_string(rank()) +
-                            ": the schedule left activations, messages or stored blocks behind");
-  return Status::Ok();
-}
-
-void PipelineRank::Impl::ResetStep() {
-  saved.clear(), fwd_inbox.clear(), bwd_inbox.clear(), fwd_outbox.clear(), bwd_outbox.clear();
-  store.Clear();
-  traffic.clear();
-  losses.assign(M(), 0.0);
-}
-
-Status PipelineRank::Impl::SetTokens(const std::vector<std::int64_t>& t) {
-  const std::int64_t want = std::int64_t(config.train.batch) * (Tokens() + 1);
+// The step's whole batch [batch, T + 1], this DP replica's rows of it.
+Result<torch::Tensor> PipelineRank::Impl::ReplicaTokens(const std::vector<std::int64_t>& t) const {
+  const int batch = ctx.config.train.batch;
+  const std::int64_t want = std::int64_t(batch) * (ctx.seq_len + 1);
   if (static_cast<std::int64_t>(t.size()) != want)
     return Status::InvalidArgument("tokens: " + std::to_string(t.size()) + " given, --batch x (--seq-len + 1) is " +
                                    std::to_string(want));
-  tokens = torch::tensor(t, torch::kLong)
-               .reshape({config.train.batch, Tokens() + 1})
-               .narrow(0, dp_rank * ReplicaRows(), ReplicaRows())
-               .to(device);
+  return torch::tensor(t, torch::kLong)
+      .reshape({batch, ctx.seq_len + 1})
+      .narrow(0, ctx.dp_rank * ctx.ReplicaRows(), ctx.ReplicaRows())
+      .to(ctx.device);
+}
+
+Status PipelineRank::Impl::CheckStepShape(int T, const MicroBatchLoss* loss) const {
+  if (T < 1) return Status::InvalidArgument("seq_len: a step's rows need at least one token, got " + std::to_string(T));
+  if (ctx.TensorParallel() && loss != nullptr)
+    return Status::InvalidArgument("--tp: a step's own loss (SDPO) with tensor parallelism is not supported yet");
+  if (ctx.ContextParallel()) KP_RETURN_IF_ERROR(CheckContextSplit(ctx.CpSize(), T, KdaConvReach(ctx.config.train.model)));
+  const PipelineReplicas& r = ctx.config.replicas;
+  if (ctx.SequenceParallel() && T / ctx.CpSize() % r.tp->size() != 0)
+    return Status::InvalidArgument("--sequence-parallel: --tp " + std::to_string(r.tp->size()) +
+                                   " does not divide the step's sequence length " + std::to_string(T) +
+                                   (ctx.ContextParallel() ? " over cp " + std::to_string(ctx.CpSize()) : ""));
   return Status::Ok();
 }
 
-// Only the last stage's rank has the losses; the others add zeros, which
-// is exact, and everyone sums the micro-batches in order; then the
-// replicas' means are averaged over DP (in DP-rank order in-process).
-Result<double> PipelineRank::Impl::ReduceLoss() {
-  torch::Tensor host = torch::zeros({M()}, torch::kDouble);
-  if (RankOf(schedule.num_stages - 1) == rank())
-    for (int m = 0; m < M(); ++m) host[m] = losses[m];
-  torch::Tensor l = host.to(device);
-  KP_RETURN_IF_ERROR(comm->AllReduceSum(l));
-  l = l.cpu();
-  double sum = 0;
-  for (int m = 0; m < M(); ++m) sum += l[m].item<double>();
-  const double mine = step_loss != nullptr ? sum : sum / M();
-  if (DenseSize() == 1) return mine;
-  torch::Tensor replica = torch::full({1}, mine, OnDevice(torch::kDouble));
-  KP_RETURN_IF_ERROR(DenseReplicas()->AllReduceSum(replica));
-  return replica.item<double>() / DenseSize();
-}
-
-// The partial gradients of the TP split (tensor_parallel.h) summed over TP.
-Status PipelineRank::Impl::ReduceOverTensorParallel() {
-  for (auto& [s, tp_split] : tp_splits)
-    KP_RETURN_IF_ERROR(ReduceTensorParallelGradients(*config.replicas.tp, *ModelOfStage(*modules.at(s)), tp_split,
-                                                     config.replicas.sequence_parallel));
-  return Status::Ok();
-}
-
-// The replicas' gradients averaged (the dense ones over DP, the experts'
-// over expert-DP); every parameter has a gradient afterwards. With the
-// distributed optimizer each rank gets the average of its owned parts alone.
-Status PipelineRank::Impl::AverageOverReplicas() {
-  if (DenseSize() == 1 && config.replicas.expert_dp == nullptr) return Status::Ok();
-  if (shards && shards->sharded()) return shards->ReduceScatterGradients(Replicas().dp_size);
-  return AverageGradients(split, Replicas());
-}
-
-// Each parameter's squared gradient norm. Reduce-scattered gradients are
-// whole only in their owners' parts: a parameter's square is the sum of its
-// owned parts' over the replica group (group 0 of the shards holds the
-// dense parameters, group 1 the experts', in `params` order).
-Result<std::vector<double>> PipelineRank::Impl::GradientSquares() const {
-  if (!shards || !shards->sharded()) return GradSquares(params);
-  const std::vector<torch::Tensor> by_group[2] = {shards->OwnedGradients(0), shards->OwnedGradients(1)};
-  std::vector<torch::Tensor> owned;
-  std::vector<int> dense_at, expert_at_all;
-  std::size_t index[2] = {0, 0};
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const int g = split.is_expert[i] ? 1 : 0;
-    (g == 1 ? expert_at_all : dense_at).push_back(static_cast<int>(i));
-    owned.push_back(by_group[g][index[g]++]);
-  }
-  std::vector<double> squares = SquaredNorms(owned);
-  const ReplicaGroups replicas = Replicas();
-  KP_RETURN_IF_ERROR(SumSquaresOver(replicas.dp, dense_at, squares));
-  KP_RETURN_IF_ERROR(SumSquaresOver(replicas.expert_dp, expert_at_all, squares));
-  return squares;
-}
-
-// The squares at `at` summed over `group` in place (a parameter split over
-// it: each rank holds a part of the whole's square).
-Status PipelineRank::Impl::SumSquaresOver(Communicator* group, const std::vector<int>& at,
-                                          std::vector<double>& squares) const {
-  if (group == nullptr || at.empty()) return Status::Ok();
-  torch::Tensor host = torch::zeros({static_cast<std::int64_t>(at.size())}, torch::kDouble);
-  for (std::size_t i = 0; i < at.size(); ++i) host[i] = squares[at[i]];
-  torch::Tensor summed = host.to(device);
-  KP_RETURN_IF_ERROR(group->AllReduceSum(summed));
-  summed = summed.cpu();
-  for (std::size_t i = 0; i < at.size(); ++i) squares[at[i]] = summed[i].item<double>();
-  return Status::Ok();
-}
-
-// Each parameter's square lands in its own slot of the whole model's order
-// (one rank contributes to a slot, so the all-reduce is exact) and the sum
-// runs over the slots in order: SumInOrder over the single model.
-// A sharded expert bank's square is first summed over its EP group, a TP
-// shard's over its TP group. The TP ranks of a stage hold the same slots
-// and add the same squares: the pipeline group has one rank per stage.
-Result<double> PipelineRank::Impl::ReduceGradNorm() {
-  KP_ASSIGN_OR_RETURN(std::vector<double> mine, GradientSquares());
-  KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.expert_shards, expert_at, mine));
-  KP_RETURN_IF_ERROR(SumSquaresOver(config.replicas.tp, tp_shard_at, mine));
-  torch::Tensor host = torch::zeros({global_params}, torch::kDouble);
-  for (std::size_t i = 0; i < mine.size(); ++i) host[slots[i]] = mine[i];
-  torch::Tensor squares = host.to(device);
-  KP_RETURN_IF_ERROR(comm->AllReduceSum(squares));
-  const torch::Tensor flat = squares.cpu().contiguous();
-  const double* d = flat.data_ptr<double>();
-  return std::sqrt(SumInOrder(std::vector<double>(d, d + global_params)));
-}
-
+// The three parts in order: the actions (forwards and backwards), the
+// reductions (gradients, norm, loss), the optimizer.
 Result<PipelineStepResult> PipelineRank::Impl::TrainStep(const std::vector<std::int64_t>& t, int T,
                                                         MicroBatchLoss* loss) {
   Stopwatch watch;
-  if (T < 1) return Status::InvalidArgument("seq_len: a step's rows need at least one token, got " + std::to_string(T));
-  if (TensorParallel() && loss != nullptr)
-    return Status::InvalidArgument("--tp: a step's own loss (SDPO) with tensor parallelism is not supported yet");
-  if (ContextParallel()) KP_RETURN_IF_ERROR(CheckContextSplit(CpSize(), T, KdaConvReach(config.train.model)));
-  if (SequenceParallel() && T / CpSize() % config.replicas.tp->size() != 0)
-    return Status::InvalidArgument("--sequence-parallel: --tp " + std::to_string(config.replicas.tp->size()) +
-                                   " does not divide the step's sequence length " + std::to_string(T) +
-                                   (ContextParallel() ? " over cp " + std::to_string(CpSize()) : ""));
-  seq_len = T;
-  step_loss = loss;
-  KP_RETURN_IF_ERROR(SetTokens(t));
-  ResetStep();
+  KP_RETURN_IF_ERROR(CheckStepShape(T, loss));
+  ctx.seq_len = T;
+  KP_ASSIGN_OR_RETURN(const torch::Tensor tokens, ReplicaTokens(t));
   PipelineStepResult r;
-  r.lr = LearningRate(config.train, step);
-  for (auto& group : optimizer->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
-  // The gradients stay allocated from step to step and are zeroed, as
-  // Megatron's gradient buffer is (and as the plan prices them), whichever
-  // LibTorch's zero_grad would free them. With the shards every gradient is
-  // a view of its group's contiguous buffer, in place before the backward,
-  // which accumulates into it: a bf16 parameter's is its fp32 main gradient
-  // (Megatron's main_grad), and the buckets are reduce-scattered in place.
-  if (shards) {
-    shards->PrepareGradients();
-  } else {
-    torch::NoGradGuard no_grad;
-    for (const torch::Tensor& p : params)
-      if (p.grad().defined()) p.mutable_grad().zero_();
-  }
-  KP_RETURN_IF_ERROR(RunActions(/*training=*/true));
-  KP_RETURN_IF_ERROR(CheckDrained());
-  KP_RETURN_IF_ERROR(ReduceOverTensorParallel());
-  KP_RETURN_IF_ERROR(AverageOverReplicas());
-  KP_ASSIGN_OR_RETURN(r.grad_norm, ReduceGradNorm());
-  KP_ASSIGN_OR_RETURN(r.loss, ReduceLoss());
+  r.lr = LearningRate(ctx.config.train, step);
+  optimizer.Prepare(reducer.params(), r.lr);
+  KP_RETURN_IF_ERROR(executor->Run(tokens, loss, /*training=*/true));
+  KP_RETURN_IF_ERROR(reducer.Reduce(ctx, optimizer.shards()));
+  KP_ASSIGN_OR_RETURN(r.grad_norm, reducer.GradNorm(ctx, optimizer.shards()));
+  KP_ASSIGN_OR_RETURN(r.loss, reducer.Loss(ctx, executor->losses(), loss != nullptr));
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     return Status::Internal("step " + std::to_string(step + 1) + ": the loss or the gradient became non-finite (loss " +
                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); lower --lr");
-  // Clipping is folded into the update: one pass over the gradients fewer.
-  optimizer->ScaleGradientsInNextStep(ClipScale(r.grad_norm, config.train.grad_clip));
-  if (shards) shards->BindGradients();
-  optimizer->step();
-  if (shards) {
-    shards->StoreMasters();
-    shards->ReleaseGradients();
-    KP_RETURN_IF_ERROR(shards->Gather());
-  }
-  for (auto& [s, module] : modules) {
-    if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, DenseReplicas()));
-    module->AfterStep(config.train.bias_update_rate);
+  KP_RETURN_IF_ERROR(optimizer.Apply(r.grad_norm, ctx.config.train.grad_clip));
+  for (auto& [s, module] : ctx.modules) {
+    if (StageModelImpl* model = ModelOfStage(*module)) KP_RETURN_IF_ERROR(SumRouterLoads(*model, ctx.DenseReplicas()));
+    module->AfterStep(ctx.config.train.bias_update_rate);
   }
   r.step = ++step;
-  for (const auto& [key, traffic_row] : traffic) r.traffic.push_back(traffic_row);
+  r.traffic = executor->traffic();
   r.step_seconds = watch.Seconds();
   return r;
 }
 
 Result<double> PipelineRank::Impl::EvalStep(const std::vector<std::int64_t>& t) {
-  seq_len = config.train.seq_len;
-  step_loss = nullptr;
-  KP_RETURN_IF_ERROR(SetTokens(t));
-  ResetStep();
+  ctx.seq_len = ctx.config.train.seq_len;
+  KP_ASSIGN_OR_RETURN(const torch::Tensor tokens, ReplicaTokens(t));
   {
     torch::NoGradGuard no_grad;
-    KP_RETURN_IF_ERROR(RunActions(/*training=*/false));
+    KP_RETURN_IF_ERROR(executor->Run(tokens, nullptr, /*training=*/false));
   }
-  KP_RETURN_IF_ERROR(CheckDrained());
-  return ReduceLoss();
+  return reducer.Loss(ctx, executor->losses(), /*own_loss=*/false);
 }
 
 // ---------------------------------------------------------------- public
@@ -442,8 +266,8 @@ PipelineRank::~PipelineRank() = default;
 Result<std::unique_ptr<PipelineRank>> PipelineRank::Create(const PipelineRankConfig& config, Communicator& pp,
                                                            StageModuleFactory factory) {
   auto impl = std::make_unique<Impl>();
-  impl->config = config;
-  impl->comm = &pp;
+  impl->ctx.config = config;
+  impl->ctx.comm = &pp;
   try {
     if (config.train.deterministic) UseDeterministicAlgorithms();
     KP_RETURN_IF_ERROR(impl->Setup(std::move(factory)));
@@ -454,7 +278,7 @@ Result<std::unique_ptr<PipelineRank>> PipelineRank::Create(const PipelineRankCon
 }
 
 Result<PipelineStepResult> PipelineRank::TrainStep(const std::vector<std::int64_t>& tokens) {
-  return TrainStepWith(tokens, impl_->config.train.seq_len, nullptr);
+  return TrainStepWith(tokens, impl_->ctx.config.train.seq_len, nullptr);
 }
 
 Result<PipelineStepResult> PipelineRank::TrainStep(const std::vector<std::int64_t>& tokens, int seq_len,
@@ -476,10 +300,10 @@ Result<PipelineStepResult> PipelineRank::TrainStepWith(const std::vector<std::in
                                                        MicroBatchLoss* loss) {
   // A loss's shares are indexed by the micro-batch alone (pipeline_stage.h):
   // a replica's rows would need their offset in the batch too.
-  if (loss != nullptr && impl_->dp_size > 1)
+  if (loss != nullptr && impl_->ctx.dp_size > 1)
     return Status::InvalidArgument("--dp: a step with its own loss runs on one pipeline replica, got dp " +
-                                   std::to_string(impl_->dp_size));
-  if (loss != nullptr && impl_->ContextParallel())
+                                   std::to_string(impl_->ctx.dp_size));
+  if (loss != nullptr && impl_->ctx.ContextParallel())
     return Status::InvalidArgument("--cp: a step's own loss (SDPO) with context parallelism is not supported yet");
   try {
     return impl_->TrainStep(tokens, seq_len, loss);
@@ -502,25 +326,22 @@ Result<double> PipelineRank::EvalStep(const std::vector<std::int64_t>& tokens) {
 
 int PipelineRank::step() const { return impl_->step; }
 
-void PipelineRank::SaveOptimizer(torch::serialize::OutputArchive& archive) const { impl_->optimizer->save(archive); }
+void PipelineRank::SaveOptimizer(torch::serialize::OutputArchive& archive) const { impl_->optimizer.Save(archive); }
 
 Status PipelineRank::LoadOptimizer(torch::serialize::InputArchive& archive, int step) {
-  try {
-    impl_->optimizer->load(archive);
-  } catch (const c10::Error& e) {
-    return Status::InvalidArgument(std::string("the optimizer state does not fit this model: ") +
-                                   e.what_without_backtrace());
-  }
+  KP_RETURN_IF_ERROR(impl_->optimizer.Load(archive));
   impl_->step = step;
   return Status::Ok();
 }
 
 std::vector<int> PipelineRank::stages() const {
   std::vector<int> out;
-  for (const auto& [s, m] : impl_->modules) out.push_back(s);
+  for (const auto& [s, m] : impl_->ctx.modules) out.push_back(s);
   return out;
 }
 
-PipelineStageModule& PipelineRank::stage_module(int s) { return *impl_->modules.at(s); }
+PipelineStageModule& PipelineRank::stage_module(int s) { return *impl_->ctx.modules.at(s); }
+
+void InjectFaults(PipelineRank& rank, const ExecutorFaults& faults) { rank.impl_->executor->set_faults(faults); }
 
 }  // namespace kp::runtime

@@ -35,6 +35,12 @@
 // the input gradient at I (one autograd pass); W is a no-op. The schedule's
 // order is kept, only W's time moves into I.
 //
+// A step runs in three parts, each with one job: the schedule executor
+// (schedule_executor.h: the actions and transfers), the gradient reducer
+// (gradient_reducer.h: TP partial sums, the replicas' averages, the norm
+// and the loss) and the optimizer step (optimizer_step.h: clip, AdamW, the
+// shards), over one shared context (pipeline_context.h).
+//
 // No LibTorch in this header: the CLI includes it. pipeline_stage.h has the
 // tensor-level pieces (stage modules, the reference helpers).
 // Thread-safety: a PipelineRank is used from one thread; each rank of a run
@@ -62,6 +68,7 @@ namespace kp::runtime {
 
 class Communicator;
 class MicroBatchLoss;
+struct ExecutorFaults;
 struct RankGroups;
 class PipelineStageModule;
 
@@ -104,9 +111,6 @@ struct PipelineRankConfig {
   /// With train.lora enabled every model stage starts with its adapters
   /// and only they train.
   StageSplit split;
-  /// Test hook: the stage whose first deposit of micro-batch 0 is dropped
-  /// (-1: none). The run must then fail with the deposit-count error.
-  int drop_deposit_of_stage = -1;
 };
 
 /// Entries and bytes one rank sent for one stage and direction in a step.
@@ -189,6 +193,8 @@ class PipelineRank {
   PipelineStageModule& stage_module(int s);
 
  private:
+  /// Tests inject executor faults (schedule_executor.h); runs never do.
+  friend void InjectFaults(PipelineRank& rank, const ExecutorFaults& faults);
   struct Impl;
   explicit PipelineRank(std::unique_ptr<Impl> impl);
   Result<PipelineStepResult> TrainStepWith(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);

@@ -4,6 +4,7 @@
 // integer-valued block-gradient test, the routing tables' entry counts,
 // the deposit-count check, the forward-only pass, the loop-style guard.
 #include "runtime/train/pipeline_runtime.h"
+#include "runtime/train/schedule_executor.h"
 
 #include <gtest/gtest.h>
 
@@ -295,11 +296,15 @@ TEST(PipelineRuntimeTest, MeasuredEntriesEqualTheSimulatorsTables) {
 }
 
 TEST(PipelineRuntimeTest, DroppedDepositFailsWithTheDepositCountError) {
-  PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::kInterleaved1F1B, 2, 2, true);
-  c.drop_deposit_of_stage = 3;  // s3 deposits de and dx4 on rank 1 for s1
-  auto run = Pipeline(c, 1);
-  ASSERT_FALSE(run.ok());
-  EXPECT_NE(run.status().message().find("deposit count"), std::string::npos) << run.status().message();
+  const PipelineRankConfig c = Config(DebugSpec(8), ScheduleKind::kInterleaved1F1B, 2, 2, true);
+  const auto statuses = RunRanks(2, [&](Communicator& comm) -> Status {
+    KP_ASSIGN_OR_RETURN(auto rank, PipelineRank::Create(c, comm));
+    InjectFaults(*rank, ExecutorFaults{.drop_deposit_of_stage = 3});  // s3 deposits de and dx4 on rank 1 for s1
+    return rank->TrainStep(Tokens(c, 0)).status();
+  });
+  // Rank 1 finds the missing deposit; rank 0 may fail waiting on it.
+  ASSERT_FALSE(statuses[1].ok());
+  EXPECT_NE(statuses[1].message().find("deposit count"), std::string::npos) << statuses[1].message();
 }
 
 TEST(PipelineRuntimeTest, ForwardOnlyPassLeavesEveryGradUntouched) {

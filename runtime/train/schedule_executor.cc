@@ -1,12 +1,12 @@
-// The pipeline rank's actions (pipeline_rank_internal.h): the routes read
-// off the simulator's AttnRes tables, and F, B, SEND and RECV, which move
-// the hidden state and the block stack between stages and through the rank
-// store.
+// The schedule executor (schedule_executor.h): the routes_ read off the
+// simulator's AttnRes tables, and F, B, SEND and RECV, which move the hidden
+// state and the block stack between stages and through the rank store_.
+#include "runtime/train/schedule_executor.h"
+
 #include <algorithm>
 #include <map>
 #include <string>
 
-#include "runtime/train/pipeline_rank_internal.h"
 #include "schedules/attnres_transport.h"
 #include "specs/schedule_kind.h"
 
@@ -53,9 +53,6 @@ Result<StageRoute> RouteOf(const AttnResStageRow& row, int block, bool cache) {
 
 }  // namespace
 
-// The routes of every stage. With the cache on, the schedule's own
-// stage-to-rank map is checked for loop style (the simulator refuses any
-// other, naming the schedule and the first stage off it).
 Result<std::vector<StageRoute>> Routes(const PipelineRankConfig& c, const PipelineSchedule& schedule) {
   const int n = c.split.num_stages();
   const int block = c.train.model.attn_res_block;
@@ -72,6 +69,35 @@ Result<std::vector<StageRoute>> Routes(const PipelineRankConfig& c, const Pipeli
     routes.push_back(std::move(r));
   }
   return routes;
+}
+
+Result<torch::Tensor> RankStore::Get(int mb, int entry, int stage) const {
+  auto m = blocks_.find(mb);
+  if (m != blocks_.end()) {
+    auto it = m->second.find(entry);
+    if (it != m->second.end()) return it->second;
+  }
+  return Status::Internal("rank store: stage " + std::to_string(stage) + " reads entry " + std::to_string(entry) +
+                          " of micro-batch " + std::to_string(mb) + ", which this rank does not hold");
+}
+
+torch::Tensor RankStore::Take(int mb, int from_stage, int entry) {
+  auto m = deposits_.find(mb);
+  if (m == deposits_.end()) return {};
+  auto it = m->second.find({from_stage, entry});
+  if (it == m->second.end()) return {};
+  torch::Tensor g = std::move(it->second);
+  m->second.erase(it);
+  if (m->second.empty()) deposits_.erase(m);
+  return g;
+}
+
+std::vector<std::pair<int, int>> RankStore::Left(int mb) const {
+  std::vector<std::pair<int, int>> out;
+  auto m = deposits_.find(mb);
+  if (m != deposits_.end())
+    for (const auto& [key, g] : m->second) out.push_back(key);
+  return out;
 }
 
 }  // namespace pipeline_internal
@@ -107,10 +133,44 @@ std::string Where(int s, int m) { return "stage " + std::to_string(s) + " micro-
 
 }  // namespace
 
+// ---------------------------------------------------------------- a step
+
+ScheduleExecutor::ScheduleExecutor(const PipelineContext& context, std::vector<StageRoute> routes)
+    : ctx_(context), routes_(std::move(routes)) {}
+
+Status ScheduleExecutor::Run(const torch::Tensor& tokens, MicroBatchLoss* loss, bool training) {
+  tokens_ = tokens;
+  step_loss_ = loss;
+  Reset();
+  KP_RETURN_IF_ERROR(RunActions(training));
+  return CheckDrained();
+}
+
+std::vector<PipelineTraffic> ScheduleExecutor::traffic() const {
+  std::vector<PipelineTraffic> out;
+  for (const auto& [key, row] : traffic_) out.push_back(row);
+  return out;
+}
+
+Status ScheduleExecutor::CheckDrained() const {
+  if (!saved_.empty() || !fwd_inbox_.empty() || !bwd_inbox_.empty() || !fwd_outbox_.empty() || !bwd_outbox_.empty() ||
+      !store_.empty())
+    return Status::Internal("pipeline rank " + std::to_string(ctx_.rank()) +
+                            ": the schedule left activations, messages or stored blocks behind");
+  return Status::Ok();
+}
+
+void ScheduleExecutor::Reset() {
+  saved_.clear(), fwd_inbox_.clear(), bwd_inbox_.clear(), fwd_outbox_.clear(), bwd_outbox_.clear();
+  store_.Clear();
+  traffic_.clear();
+  losses_.assign(ctx_.M(), 0.0);
+}
+
 // ---------------------------------------------------------------- actions
 
-Status PipelineRank::Impl::RunActions(bool training) {
-  for (const std::optional<PipelineAction>& a : schedule.ranks[rank()]) {
+Status ScheduleExecutor::RunActions(bool training) {
+  for (const std::optional<PipelineAction>& a : ctx_.schedule.ranks[ctx_.rank()]) {
     if (!a) continue;
     const int s = a->stage, m = a->microbatch;
     switch (a->type) {
@@ -136,23 +196,23 @@ Status PipelineRank::Impl::RunActions(bool training) {
 
 // A hop to a stage on this rank is handed over in memory (a copy, as the
 // wire would make); one to another rank waits for its SEND action.
-void PipelineRank::Impl::Deliver(int to_stage, int m, bool forward, Payload p) {
+void ScheduleExecutor::Deliver(int to_stage, int m, bool forward, Payload p) {
   const int from = forward ? to_stage - 1 : to_stage + 1;
-  if (RankOf(to_stage) == rank()) {
-    (forward ? fwd_inbox : bwd_inbox)[{to_stage, m}] = Clone(p);
+  if (ctx_.RankOf(to_stage) == ctx_.rank()) {
+    (forward ? fwd_inbox_ : bwd_inbox_)[{to_stage, m}] = Clone(p);
   } else {
-    (forward ? fwd_outbox : bwd_outbox)[{from, m}] = std::move(p);
+    (forward ? fwd_outbox_ : bwd_outbox_)[{from, m}] = std::move(p);
   }
 }
 
-Status PipelineRank::Impl::SendHop(int s, int m, bool forward) {
-  auto& outbox = forward ? fwd_outbox : bwd_outbox;
+Status ScheduleExecutor::SendHop(int s, int m, bool forward) {
+  auto& outbox = forward ? fwd_outbox_ : bwd_outbox_;
   auto it = outbox.find({s, m});
   if (it == outbox.end())
     return Status::Internal("SEND_" + std::string(forward ? "F" : "B") + " of " + Where(s, m) +
                             " before its compute action");
   const torch::Tensor buffer = Pack(it->second);
-  PipelineTraffic& t = traffic[{s, forward}];
+  PipelineTraffic& t = traffic_[{s, forward}];
   t.stage = s, t.forward = forward;
   t.messages += 1;
   t.entries += static_cast<std::int64_t>(it->second.entries.size());
@@ -160,19 +220,19 @@ Status PipelineRank::Impl::SendHop(int s, int m, bool forward) {
   t.hidden_bytes += one;
   t.entry_bytes += one * static_cast<std::int64_t>(it->second.entries.size());
   outbox.erase(it);
-  return comm->Send(buffer, RankOf(forward ? s + 1 : s - 1), Tag(s, m, forward));
+  return ctx_.comm->Send(buffer, ctx_.RankOf(forward ? s + 1 : s - 1), Tag(s, m, forward));
 }
 
 // The receive buffer's shape comes from the tables: the entries on this hop
 // plus the hidden state, each one micro-batch of [T, D] (with SP, this
 // rank's T / tp positions).
-Status PipelineRank::Impl::RecvHop(int s, int m, bool forward) {
+Status ScheduleExecutor::RecvHop(int s, int m, bool forward) {
   const int from = forward ? s - 1 : s + 1;
-  const std::size_t entries = forward ? routes[s].wire_in.size() : routes[s + 1].wire_in.size();
+  const std::size_t entries = forward ? routes_[s].wire_in.size() : routes_[s + 1].wire_in.size();
   torch::Tensor buffer = torch::empty(
-      {static_cast<std::int64_t>(1 + entries), Rows(), LocalTokens(), config.train.model.hidden}, OnDevice(act_dtype));
-  KP_RETURN_IF_ERROR(comm->Recv(buffer, RankOf(from), Tag(from, m, forward)));
-  (forward ? fwd_inbox : bwd_inbox)[{s, m}] = Unpack(buffer);
+      {static_cast<std::int64_t>(1 + entries), ctx_.Rows(), ctx_.LocalTokens(), ctx_.config.train.model.hidden}, ctx_.OnDevice(ctx_.act_dtype));
+  KP_RETURN_IF_ERROR(ctx_.comm->Recv(buffer, ctx_.RankOf(from), Tag(from, m, forward)));
+  (forward ? fwd_inbox_ : bwd_inbox_)[{s, m}] = Unpack(buffer);
   return Status::Ok();
 }
 
@@ -181,28 +241,28 @@ Status PipelineRank::Impl::RecvHop(int s, int m, bool forward) {
 // Assembles the stack the stage's layers expect from the received delta and
 // the rank store, runs the stage, stores what it received and committed,
 // and hands on only what the next stage's rank lacks.
-Status PipelineRank::Impl::Forward(int s, int m, bool training) {
-  PipelineStageModule& module = *modules.at(s);
-  const StageRoute& r = routes[s];
-  const bool cache = config.attnres_cache;
-  const torch::Tensor mb = MicroBatchRows(tokens, m, M());
+Status ScheduleExecutor::Forward(int s, int m, bool training) {
+  PipelineStageModule& module = *ctx_.modules.at(s);
+  const StageRoute& r = routes_[s];
+  const bool cache = ctx_.config.attnres_cache;
+  const torch::Tensor mb = MicroBatchRows(tokens_, m, ctx_.M());
   ForwardState st;
   ResidualStream in;
   if (s == 0) {
-    in = module.Embed(OwnTokens(mb.narrow(1, 0, Tokens())));
+    in = module.Embed(ctx_.OwnTokens(mb.narrow(1, 0, ctx_.seq_len)));
   } else {
-    auto it = fwd_inbox.find({s, m});
-    if (it == fwd_inbox.end()) return Status::Internal("F of " + Where(s, m) + " before its input arrived");
+    auto it = fwd_inbox_.find({s, m});
+    if (it == fwd_inbox_.end()) return Status::Internal("F of " + Where(s, m) + " before its input arrived");
     Payload p = std::move(it->second);
-    fwd_inbox.erase(it);
+    fwd_inbox_.erase(it);
     in.hidden = Leaf(p.hidden, training);
     in.blocks.resize(r.stack_before);
     for (std::size_t i = 0; i < r.wire_in.size(); ++i) {
       in.blocks[r.wire_in[i]] = Leaf(p.entries[i], training);
-      if (cache) store.Put(m, r.wire_in[i], p.entries[i]);
+      if (cache) store_.Put(m, r.wire_in[i], p.entries[i]);
     }
     for (int e : r.held) {
-      KP_ASSIGN_OR_RETURN(torch::Tensor t, store.Get(m, e, s));
+      KP_ASSIGN_OR_RETURN(torch::Tensor t, store_.Get(m, e, s));
       in.blocks[e] = Leaf(t, training);
     }
     st.hidden_in = in.hidden;
@@ -210,21 +270,21 @@ Status PipelineRank::Impl::Forward(int s, int m, bool training) {
   }
   ResidualStream out = module.RunLayers(std::move(in), training);
   if (cache)
-    for (int e : r.committed) store.Put(m, e, out.blocks.at(e).detach());
-  if (cache && s == LastLocal()) store.Release(m);  // the rank's last forward for this micro-batch
-  if (IsLast(s)) {
+    for (int e : r.committed) store_.Put(m, e, out.blocks.at(e).detach());
+  if (cache && s == ctx_.LastLocal()) store_.Release(m);  // the rank's last forward for this micro-batch
+  if (ctx_.IsLast(s)) {
     const torch::Tensor loss =
-        step_loss != nullptr ? step_loss->Share(module.Logits(out), m) : module.Loss(out, OwnTokens(mb.narrow(1, 1, Tokens())));
-    losses[m] = loss.item<double>();
+        step_loss_ != nullptr ? step_loss_->Share(module.Logits(out), m) : module.Loss(out, ctx_.OwnTokens(mb.narrow(1, 1, ctx_.seq_len)));
+    losses_[m] = loss.item<double>();
     // A step's own loss is already its share of the batch.
-    if (training) st.scaled_loss = step_loss != nullptr ? loss : loss.div(static_cast<double>(M()));
+    if (training) st.scaled_loss = step_loss_ != nullptr ? loss : loss.div(static_cast<double>(ctx_.M()));
   } else {
     Payload p{out.hidden.detach(), {}};
-    for (int e : routes[s + 1].wire_in) p.entries.push_back(out.blocks.at(e).detach());
+    for (int e : routes_[s + 1].wire_in) p.entries.push_back(out.blocks.at(e).detach());
     Deliver(s + 1, m, true, std::move(p));
     if (training) st.out = std::move(out);
   }
-  if (training) saved[{s, m}] = std::move(st);
+  if (training) saved_[{s, m}] = std::move(st);
   return Status::Ok();
 }
 
@@ -235,13 +295,13 @@ Status PipelineRank::Impl::Forward(int s, int m, bool training) {
 // first, then the gradient from the wire. Counts are checked against the
 // tables: a missing deposit fails here, an extra one at the rank's first
 // stage.
-Status PipelineRank::Impl::Collect(int s, int m, std::map<int, torch::Tensor>& grads) {
+Status ScheduleExecutor::Collect(int s, int m, std::map<int, torch::Tensor>& grads) {
   std::map<int, torch::Tensor> folded;
-  const auto& collects = routes[s].collects;
+  const auto& collects = routes_[s].collects;
   for (auto it = collects.rbegin(); it != collects.rend(); ++it) {
     const auto& [from, entries] = *it;
     for (int e : entries) {
-      torch::Tensor d = store.Take(m, from, e);
+      torch::Tensor d = store_.Take(m, from, e);
       if (!d.defined())
         return Status::Internal("deposit count: " + Where(s, m) + " expected " + std::to_string(entries.size()) +
                                 " deposit(s) from stage " + std::to_string(from) + " (the routing tables), entry " +
@@ -258,38 +318,38 @@ Status PipelineRank::Impl::Collect(int s, int m, std::map<int, torch::Tensor>& g
 
 // The gradients of the stored columns go into the rank store, for the
 // stage that put them on the rank.
-Status PipelineRank::Impl::Deposit(int s, int m, const ForwardState& st) {
+Status ScheduleExecutor::Deposit(int s, int m, const ForwardState& st) {
   bool dropped = false;
-  for (int e : routes[s].deposits) {
-    if (config.drop_deposit_of_stage == s && m == 0 && !dropped) {
+  for (int e : routes_[s].deposits) {
+    if (faults_.drop_deposit_of_stage == s && m == 0 && !dropped) {
       dropped = true;  // the test hook
       continue;
     }
-    store.Deposit(m, s, e, GradOrZeros(st.stack_in.at(e)));
+    store_.Deposit(m, s, e, GradOrZeros(st.stack_in.at(e)));
   }
   return Status::Ok();
 }
 
 // The assembled stack is the stage's autograd leaf: received columns send
 // their gradient back dense and in wire order, stored columns deposit theirs.
-Status PipelineRank::Impl::Backward(int s, int m) {
-  auto found = saved.find({s, m});
-  if (found == saved.end()) return Status::Internal("backward of " + Where(s, m) + " before its forward");
+Status ScheduleExecutor::Backward(int s, int m) {
+  auto found = saved_.find({s, m});
+  if (found == saved_.end()) return Status::Internal("backward of " + Where(s, m) + " before its forward");
   ForwardState st = std::move(found->second);
-  saved.erase(found);
+  saved_.erase(found);
   std::vector<torch::Tensor> roots, grads;
-  if (IsLast(s)) {
+  if (ctx_.IsLast(s)) {
     roots.push_back(st.scaled_loss);
     grads.push_back(torch::ones_like(st.scaled_loss));
   } else {
-    auto it = bwd_inbox.find({s, m});
-    if (it == bwd_inbox.end()) return Status::Internal("backward of " + Where(s, m) + " before its gradient arrived");
+    auto it = bwd_inbox_.find({s, m});
+    if (it == bwd_inbox_.end()) return Status::Internal("backward of " + Where(s, m) + " before its gradient arrived");
     Payload g = std::move(it->second);
-    bwd_inbox.erase(it);
+    bwd_inbox_.erase(it);
     std::map<int, torch::Tensor> entry_grads;
-    const Entries& wire_out = routes[s + 1].wire_in;
+    const Entries& wire_out = routes_[s + 1].wire_in;
     for (std::size_t i = 0; i < wire_out.size(); ++i) entry_grads[wire_out[i]] = g.entries[i];
-    if (config.attnres_cache) KP_RETURN_IF_ERROR(Collect(s, m, entry_grads));
+    if (ctx_.config.attnres_cache) KP_RETURN_IF_ERROR(Collect(s, m, entry_grads));
     roots.push_back(st.out.hidden);
     grads.push_back(g.hidden);
     for (auto& [e, grad] : entry_grads) {
@@ -301,17 +361,17 @@ Status PipelineRank::Impl::Backward(int s, int m) {
   for (std::size_t i = 0; i < roots.size(); ++i)
     if (roots[i].requires_grad()) live_roots.push_back(roots[i]), live_grads.push_back(grads[i]);
   if (!live_roots.empty()) torch::autograd::backward(live_roots, live_grads);
-  if (config.attnres_cache) KP_RETURN_IF_ERROR(Deposit(s, m, st));
+  if (ctx_.config.attnres_cache) KP_RETURN_IF_ERROR(Deposit(s, m, st));
   if (s > 0) {
     Payload p{GradOrZeros(st.hidden_in), {}};
-    for (int e : routes[s].wire_in) p.entries.push_back(GradOrZeros(st.stack_in.at(e)));
+    for (int e : routes_[s].wire_in) p.entries.push_back(GradOrZeros(st.stack_in.at(e)));
     Deliver(s - 1, m, false, std::move(p));
   }
-  if (config.attnres_cache && s == FirstLocal()) {
-    const auto left = store.Left(m);
+  if (ctx_.config.attnres_cache && s == ctx_.FirstLocal()) {
+    const auto left = store_.Left(m);
     if (!left.empty())
       return Status::Internal("deposit count: micro-batch " + std::to_string(m) + " on rank " +
-                              std::to_string(rank()) + " has " + std::to_string(left.size()) +
+                              std::to_string(ctx_.rank()) + " has " + std::to_string(left.size()) +
                               " deposit(s) no stage collected (first: stage " + std::to_string(left[0].first) +
                               ", entry " + std::to_string(left[0].second) + ")");
   }
