@@ -50,7 +50,7 @@
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/runtime_config.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_session.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
 
@@ -203,7 +203,7 @@ int PrintProfile(kp::runtime::TrainSession& session, const torch::Device& device
   Status failed = Status::Ok();
   Result<std::vector<kp::bench::KernelTime>> kernels = kp::bench::ProfileKernels([&] {
     for (int i = 0; i < steps && failed.ok(); ++i)
-      if (Result<kp::runtime::StepMetrics> m = session.Step(); !m.ok()) failed = m.status();
+      if (Result<kp::runtime::SessionStepMetrics> m = session.Step(); !m.ok()) failed = m.status();
     Synchronize(device);
   });
   if (!kernels.ok() || !failed.ok()) {
@@ -353,17 +353,17 @@ int Run(const Args& args) {
   for (int i = 0; i < args.warmup + args.steps; ++i) {
     Synchronize(device);
     const auto t0 = std::chrono::steady_clock::now();
-    Result<kp::runtime::StepMetrics> m = (*session)->Step();
+    Result<kp::runtime::SessionStepMetrics> m = (*session)->Step();
     Synchronize(device);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!m.ok()) {
       std::cerr << m.status().message() << "\n";
       return 1;
     }
-    std::printf("step %2d%s  loss %.4f  %.1f ms\n", i + 1, i < args.warmup ? " (warm-up)" : "", m->loss, s * 1e3);
+    std::printf("step %2d%s  loss %.4f  %.1f ms\n", i + 1, i < args.warmup ? " (warm-up)" : "", m->step.loss, s * 1e3);
     if (i >= args.warmup) seconds.push_back(s);
-    last_loss = m->loss;
-    peak_mem = m->peak_memory_bytes;
+    last_loss = m->step.loss;
+    peak_mem = m->step.peak_memory_bytes;
   }
   const double median = Median(seconds);
   const double tokens_per_s = double(args.batch) * args.seq_len / median;

@@ -2,7 +2,8 @@
 // and with --nproc N it is the local launcher: it starts N ranks of this
 // executable and watches them. With RANK set (srun, Modal, or the launcher)
 // it is one rank: it meets the others over c10d and trains, rank 0 logging
-// to the store. Sees the runtime only through runtime/dist_trainer.h, which
+// to the store; the session and its loop are `train`'s (cli/training_loop.h).
+// Sees the runtime only through runtime/train/train_session.h, which
 // includes no LibTorch. docs/runtime.md ("Distributed runs") describes it.
 
 #include <iomanip>
@@ -12,16 +13,18 @@
 
 #include "cli/commands.h"
 #include "cli/log.h"
+#include "cli/output_paths.h"
 #include "cli/local_ranks.h"
 #include "cli/options.h"
 #include "common/limits.h"
 #include "cli/run_status.h"
 #include "cli/run_options.h"
 #include "cli/runtime_options.h"
+#include "cli/training_loop.h"
 #include "planner/plan_json.h"
 #include "planner/schedule_model.h"
 #include "runtime/comm/device_check.h"
-#include "runtime/train/dist_trainer.h"
+#include "runtime/train/train_session.h"
 #include "runtime/model/runtime_config.h"
 #include "specs/param_count.h"
 #include "specs/presets.h"
@@ -35,33 +38,6 @@ using nlohmann::json;
 using runtime::ParallelLayout;
 using runtime::TrainConfig;
 
-json LayoutJson(const ParallelLayout& l) {
-  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}, {"tp", l.tp},
-          {"sequence_parallel", l.tp > 1 && l.sequence_parallel}, {"schedule", l.schedule},
-          {"attnres_cache", l.attnres_cache}, {"stage_layers", LayerCounts(l.split)},
-          {"micro_batch", l.micro_batch}};
-}
-
-// ---------------------------------------------------------------- one rank
-
-std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
-  std::ostringstream o;
-  o << "step " << std::setw(5) << m.step << "/" << steps << "  loss " << std::fixed << std::setprecision(4) << m.loss
-    << "  grad-norm " << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific << std::setprecision(2)
-    << m.lr << std::fixed << std::setprecision(0) << "  " << m.tokens_per_s << " tok/s";
-  return o.str();
-}
-
-Status LogStep(Store& store, std::int64_t run_id, const runtime::DistStepMetrics& d) {
-  const runtime::StepMetrics& m = d.step;
-  StepRecord rec{run_id, m.step, m.loss, m.grad_norm, m.lr, m.tokens_per_s, m.step_seconds, m.peak_memory_bytes, ""};
-  KP_RETURN_IF_ERROR(store.AppendStep(rec));
-  std::vector<TrafficRecord> rows;
-  for (const runtime::TrafficRow& t : d.traffic)
-    rows.push_back({run_id, m.step, t.stage, t.direction, t.entries, t.bytes});
-  return store.AppendTraffic(rows);
-}
-
 std::string MegabyteList(const std::vector<double>& bytes) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(1);
@@ -71,31 +47,30 @@ std::string MegabyteList(const std::vector<double>& bytes) {
 
 // The rank's steps after the run's row exists (rank 0) and its summary.
 Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const ParallelLayout& layout,
-                 const runtime::Rendezvous& rv, runtime::DistTrainSession& session, Store* store,
+                 const runtime::Rendezvous& rv, runtime::TrainSession& session, Store* store,
                  const RunRecord& run, CliEnv& env) {
-  const int log_every = vm["log-every"].as<int>();
-  std::vector<double> losses, rank_peaks, build_peaks;
-  while (session.step() < config.steps) {
-    KP_ASSIGN_OR_RETURN(runtime::DistStepMetrics d, session.Step());
-    losses.push_back(d.step.loss);
-    rank_peaks = d.rank_peak_memory_bytes;
-    build_peaks = d.rank_build_peak_memory_bytes;
-    if (!store) continue;
-    KP_RETURN_IF_ERROR(LogStep(*store, run.id, d));
-    if (d.step.step == 1 || d.step.step % log_every == 0 || d.step.step == config.steps)
-      Progress(env, ProgressLine(d.step, config.steps));
-  }
+  KP_ASSIGN_OR_RETURN(const TrainingLoopResult loop,
+                      RunTrainingLoop(session, config, LoopOptionsFrom(vm), store, run.id, env));
   if (!store) return Status::Ok();
+  const std::vector<double>& losses = loop.losses;
+  if (losses.empty()) {
+    env.out << "nothing to do: the checkpoint is already at step " << session.step() << "\n";
+    return Status::Ok();
+  }
   json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
-                 {"backend", session.backend()}, {"layout", LayoutJson(layout)}, {"steps", config.steps},
+                 {"backend", session.backend()}, {"layout", SessionConfigJson(config, layout, session)["layout"]},
+                 {"steps", config.steps},        {"first_step", loop.first_step},
                  {"first_loss", losses.front()}, {"last_loss", losses.back()},
-                 {"peak_memory_bytes_by_rank", rank_peaks}, {"build_peak_memory_bytes_by_rank", build_peaks}};
+                 {"peak_memory_bytes_by_rank", loop.rank_peak_memory_bytes},
+                 {"build_peak_memory_bytes_by_rank", loop.rank_build_peak_memory_bytes},
+                 {"checkpoint", loop.checkpoint.empty() ? json(nullptr) : json(loop.checkpoint)}};
   if (vm.count("json")) env.out << result.dump(2) << "\n";
   else
     env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
-            << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over "
-            << config.steps << " steps\n"
-            << "peak memory by rank: " << MegabyteList(rank_peaks) << "\n";
+            << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over steps "
+            << loop.first_step << ".." << config.steps << "\n"
+            << "peak memory by rank: " << MegabyteList(loop.rank_peak_memory_bytes) << "\n"
+            << (loop.checkpoint.empty() ? "" : "checkpoint " + loop.checkpoint + "\n");
   return Status::Ok();
 }
 
@@ -109,16 +84,13 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const Par
     KP_RETURN_IF_ERROR(runtime::ValidateLayout(layout, rv.world_size, config));
     KP_ASSIGN_OR_RETURN(store, Store::Open(vm["db"].as<std::string>(), env.clock));
   }
-  KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DistTrainSession> session,
-                      runtime::DistTrainSession::Create(config, layout, rv, c10d, env.fs));
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainSession> session,
+                      runtime::TrainSession::Create(config, layout, rv, c10d, env.fs));
   RunRecord run;
   if (store) {
     run.kind = "run";
     run.model = config.model.name;
-    json cfg = json::parse(runtime::TrainConfigJson(config));
-    cfg["layout"] = LayoutJson(layout);
-    cfg["world"] = rv.world_size;
-    cfg["backend"] = session->backend();
+    json cfg = SessionConfigJson(config, layout, *session);
     cfg["timeout_s"] = c10d.timeout_s;
     // The plan it ran, so that `kimi-plan report` sets the plan's
     // predictions beside this run's measurements.
@@ -133,6 +105,7 @@ Status RunRank(const po::variables_map& vm, const TrainConfig& config, const Par
          << layout.tp << (layout.tp > 1 && layout.sequence_parallel ? " with SP" : "") << "), "
          << config.batch << " x " << config.seq_len << " tokens per step, " << session->data_description();
     Progress(env, line.str());
+    if (session->step() > 0) Progress(env, "resumed at step " + std::to_string(session->step()) + " from " + config.resume);
   }
   const Status outcome = RankSteps(vm, config, layout, rv, *session, store.get(), run, env);
   return store ? EndRunWith(*store, run.id, outcome) : outcome;
@@ -146,6 +119,8 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
+  KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "data", "resume"}));
   KP_ASSIGN_OR_RETURN(const std::optional<PlanRequest> plan, RunPlan(vm, env));
   KP_ASSIGN_OR_RETURN(const TrainConfig config, BuildRunConfig(vm, env, plan));
   PrepareDevice(config, env);

@@ -1,5 +1,7 @@
 #include "cli/run_options.h"
 
+#include "cli/training_loop.h"
+
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -8,6 +10,7 @@
 
 #include "cli/plan_options.h"
 #include "cli/runtime_options.h"
+#include "cli/training_loop.h"
 #include "common/limits.h"
 #include "launcher/native_run.h"
 #include "planner/plan_json.h"
@@ -182,6 +185,7 @@ po::options_description RunOptions() {
   runtime::TrainConfig defaults;
   defaults.steps = 20;  // `run` is mostly a check that a layout trains across processes
   AddTrainOptions(desc, defaults, /*steps_required=*/false, /*log_every=*/10);
+  AddCheckpointOptions(desc);
   const std::set<std::string> taken = PlannerFlagsTaken();
   const po::options_description planner = PlannerFlags();
   for (const auto& o : planner.options())
@@ -264,6 +268,7 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   } else {
     KP_ASSIGN_OR_RETURN(c.distributed_optimizer, OnOff(vm, "distributed-optimizer", false));
   }
+  if (vm.count("resume")) c.resume = vm["resume"].as<std::string>();
   KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(c));
   return c;
 }

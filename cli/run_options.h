@@ -17,7 +17,7 @@
 
 #include "cli/options.h"
 #include "planner/plan_request.h"
-#include "runtime/train/dist_trainer.h"
+#include "runtime/train/train_session.h"
 #include "runtime/train/trainer.h"
 
 namespace kp {

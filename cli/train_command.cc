@@ -1,6 +1,8 @@
-// `kimi-plan train`: trains the runtime's model in this process (docs/runtime.md),
-// logging every step to the store and progress to stderr. Sees the runtime only
-// through runtime/trainer.h, which includes no LibTorch.
+// `kimi-plan train`: trains the runtime's model in this process, the
+// training session of `run` on a world of one (docs/runtime.md), logging
+// every step to the store and progress to stderr (cli/training_loop.h).
+// Sees the runtime only through runtime/train/train_session.h, which
+// includes no LibTorch.
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -15,10 +17,11 @@
 #include "common/limits.h"
 #include "cli/run_status.h"
 #include "cli/runtime_options.h"
+#include "cli/training_loop.h"
 #include "common/stats.h"
 #include "common/table.h"
 #include "runtime/model/runtime_config.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_session.h"
 #include "specs/presets.h"
 #include "store/store.h"
 
@@ -49,10 +52,8 @@ po::options_description TrainOptions() {
       ("activation-checkpointing", po::value<std::string>()->default_value("off"), "on | off: recompute each layer in backward")
       ("deterministic", po::value<std::string>()->default_value("on"), "on | off: deterministic algorithms")
       ("data", po::value<std::string>()->default_value("synthetic"), "synthetic | a token file (nanoGPT .bin)")
-      ("token-dtype", po::value<std::string>()->default_value("uint16"), "uint16 | uint32: the token file's width")
-      ("resume", po::value<std::string>(), "continue from this checkpoint")
-      ("checkpoint-dir", po::value<std::string>(), "write step-N.pt checkpoints here (at the end, and every --checkpoint-every)")
-      ("checkpoint-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0), "steps between checkpoints (0: only at the end)");
+      ("token-dtype", po::value<std::string>()->default_value("uint16"), "uint16 | uint32: the token file's width");
+  AddCheckpointOptions(desc);
   AddOutputOptions(desc);
   return desc;
 }
@@ -93,27 +94,10 @@ std::string Millions(double n) {
   return o.str();
 }
 
-std::string ProgressLine(const runtime::StepMetrics& m, int steps) {
-  std::ostringstream o;
-  o << "step " << std::setw(5) << m.step << "/" << steps << "  loss " << std::fixed << std::setprecision(4) << m.loss
-    << "  grad-norm " << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific << std::setprecision(2)
-    << m.lr << std::fixed << std::setprecision(0) << "  " << m.tokens_per_s << " tok/s  peak "
-    << m.peak_memory_bytes / 1e6 << " MB";
-  return o.str();
-}
-
-Result<std::string> CheckpointPath(const FileSystem& fs, const std::string& dir, int step) {
-  const Status made = fs.CreateDirectories(dir);
-  if (!made.ok()) return Status::IoError("--checkpoint-dir: " + made.message());
-  return dir + "/step-" + std::to_string(step) + ".pt";
-}
-
 // The run's steps, checkpoints and summary, after its row exists: whatever
 // ends it is recorded as the run's end.
 Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime::TrainSession& session,
                 Store& store, const RunRecord& run, CliEnv& env) {
-  const int log_every = vm["log-every"].as<int>(), checkpoint_every = vm["checkpoint-every"].as<int>();
-  const std::string checkpoint_dir = vm.count("checkpoint-dir") ? vm["checkpoint-dir"].as<std::string>() : "";
   Progress(env, "train run #" + std::to_string(run.id) + ": " + config.model.name + ", " +
                     Millions(session.parameter_count()) + " parameters (" + Millions(session.trainable_count()) +
                     " trainable), " + runtime::DTypeName(config.options.dtype) + ", " + std::to_string(config.batch) +
@@ -121,37 +105,14 @@ Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime:
   if (session.step() > 0)
     Progress(env, "resumed at step " + std::to_string(session.step()) + " from " + config.resume);
 
-  std::vector<double> losses, speeds;
-  double peak = 0;
-  const int first_step = session.step() + 1;
-  std::string checkpoint;
-  while (session.step() < config.steps) {
-    KP_ASSIGN_OR_RETURN(runtime::StepMetrics m, session.Step());
-    StepRecord rec;
-    rec.run_id = run.id;
-    rec.step = m.step;
-    rec.loss = m.loss;
-    rec.grad_norm = m.grad_norm;
-    rec.lr = m.lr;
-    rec.tokens_per_s = m.tokens_per_s;
-    rec.step_time_s = m.step_seconds;
-    rec.peak_memory_bytes = m.peak_memory_bytes;
-    KP_RETURN_IF_ERROR(store.AppendStep(rec));
-    losses.push_back(m.loss);
-    speeds.push_back(m.tokens_per_s);
-    peak = std::max(peak, m.peak_memory_bytes);
-    if (m.step == first_step || m.step % log_every == 0 || m.step == config.steps)
-      Progress(env, ProgressLine(m, config.steps));
-    if (!checkpoint_dir.empty() && checkpoint_every > 0 && m.step % checkpoint_every == 0 && m.step != config.steps) {
-      KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(env.fs, checkpoint_dir, m.step));
-      KP_RETURN_IF_ERROR(session.SaveCheckpoint(checkpoint));
-    }
-  }
-  if (!checkpoint_dir.empty()) {
-    KP_ASSIGN_OR_RETURN(checkpoint, CheckpointPath(env.fs, checkpoint_dir, session.step()));
-    KP_RETURN_IF_ERROR(session.SaveCheckpoint(checkpoint));
-  }
+  KP_ASSIGN_OR_RETURN(const TrainingLoopResult loop,
+                      RunTrainingLoop(session, config, LoopOptionsFrom(vm), &store, run.id, env));
   if (vm.count("save-adapters")) KP_RETURN_IF_ERROR(session.SaveAdapters(vm["save-adapters"].as<std::string>()));
+  const std::vector<double>& losses = loop.losses;
+  const std::vector<double>& speeds = loop.tokens_per_s;
+  const double peak = loop.peak_memory_bytes;
+  const int first_step = loop.first_step;
+  const std::string& checkpoint = loop.checkpoint;
 
   const std::size_t n = losses.size(), tenth = std::max<std::size_t>(1, n / 10);
   json result = {{"run_id", run.id},
@@ -211,7 +172,7 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
   RunRecord run;
   run.kind = "train";
   run.model = config.model.name;
-  run.config_json = runtime::TrainConfigJson(config);
+  run.config_json = SessionConfigJson(config, runtime::ParallelLayout{}, *session).dump();
   NameRecordingProcess(env, &run);
   KP_ASSIGN_OR_RETURN(run.id, store->CreateRun(run));
   return EndRunWith(*store, run.id, TrainRun(vm, config, *session, *store, run, env));

@@ -414,4 +414,27 @@ check "cp: 20 steps of each run within fp32 rounding of the single process" with
 check "cp: report --compare sets tp 2 x cp 2 beside the single process" \
   bash -c "grep -q 'run 1 (kimi-k3-debug), reference' cp_cmp.txt && grep -q '^run 3' cp_cmp.txt"
 
+# One training session for `train` and `run`: a pp 2 x dp 2 run writes a
+# checkpoint per rank at step 2 and 4; resumed from step 2 on the same
+# layout, steps 3 and 4 repeat the uninterrupted run's losses bitwise
+# (fp32, one machine); another layout is refused naming both.
+ck=(--model kimi-k3-debug --hidden 32 --experts 4 --vocab 64 --layers 4 --heads 2 --batch 4 --seq-len 8 --steps 4 --db ck.db)
+"$bin" run --nproc 4 --pp 2 --dp 2 "${ck[@]}" --checkpoint-dir ck --checkpoint-every 2 --json > ck1.json 2> ck1.err
+check "checkpoints: the run exits 0" test $? -eq 0
+check "checkpoints: one file per rank at steps 2 and 4" test "$(ls ck | sort | tr '\n' ' ')" = "step-2-rank-0.pt step-2-rank-1.pt step-2-rank-2.pt step-2-rank-3.pt step-4-rank-0.pt step-4-rank-1.pt step-4-rank-2.pt step-4-rank-3.pt "
+json_check "checkpoints: the summary names the last" ck1.json "d['checkpoint'] == 'ck/step-4.pt'"
+"$bin" run --nproc 4 --pp 2 --dp 2 "${ck[@]}" --resume ck/step-2.pt --json > ck2.json 2> ck2.err
+check "resume: exits 0" test $? -eq 0
+check "resume: continues at step 3" grep -q "resumed at step 2 from ck/step-2.pt" ck2.err
+json_check "resume: steps 3 and 4" ck2.json "d['first_step'] == 3"
+check "resume: steps 3 and 4 repeat the uninterrupted run's losses bitwise" test \
+  "$(sqlite3 ck.db "select group_concat(printf('%.17g', loss)) from steps where run_id = 2")" = \
+  "$(sqlite3 ck.db "select group_concat(printf('%.17g', loss)) from steps where run_id = 1 and step > 2")"
+"$bin" run --nproc 2 --pp 2 "${ck[@]}" --resume ck/step-2.pt > /dev/null 2> ck3.err
+check "resume on another layout: exit 2" test $? -eq 2
+check "resume on another layout: names both layouts" grep -q 'was written by the layout "pp 2 vp 1 dp 2' ck3.err
+"$bin" run --nproc 2 --dp 2 "${ck[@]}" --resume ck/nope.pt > /dev/null 2> ck4.err
+check "resume from a missing checkpoint: exit 2" test $? -eq 2
+check "resume from a missing checkpoint: names the rank's file" grep -qE -- "--resume: ck/nope-rank-[01].pt" ck4.err
+
 finish cli_run

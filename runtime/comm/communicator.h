@@ -30,7 +30,7 @@ namespace kp::runtime {
 /// throws: autograd gives no other way out. The rule (docs/architecture.md,
 /// "Errors"): only code that runs inside autograd (the TP, CP and EP
 /// exchanges of runtime/model/) throws it, always made from a failed Status;
-/// the training step's entry points (PipelineRank, DistTrainSession) catch it
+/// the training step's entry points (PipelineRank, TrainSession) catch it
 /// and return it as an IoError Status. Nothing else throws across a library
 /// boundary.
 class CommunicationError : public std::runtime_error {

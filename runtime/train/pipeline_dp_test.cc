@@ -18,7 +18,7 @@
 #include <cstdlib>
 
 #include "runtime/comm/dist_test_util.h"
-#include "runtime/train/dist_trainer.h"
+#include "runtime/train/train_session.h"
 #include "runtime/train/pipeline_test_util.h"
 
 namespace kp::runtime {

@@ -17,7 +17,7 @@
 // gradient sums the same contributions in another association
 // (docs/runtime.md, "Pipeline").
 //
-// Composed with data and expert parallelism (`replicas`, dist_trainer.h
+// Composed with data and expert parallelism (`replicas`, train_session.h
 // states the layout): every DP replica runs the same action lists on its
 // rows of the step's batch; after the last backward the gradients of this
 // rank's stages are averaged over the stage's DP group (experts over their

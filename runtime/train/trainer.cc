@@ -1,10 +1,7 @@
 #include "runtime/train/trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -76,16 +73,6 @@ StepMetrics StepMetricsOf(const PipelineStepResult& r, const TrainConfig& c, dou
   m.peak_memory_bytes = peak_memory_bytes;
   return m;
 }
-
-namespace {
-
-std::string ShapeNames(const torch::nn::Module& m) {
-  std::ostringstream o;
-  for (const auto& p : m.named_parameters()) o << p.key() << c10::str(p.value().sizes()) << ";";
-  return o.str();
-}
-
-}  // namespace
 
 double LearningRate(const TrainConfig& c, int step) {
   if (step < c.warmup) return c.lr * (step + 1) / c.warmup;
@@ -254,137 +241,5 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   c->options.seed = c->seed;
   return f.String("resume", &c->resume);
 }
-
-// A one-rank pipeline of the whole model (PipelineRank does the step); what
-// is left here is the data and the checkpoint.
-struct TrainSession::Impl {
-  TrainConfig config;
-  const FileSystem* fs = nullptr;
-  torch::Device device{torch::kCPU};
-  std::unique_ptr<Communicator> alone;  // the pipeline group: this process
-  std::unique_ptr<PipelineRank> rank;
-  std::unique_ptr<TokenSource> data;
-  std::string shape_json;
-
-  StageModelImpl& model() const { return *ModelOfStage(rank->stage_module(0)); }
-  Status Resume(const std::string& path);
-  Status Save(const std::string& path) const;
-};
-
-Status TrainSession::Impl::Resume(const std::string& path) {
-  // Through the one bounded reader, so a FIFO or a device is refused before
-  // LibTorch would read (or wait on) it.
-  Result<std::string> bytes = fs->ReadFile(path, limits::kMaxCheckpointFileBytes);
-  if (!bytes.ok()) return bytes.status().WithContext("--resume");
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(bytes->data(), bytes->size());
-  } catch (const c10::Error&) {
-    return Status::InvalidArgument("--resume: " + path + " is not a kimi-plan checkpoint (not a LibTorch archive)");
-  }
-  c10::IValue shape;
-  if (!archive.try_read("shape", shape) || !shape.isString())
-    return Status::InvalidArgument("--resume: " + path + " is not a kimi-plan checkpoint");
-  const std::string diff = FirstShapeDifference(shape.toStringRef(), shape_json);
-  if (!diff.empty())
-    return Status::InvalidArgument("--resume: " + path + " is a checkpoint of another shape (" + diff +
-                                   "; checkpoint vs this run)");
-  StageModelImpl& m = model();
-  const std::string before = ShapeNames(m);
-  int step = 0;
-  torch::serialize::InputArchive optimizer_archive;
-  try {
-    torch::serialize::InputArchive model_archive;
-    archive.read("model", model_archive);
-    archive.read("optimizer", optimizer_archive);
-    m.load(model_archive);
-    torch::Tensor step_t, rng;
-    archive.read("step", step_t);
-    archive.read("rng", rng);
-    step = static_cast<int>(step_t.item<std::int64_t>());
-    torch::NoGradGuard no_grad;
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng);
-  } catch (const c10::Error& e) {
-    return Status::InvalidArgument("--resume: " + path + " does not fit this model: " + e.what_without_backtrace());
-  }
-  // load() replaces tensors wholesale; a changed shape would slip through.
-  if (ShapeNames(m) != before)
-    return Status::InvalidArgument("--resume: " + path + " holds parameters of other shapes than this model's");
-  m.to(device);
-  const Status loaded = rank->LoadOptimizer(optimizer_archive, step);
-  if (!loaded.ok()) return Status::InvalidArgument("--resume: " + path + ": " + loaded.message());
-  if (step > config.steps)
-    return Status::InvalidArgument("--steps: the checkpoint is already at step " + std::to_string(step) +
-                                   ", beyond --steps " + std::to_string(config.steps));
-  return Status::Ok();
-}
-
-Status TrainSession::Impl::Save(const std::string& path) const {
-  try {
-    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
-    model().save(model_archive);
-    rank->SaveOptimizer(optimizer_archive);
-    archive.write("model", model_archive);
-    archive.write("optimizer", optimizer_archive);
-    archive.write("step", torch::tensor(static_cast<std::int64_t>(rank->step())));
-    archive.write("rng", at::detail::getDefaultCPUGenerator().get_state());
-    archive.write("shape", c10::IValue(shape_json));
-    archive.write("config", c10::IValue(TrainConfigJson(config)));
-    // Written aside and renamed, so a run killed mid-save keeps the last
-    // complete checkpoint.
-    const std::string tmp = path + ".tmp";
-    archive.save_to(tmp);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError("--checkpoint-dir: cannot write " + path);
-  } catch (const c10::Error& e) {
-    return Status::IoError("--checkpoint-dir: cannot write " + path + ": " + e.what_without_backtrace());
-  }
-  return Status::Ok();
-}
-
-TrainSession::TrainSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-TrainSession::~TrainSession() = default;
-
-Result<std::unique_ptr<TrainSession>> TrainSession::Create(const TrainConfig& config, const FileSystem& fs) {
-  KP_RETURN_IF_ERROR(ValidateTrainConfig(config));
-  KP_RETURN_IF_ERROR(ValidateForRuntime(config.model));
-  auto impl = std::make_unique<Impl>();
-  impl->config = config;
-  impl->config.options.seed = config.seed;
-  impl->fs = &fs;
-  KP_ASSIGN_OR_RETURN(impl->device, ParseDevice(config.device));
-  KP_ASSIGN_OR_RETURN(impl->data, OpenTokenSource(config, fs));
-  try {
-    torch::manual_seed(config.seed);
-    impl->alone = PipelineOfOne();
-    PipelineRankConfig whole;
-    whole.train = impl->config;
-    KP_ASSIGN_OR_RETURN(impl->rank, PipelineRank::Create(whole, *impl->alone));
-    impl->shape_json = ModelShapeJson(config.model, config.lora);
-    if (!config.resume.empty()) KP_RETURN_IF_ERROR(impl->Resume(config.resume));
-  } catch (const c10::Error& e) {
-    return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());
-  }
-  return std::unique_ptr<TrainSession>(new TrainSession(std::move(impl)));
-}
-
-Result<StepMetrics> TrainSession::Step() {
-  const TrainConfig& c = impl_->config;
-  const std::vector<std::int64_t> tokens = impl_->data->Batch(impl_->rank->step(), c.batch, c.seq_len + 1);
-  KP_ASSIGN_OR_RETURN(const PipelineStepResult r, impl_->rank->TrainStep(tokens));
-  return StepMetricsOf(r, c, PeakMemoryBytes(impl_->device, *impl_->fs));
-}
-
-Status TrainSession::SaveCheckpoint(const std::string& path) const { return impl_->Save(path); }
-
-Status TrainSession::SaveAdapters(const std::string& path) const { return runtime::SaveAdapters(impl_->model(), path); }
-
-int TrainSession::step() const { return impl_->rank->step(); }
-
-std::int64_t TrainSession::parameter_count() const { return CountElements(impl_->model().parameters()); }
-
-std::int64_t TrainSession::trainable_count() const { return CountElements(impl_->model().TrainableParameters()); }
-
-std::string TrainSession::data_description() const { return impl_->data->Describe(); }
 
 }  // namespace kp::runtime

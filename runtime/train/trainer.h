@@ -1,21 +1,19 @@
-// Single-process training of the runtime's model: AdamW with gradient-norm
-// clipping, a warmup-cosine learning rate, the router-bias update after each
-// step, checkpoints that resume exactly. No LibTorch in this header: the CLI
-// includes it, the implementation (trainer.cc) owns the tensors.
+// The training configuration of the runtime's model: AdamW with
+// gradient-norm clipping, a warmup-cosine learning rate, the router-bias
+// update after each step, the data, the checkpoint to resume; its checks,
+// its JSON record, and what a step reports. The session that trains it is
+// train_session.h. No LibTorch in this header: the CLI includes it.
 //
 // Determinism: a batch is a pure function of (seed, step) (runtime/data.h), a
 // checkpoint holds the model (parameters and router biases), the optimizer
 // state, the step and the RNG state, so a resumed fp32 run on the same machine
 // repeats the uninterrupted run's losses exactly.
-// Thread-safety: a session is used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_TRAIN_TRAINER_H_
 #define KIMI_PLAN_RUNTIME_TRAIN_TRAINER_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
-#include "common/file_system.h"
 #include "common/status.h"
 #include "runtime/model/runtime_config.h"
 #include "specs/model_spec.h"
@@ -86,35 +84,6 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double step_seconds = 0;
   double peak_memory_bytes = 0; ///< peak RSS on CPU, peak allocated CUDA memory on GPU
-};
-
-class TrainSession {
- public:
-  /// Builds the model, the optimizer and the data source, and loads
-  /// config.resume when set. Errors: a shape the model cannot take, a missing
-  /// or truncated token file, an unreadable checkpoint or one of another shape
-  /// are InvalidArgument / NotFound naming the flag.
-  static Result<std::unique_ptr<TrainSession>> Create(const TrainConfig& config, const FileSystem& fs);
-  ~TrainSession();
-  TrainSession(const TrainSession&) = delete;
-  TrainSession& operator=(const TrainSession&) = delete;
-
-  /// One optimizer step on the next batch.
-  Result<StepMetrics> Step();
-  /// Writes model, optimizer, step and RNG state to `path` (atomically).
-  Status SaveCheckpoint(const std::string& path) const;
-  /// Writes the LoRA adapters alone (requires lora.rank > 0).
-  Status SaveAdapters(const std::string& path) const;
-
-  int step() const;                       ///< optimizer steps taken so far
-  std::int64_t parameter_count() const;   ///< every parameter of the model
-  std::int64_t trainable_count() const;   ///< those the optimizer updates
-  std::string data_description() const;
-
- private:
-  struct Impl;
-  explicit TrainSession(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kp::runtime

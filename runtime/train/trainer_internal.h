@@ -1,4 +1,4 @@
-// Pieces the training sessions (trainer.cc, dist_trainer.cc) and the
+// Pieces the training session (trainer.cc, train_session.cc) and the
 // pipeline rank share, so that every run follows one optimizer and one step.
 #ifndef KIMI_PLAN_RUNTIME_TRAIN_TRAINER_INTERNAL_H_
 #define KIMI_PLAN_RUNTIME_TRAIN_TRAINER_INTERNAL_H_

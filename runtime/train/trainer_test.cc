@@ -9,7 +9,7 @@
 
 #include "runtime/train/data.h"
 #include "runtime/model/test_util.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_session.h"
 
 namespace kp::runtime {
 namespace {
@@ -36,7 +36,7 @@ std::vector<double> Train(const TrainConfig& c, int steps, const FileSystem& fs,
     auto m = (*s)->Step();
     EXPECT_TRUE(m.ok()) << m.status().message();
     if (!m.ok()) break;
-    losses.push_back(m->loss);
+    losses.push_back(m->step.loss);
   }
   if (keep) *keep = std::move(s).value();
   return losses;
@@ -176,4 +176,12 @@ TEST(DataTest, BadTokenFilesAreOneLineErrors) {
 }
 
 }  // namespace
+
+TEST(TrainerTest, EachRankOfARunHasItsOwnCheckpointFile) {
+  EXPECT_EQ(RankCheckpointPath("ckpt/step-8.pt", 0, 1), "ckpt/step-8.pt");
+  EXPECT_EQ(RankCheckpointPath("ckpt/step-8.pt", 0, 4), "ckpt/step-8-rank-0.pt");
+  EXPECT_EQ(RankCheckpointPath("ckpt/step-8.pt", 3, 4), "ckpt/step-8-rank-3.pt");
+  EXPECT_EQ(RankCheckpointPath("ckpt/last", 1, 2), "ckpt/last-rank-1");
+}
+
 }  // namespace kp::runtime

@@ -1,7 +1,12 @@
-#include "runtime/train/dist_trainer.h"
+#include "runtime/train/train_session.h"
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <sstream>
 
+#include "common/limits.h"
 #include "runtime/comm/c10d_communicator.h"
 #include "runtime/comm/device.h"
 #include "runtime/comm/in_process_communicator.h"
@@ -125,7 +130,7 @@ Result<std::vector<std::int64_t>> ParametersPerPipelineRank(const ParallelLayout
 // The rank's stages run as a PipelineRank (the one step) over its
 // replica's pipeline group; without a pipeline that group is this rank
 // alone and the whole model is its one stage.
-struct DistTrainSession::Impl {
+struct TrainSession::Impl {
   TrainConfig config;
   ParallelLayout layout;
   const FileSystem* fs = nullptr;
@@ -139,15 +144,19 @@ struct DistTrainSession::Impl {
   Status BuildPipeline();
   Result<std::vector<TrafficRow>> GatherTraffic(const std::vector<PipelineTraffic>& mine);
   Result<std::vector<double>> GatherPeaks(double mine);
-  Result<DistStepMetrics> Step();
+  Result<SessionStepMetrics> Step();
+  Status Resume(const std::string& path);
+  Status Save(const std::string& path) const;
+  std::string LayoutKey() const;
   double build_peak_bytes = 0;
+  std::string shape_json;
 };
 
 // The simulator's action lists for this rank over its replica's pipeline
 // group, one sequence per micro-batch of the replica's rows (the replica's
 // rows at once without a pipeline), the stages on this rank's device,
 // their gradients averaged over the stage's DP group.
-Status DistTrainSession::Impl::BuildPipeline() {
+Status TrainSession::Impl::BuildPipeline() {
   PipelineRankConfig pc;
   pc.train = config;
   pc.train.device = device.str();
@@ -167,7 +176,7 @@ Status DistTrainSession::Impl::BuildPipeline() {
 // Every rank learns every stage's traffic of its replica (the replicas send
 // alike): each fills the rows of its own stages and a sum over the pipeline
 // group (one contributor per slot) completes them.
-Result<std::vector<TrafficRow>> DistTrainSession::Impl::GatherTraffic(const std::vector<PipelineTraffic>& mine) {
+Result<std::vector<TrafficRow>> TrainSession::Impl::GatherTraffic(const std::vector<PipelineTraffic>& mine) {
   std::vector<TrafficRow> rows;
   if (!Pipelined()) return rows;
   const int stages = layout.pp * layout.vp;
@@ -189,7 +198,8 @@ Result<std::vector<TrafficRow>> DistTrainSession::Impl::GatherTraffic(const std:
 }
 
 // Each rank fills its own slot; a sum over the world completes the row.
-Result<std::vector<double>> DistTrainSession::Impl::GatherPeaks(double mine) {
+Result<std::vector<double>> TrainSession::Impl::GatherPeaks(double mine) {
+  if (world->size() == 1) return std::vector<double>{mine};  // no exchange, no device sync
   torch::Tensor peaks = torch::zeros({world->size()}, torch::kDouble);
   peaks[world->rank()] = mine;
   peaks = peaks.to(device);
@@ -199,11 +209,11 @@ Result<std::vector<double>> DistTrainSession::Impl::GatherPeaks(double mine) {
   return std::vector<double>(p, p + peaks.numel());
 }
 
-Result<DistStepMetrics> DistTrainSession::Impl::Step() {
+Result<SessionStepMetrics> TrainSession::Impl::Step() {
   // The whole batch is a pure function of (seed, step); each DP replica keeps its rows.
   const std::vector<std::int64_t> tokens = data->Batch(pipeline->step(), config.batch, config.seq_len + 1);
   KP_ASSIGN_OR_RETURN(const PipelineStepResult r, pipeline->TrainStep(tokens));
-  DistStepMetrics out;
+  SessionStepMetrics out;
   KP_ASSIGN_OR_RETURN(out.traffic, GatherTraffic(r.traffic));
   // Read after the traffic's exchange, so that every rank's peak covers the
   // same work.
@@ -214,31 +224,175 @@ Result<DistStepMetrics> DistTrainSession::Impl::Step() {
   return out;
 }
 
-DistTrainSession::DistTrainSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-DistTrainSession::~DistTrainSession() = default;
+// ---------------------------------------------------------------- checkpoints
 
-Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainConfig& config,
-                                                                   const ParallelLayout& layout,
-                                                                   const Rendezvous& rendezvous,
-                                                                   const C10dOptions& c10d, const FileSystem& fs) {
+namespace {
+
+std::string ShapeNames(const torch::nn::Module& m) {
+  std::ostringstream o;
+  for (const auto& p : m.named_parameters()) o << p.key() << c10::str(p.value().sizes()) << ";";
+  return o.str();
+}
+
+std::string StageKey(int s) { return "stage-" + std::to_string(s); }
+
+}  // namespace
+
+std::string RankCheckpointPath(const std::string& path, int rank, int world) {
+  if (world <= 1) return path;
+  const std::string suffix = "-rank-" + std::to_string(rank);
+  const bool pt = path.size() > 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
+  return pt ? path.substr(0, path.size() - 3) + suffix + ".pt" : path + suffix;
+}
+
+// The layout a checkpoint was written by: its files are this layout's shards.
+std::string TrainSession::Impl::LayoutKey() const {
+  const ParallelLayout& l = layout;
+  std::ostringstream o;
+  o << "pp " << l.pp << " vp " << l.vp << " dp " << l.dp << " ep " << l.ep << " etp " << l.etp << " cp " << l.cp
+    << " tp " << l.tp << (l.tp > 1 && l.sequence_parallel ? " sp" : "") << " " << l.schedule << " stages";
+  for (const int n : LayerCounts(l.split)) o << " " << n;
+  return o.str();
+}
+
+// Format 2: per rank, "stage-S" the model of each stage S it holds, the
+// optimizer's state over its parameters, the step, the CPU generator's
+// state, the model's shape and the layout; "config" for a reader.
+Status TrainSession::Impl::Save(const std::string& base) const {
+  const std::string path = RankCheckpointPath(base, world->rank(), world->size());
+  try {
+    torch::serialize::OutputArchive archive, optimizer_archive;
+    archive.write("format", torch::tensor(std::int64_t{2}));
+    for (const int s : pipeline->stages()) {
+      torch::serialize::OutputArchive model_archive;
+      ModelOfStage(pipeline->stage_module(s))->save(model_archive);
+      archive.write(StageKey(s), model_archive);
+    }
+    pipeline->SaveOptimizer(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("step", torch::tensor(static_cast<std::int64_t>(pipeline->step())));
+    archive.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+    archive.write("shape", c10::IValue(shape_json));
+    archive.write("layout", c10::IValue(LayoutKey()));
+    archive.write("config", c10::IValue(TrainConfigJson(config)));
+    // Written aside and renamed, so a run killed mid-save keeps the last
+    // complete checkpoint.
+    const std::string tmp = path + ".tmp";
+    archive.save_to(tmp);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError("--checkpoint-dir: cannot write " + path);
+  } catch (const c10::Error& e) {
+    return Status::IoError("--checkpoint-dir: cannot write " + path + ": " + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+Status TrainSession::Impl::Resume(const std::string& base) {
+  const std::string path = RankCheckpointPath(base, world->rank(), world->size());
+  // Through the one bounded reader, so a FIFO or a device is refused before
+  // LibTorch would read (or wait on) it.
+  Result<std::string> bytes = fs->ReadFile(path, limits::kMaxCheckpointFileBytes);
+  if (!bytes.ok()) return bytes.status().WithContext("--resume");
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(bytes->data(), bytes->size());
+  } catch (const c10::Error&) {
+    return Status::InvalidArgument("--resume: " + path + " is not a kimi-plan checkpoint (not a LibTorch archive)");
+  }
+  c10::IValue shape, saved_layout;
+  if (!archive.try_read("shape", shape) || !shape.isString() || !archive.try_read("layout", saved_layout) ||
+      !saved_layout.isString())
+    return Status::InvalidArgument("--resume: " + path + " is not a kimi-plan checkpoint of this version");
+  const std::string diff = FirstShapeDifference(shape.toStringRef(), shape_json);
+  if (!diff.empty())
+    return Status::InvalidArgument("--resume: " + path + " is a checkpoint of another shape (" + diff +
+                                   "; checkpoint vs this run)");
+  if (saved_layout.toStringRef() != LayoutKey())
+    return Status::InvalidArgument("--resume: " + path + " was written by the layout \"" + saved_layout.toStringRef() +
+                                   "\", this run is \"" + LayoutKey() + "\" (resume on the same layout)");
+  int step = 0;
+  torch::serialize::InputArchive optimizer_archive;
+  try {
+    for (const int s : pipeline->stages()) {
+      StageModelImpl& m = *ModelOfStage(pipeline->stage_module(s));
+      const std::string before = ShapeNames(m);
+      torch::serialize::InputArchive model_archive;
+      archive.read(StageKey(s), model_archive);
+      m.load(model_archive);
+      // load() replaces tensors wholesale; a changed shape would slip through.
+      if (ShapeNames(m) != before)
+        return Status::InvalidArgument("--resume: " + path + " holds parameters of other shapes than this model's");
+      m.to(device);
+    }
+    archive.read("optimizer", optimizer_archive);
+    torch::Tensor step_t, rng;
+    archive.read("step", step_t);
+    archive.read("rng", rng);
+    step = static_cast<int>(step_t.item<std::int64_t>());
+    torch::NoGradGuard no_grad;
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    return Status::InvalidArgument("--resume: " + path + " does not fit this model: " + e.what_without_backtrace());
+  }
+  const Status loaded = pipeline->LoadOptimizer(optimizer_archive, step);
+  if (!loaded.ok()) return Status::InvalidArgument("--resume: " + path + ": " + loaded.message());
+  if (step > config.steps)
+    return Status::InvalidArgument("--steps: the checkpoint is already at step " + std::to_string(step) +
+                                   ", beyond --steps " + std::to_string(config.steps));
+  return Status::Ok();
+}
+
+TrainSession::TrainSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrainSession::~TrainSession() = default;
+
+// What both factories check and set before the world exists.
+Result<std::unique_ptr<TrainSession::Impl>> TrainSession::NewImpl(const TrainConfig& config,
+                                                                  const ParallelLayout& layout, int world_size,
+                                                                  const FileSystem& fs) {
   KP_RETURN_IF_ERROR(ValidateTrainConfig(config));
   KP_RETURN_IF_ERROR(ValidateForRuntime(config.model));
-  KP_RETURN_IF_ERROR(ValidateLayout(layout, rendezvous.world_size, config));
-  if (!config.resume.empty()) return Status::InvalidArgument("--resume: not supported by `run` yet");
-  auto impl = std::make_unique<Impl>();
+  KP_RETURN_IF_ERROR(ValidateLayout(layout, world_size, config));
+  auto impl = std::make_unique<TrainSession::Impl>();
   impl->config = config;
   impl->config.options.seed = config.seed;
   impl->layout = layout;
   impl->fs = &fs;
   KP_ASSIGN_OR_RETURN(impl->device, ParseDevice(config.device));
+  KP_ASSIGN_OR_RETURN(impl->data, OpenTokenSource(config, fs));
+  impl->shape_json = ModelShapeJson(config.model, config.lora);
+  return impl;
+}
+
+Result<std::unique_ptr<TrainSession>> TrainSession::Create(const TrainConfig& config, const FileSystem& fs) {
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, NewImpl(config, ParallelLayout{}, 1, fs));
+  impl->world = MakeInProcessCommunicator(MakeInProcessWorld(1), 0);
+  return Start(std::move(impl));
+}
+
+Result<std::unique_ptr<TrainSession>> TrainSession::Create(const TrainConfig& config, const ParallelLayout& layout,
+                                                          const Rendezvous& rendezvous, const C10dOptions& c10d,
+                                                          const FileSystem& fs) {
+  KP_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, NewImpl(config, layout, rendezvous.world_size, fs));
   if (impl->device.is_cuda() && impl->device.index() < 0)
     impl->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rendezvous.local_rank));
-  KP_ASSIGN_OR_RETURN(impl->data, OpenTokenSource(config, fs));
   try {
-    torch::manual_seed(config.seed);
     KP_ASSIGN_OR_RETURN(impl->world, ConnectC10d(rendezvous, c10d));
-    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{layout.pp, layout.dp, layout.tp, layout.ep, layout.etp, layout.cp}));
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("meeting the other ranks: ") + e.what_without_backtrace());
+  }
+  return Start(std::move(impl));
+}
+
+// The groups, this rank's stages and optimizer, then the checkpoint.
+Result<std::unique_ptr<TrainSession>> TrainSession::Start(std::unique_ptr<Impl> impl) {
+  const ParallelLayout& l = impl->layout;
+  try {
+    torch::manual_seed(impl->config.seed);
+    KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{l.pp, l.dp, l.tp, l.ep, l.etp, l.cp}));
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
+    if (!impl->config.resume.empty()) KP_RETURN_IF_ERROR(impl->Resume(impl->config.resume));
+  } catch (const CommunicationError& e) {
+    return Status::IoError(std::string("setting up training: ") + e.what());
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("setting up training: ") + e.what_without_backtrace());
   }
@@ -246,10 +400,10 @@ Result<std::unique_ptr<DistTrainSession>> DistTrainSession::Create(const TrainCo
   // then stored) is kept apart, a transient the planner's figures leave out.
   impl->build_peak_bytes = PeakMemoryBytes(impl->device, *impl->fs);
   ResetPeakMemory(impl->device);
-  return std::unique_ptr<DistTrainSession>(new DistTrainSession(std::move(impl)));
+  return std::unique_ptr<TrainSession>(new TrainSession(std::move(impl)));
 }
 
-Result<DistStepMetrics> DistTrainSession::Step() {
+Result<SessionStepMetrics> TrainSession::Step() {
   try {
     return impl_->Step();
   } catch (const CommunicationError& e) {
@@ -261,15 +415,34 @@ Result<DistStepMetrics> DistTrainSession::Step() {
   }
 }
 
-int DistTrainSession::rank() const { return impl_->world->rank(); }
-int DistTrainSession::world_size() const { return impl_->world->size(); }
-int DistTrainSession::step() const { return impl_->pipeline->step(); }
-std::string DistTrainSession::backend() const { return impl_->world->backend(); }
-std::int64_t DistTrainSession::local_parameter_count() const {
+int TrainSession::rank() const { return impl_->world->rank(); }
+int TrainSession::world_size() const { return impl_->world->size(); }
+int TrainSession::step() const { return impl_->pipeline->step(); }
+std::string TrainSession::backend() const { return impl_->world->backend(); }
+namespace {
+
+template <typename Parameters>
+std::int64_t CountOnStages(PipelineRank& pipeline, Parameters parameters) {
   std::int64_t n = 0;
-  for (int s : impl_->pipeline->stages()) n += CountElements(impl_->pipeline->stage_module(s).TrainableParameters());
+  for (int s : pipeline.stages()) n += CountElements(parameters(pipeline.stage_module(s)));
   return n;
 }
-std::string DistTrainSession::data_description() const { return impl_->data->Describe(); }
+
+}  // namespace
+
+std::int64_t TrainSession::parameter_count() const {
+  return CountOnStages(*impl_->pipeline, [](PipelineStageModule& m) { return ModelOfStage(m)->parameters(); });
+}
+std::int64_t TrainSession::trainable_count() const {
+  return CountOnStages(*impl_->pipeline, [](PipelineStageModule& m) { return m.TrainableParameters(); });
+}
+Status TrainSession::SaveCheckpoint(const std::string& path) const { return impl_->Save(path); }
+Status TrainSession::SaveAdapters(const std::string& path) const {
+  const std::vector<int> stages = impl_->pipeline->stages();
+  if (impl_->world->size() != 1 || stages.size() != 1)
+    return Status::InvalidArgument("--save-adapters: needs a run of one process");
+  return runtime::SaveAdapters(*ModelOfStage(impl_->pipeline->stage_module(stages[0])), path);
+}
+std::string TrainSession::data_description() const { return impl_->data->Describe(); }
 
 }  // namespace kp::runtime

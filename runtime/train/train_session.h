@@ -1,8 +1,15 @@
-// One rank of the distributed trainer (`kimi-plan run`): the model of
-// trainer.h trained over c10d with pipeline parallelism (the simulator's
-// action lists, pipeline_runtime.h), data parallelism (gradient all-reduce,
-// reproducible norm) and expert parallelism (all-to-all token dispatch),
-// composed. No LibTorch in this header: the CLI includes it.
+// The one training session of `kimi-plan train` and `kimi-plan run`: the
+// model of trainer.h trained by one PipelineRank (pipeline_runtime.h) over a
+// world of ranks: a world of one in this process (`train`), or one rank of
+// a c10d world (`run`) with pipeline parallelism (the simulator's action
+// lists), data parallelism (gradient all-reduce, reproducible norm), expert,
+// tensor and context parallelism, composed. Both write the same step
+// metrics and the same checkpoints: each rank its own file (one file for a
+// world of one), the model of each of its stages, the optimizer state, the
+// step, the RNG state, the model's shape and the layout; a run resumes from
+// them on the same layout and, in fp32 on one machine, repeats the
+// uninterrupted run's losses exactly. No LibTorch in this header: the CLI
+// includes it.
 //
 // Rank layout (Megatron / torchtitan, pipeline outermost): world = pp x dp,
 // rank = p * dp + d for pipeline rank p and DP rank d. The DP groups are one
@@ -18,8 +25,8 @@
 // summed in the whole model's parameter order over the pipeline group. The
 // reported loss is the mean of the slices' losses, the same on every rank.
 // Thread-safety: one thread.
-#ifndef KIMI_PLAN_RUNTIME_TRAIN_DIST_TRAINER_H_
-#define KIMI_PLAN_RUNTIME_TRAIN_DIST_TRAINER_H_
+#ifndef KIMI_PLAN_RUNTIME_TRAIN_TRAIN_SESSION_H_
+#define KIMI_PLAN_RUNTIME_TRAIN_TRAIN_SESSION_H_
 
 #include <cstdint>
 #include <memory>
@@ -89,7 +96,7 @@ struct TrafficRow {
   std::int64_t bytes = 0;
 };
 
-struct DistStepMetrics {
+struct SessionStepMetrics {
   StepMetrics step;                      ///< loss and grad norm are global (same on every rank)
   std::vector<TrafficRow> traffic;  ///< every stage's sends of one replica, the same on every rank; empty without a pipeline
   /// Every rank's peak memory since the session was built (PeakMemoryBytes:
@@ -101,35 +108,57 @@ struct DistStepMetrics {
   std::vector<double> rank_build_peak_memory_bytes;
 };
 
-class DistTrainSession {
+/// The file rank `rank` of a world of `world` writes for the checkpoint
+/// `path`: `path` itself for a world of one, else "-rank-R" put before its
+/// ".pt" (or after it when it has none): step-8.pt -> step-8-rank-1.pt.
+std::string RankCheckpointPath(const std::string& path, int rank, int world);
+
+class TrainSession {
  public:
-  /// Meets the other ranks (ConnectC10d), builds the groups of `layout`, the
-  /// model (experts sharded over EP) and the optimizer. Errors name the
-  /// flag (InvalidArgument) or the rendezvous (IoError).
-  static Result<std::unique_ptr<DistTrainSession>> Create(const TrainConfig& config, const ParallelLayout& layout,
-                                                          const Rendezvous& rendezvous, const C10dOptions& c10d,
-                                                          const FileSystem& fs);
-  ~DistTrainSession();
-  DistTrainSession(const DistTrainSession&) = delete;
-  DistTrainSession& operator=(const DistTrainSession&) = delete;
+  /// A world of one in this process (`train`): the whole model one stage,
+  /// every layout size 1. Loads config.resume when set. Errors: a shape the
+  /// model cannot take, a missing or truncated token file, an unreadable
+  /// checkpoint or one of another shape are InvalidArgument / NotFound
+  /// naming the flag.
+  static Result<std::unique_ptr<TrainSession>> Create(const TrainConfig& config, const FileSystem& fs);
+  /// One rank of a c10d world (`run`): meets the other ranks (ConnectC10d),
+  /// builds the groups of `layout`, this rank's shards of the model and the
+  /// optimizer, and loads this rank's file of config.resume when set. Errors
+  /// name the flag (InvalidArgument) or the rendezvous (IoError).
+  static Result<std::unique_ptr<TrainSession>> Create(const TrainConfig& config, const ParallelLayout& layout,
+                                                      const Rendezvous& rendezvous, const C10dOptions& c10d,
+                                                      const FileSystem& fs);
+  ~TrainSession();
+  TrainSession(const TrainSession&) = delete;
+  TrainSession& operator=(const TrainSession&) = delete;
 
   /// One optimizer step over the global batch. A peer that died or hung is
   /// an IoError naming it and the operation.
-  Result<DistStepMetrics> Step();
+  Result<SessionStepMetrics> Step();
+  /// Writes this rank's file of the checkpoint `path`
+  /// (RankCheckpointPath), aside then renamed, so a run killed mid-save
+  /// keeps the last complete one. IoError naming --checkpoint-dir.
+  Status SaveCheckpoint(const std::string& path) const;
+  /// Writes the LoRA adapters alone (lora.rank > 0, a world of one).
+  Status SaveAdapters(const std::string& path) const;
 
   int rank() const;
   int world_size() const;
-  int step() const;
+  int step() const;  ///< optimizer steps taken so far
   std::string backend() const;
-  std::int64_t local_parameter_count() const;  ///< this rank's share (experts sharded)
+  std::int64_t parameter_count() const;  ///< this rank's parameters (experts and TP shards its own)
+  std::int64_t trainable_count() const;  ///< those of them the optimizer updates
   std::string data_description() const;
 
  private:
   struct Impl;
-  explicit DistTrainSession(std::unique_ptr<Impl> impl);
+  explicit TrainSession(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<Impl>> NewImpl(const TrainConfig& config, const ParallelLayout& layout,
+                                               int world_size, const FileSystem& fs);
+  static Result<std::unique_ptr<TrainSession>> Start(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kp::runtime
 
-#endif  // KIMI_PLAN_RUNTIME_TRAIN_DIST_TRAINER_H_
+#endif  // KIMI_PLAN_RUNTIME_TRAIN_TRAIN_SESSION_H_
