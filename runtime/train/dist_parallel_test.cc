@@ -3,6 +3,8 @@
 // itself. Each Parallel.X test spawns the ranks, which run ParallelRank.X.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "runtime/train/data.h"
 #include "runtime/train/data_parallel.h"
 #include "runtime/comm/dist_test_util.h"
@@ -129,7 +131,12 @@ TEST(ParallelRank, ExpertParallel) {
     if (p.key().rfind("experts.", 0) == 0) continue;
     torch::Tensor g = p.value().grad().clone();
     ASSERT_TRUE(world->AllReduceSum(g).ok());
-    EXPECT_TRUE(torch::allclose(g, ref_all[p.key()].grad(), 1e-5, 1e-7)) << p.key();
+    // The same 2N terms in another association: within 2 (2N - 1) u of the
+    // largest entry (u = 2^-24), with a factor 2 for the layer's two
+    // products (the latent projection and the expert mixture).
+    const torch::Tensor want = ref_all[p.key()].grad();
+    const double bound = 2.0 * 2.0 * (2 * n - 1) * std::ldexp(1.0, -24);
+    EXPECT_LE((g - want).abs().max().item<double>(), bound * want.abs().max().item<double>()) << p.key();
   }
 }
 
