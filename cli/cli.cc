@@ -44,6 +44,8 @@ std::vector<Subcommand> LightCommands(const CliEnv& env) {
       {"report", "list, summarise and compare runs against their plans; CSV, JSON and HTML exports", ReportCommand},
       {"ingest", "read a Verl job's metrics file into the store as a run beside its plan; --follow tails it", IngestCommand},
       {"validate", "the planner's step time and memory against published Megatron-LM measurements", ValidateCommand},
+      {"checkpoint", "inspect a safetensors file or Hugging Face checkpoint folder: tensors, dtypes, shapes, shards",
+       CheckpointCommand},
   };
   for (const RuntimeCommandInfo& c : kRuntimeCommands) all.push_back(RuntimeSubcommand(c, !env.runtime_program.empty()));
   return all;

@@ -1,0 +1,93 @@
+// `kimi-plan checkpoint inspect PATH`: the tensors of a safetensors file or
+// of a Hugging Face checkpoint folder (model.safetensors, or the shards its
+// model.safetensors.index.json names): name, dtype, shape, bytes and the
+// file holding each, after every check of weights/safetensors.h and
+// weights/checkpoint_dir.h. Nothing is read but the headers and the index.
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/table.h"
+#include "weights/checkpoint_dir.h"
+
+namespace kp {
+
+namespace {
+
+using nlohmann::json;
+
+po::options_description CheckpointOptions() {
+  po::options_description desc(
+      "kimi-plan checkpoint inspect PATH [--json]\n\n"
+      "Lists the tensors of a safetensors file or a Hugging Face checkpoint folder (its index and shards),\n"
+      "checking the format: a truncated file, a header that lies about offsets, a missing shard or an index\n"
+      "naming a tensor no file holds is one line naming the file and tensor, exit 2. Options");
+  desc.add_options()("help,h", "this text")
+      ("action", po::value<std::string>(), "inspect (positional)")
+      ("path", po::value<std::string>(), "a .safetensors file or a checkpoint folder (positional)")
+      ("json", "the tensors as JSON");
+  return desc;
+}
+
+std::string ShapeText(const std::vector<std::int64_t>& shape) {
+  std::ostringstream o;
+  o << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) o << (i ? ", " : "") << shape[i];
+  o << "]";
+  return o.str();
+}
+
+struct Row {
+  std::string name, file;
+  const TensorEntry* entry;
+};
+
+Status Print(const std::vector<Row>& rows, bool as_json, std::ostream& out) {
+  std::uint64_t total = 0;
+  for (const Row& r : rows) total += r.entry->end - r.entry->begin;
+  if (as_json) {
+    json tensors = json::array();
+    for (const Row& r : rows)
+      tensors.push_back({{"name", r.name}, {"dtype", std::string(DTypeName(r.entry->dtype))},
+                         {"shape", r.entry->shape}, {"bytes", r.entry->end - r.entry->begin}, {"file", r.file}});
+    out << json{{"tensors", tensors}, {"total_bytes", total}}.dump(2) << "\n";
+    return Status::Ok();
+  }
+  Table t({"tensor", "dtype", "shape", "bytes", "file"});
+  for (const Row& r : rows)
+    t.AddRow({r.name, std::string(DTypeName(r.entry->dtype)), ShapeText(r.entry->shape),
+              std::to_string(r.entry->end - r.entry->begin), r.file});
+  out << t.Render() << rows.size() << " tensors, " << total << " bytes\n";
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckpointCommand(const std::vector<std::string>& args, CliEnv& env) {
+  const po::options_description desc = CheckpointOptions();
+  po::positional_options_description positional;
+  positional.add("action", 1).add("path", 1);
+  po::variables_map vm;
+  KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out, &positional));
+  if (!proceed) return Status::Ok();
+  if (!vm.count("action") || vm["action"].as<std::string>() != "inspect")
+    return Status::InvalidArgument("checkpoint: the action must be inspect, got \"" +
+                                   (vm.count("action") ? vm["action"].as<std::string>() : std::string()) + "\"");
+  if (!vm.count("path")) return Status::InvalidArgument("PATH: give a .safetensors file or a checkpoint folder");
+  const std::string path = vm["path"].as<std::string>();
+  std::vector<Row> rows;
+  if (std::filesystem::is_directory(path)) {
+    KP_ASSIGN_OR_RETURN(const CheckpointDir dir, CheckpointDir::Open(env.fs, path));
+    for (const auto& [name, where] : dir.tensors())
+      rows.push_back({name, std::filesystem::path(where.first->path()).filename().string(), where.second});
+    return Print(rows, vm.count("json") > 0, env.out);
+  }
+  KP_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
+  for (const TensorEntry& e : file.tensors()) rows.push_back({e.name, std::filesystem::path(path).filename().string(), &e});
+  return Print(rows, vm.count("json") > 0, env.out);
+}
+
+}  // namespace kp
