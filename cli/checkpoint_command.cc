@@ -1,8 +1,10 @@
 // `kimi-plan checkpoint inspect PATH`: the tensors of a safetensors file or
 // of a Hugging Face checkpoint folder (model.safetensors, or the shards its
-// model.safetensors.index.json names): name, dtype, shape, bytes and the
-// file holding each, after every check of weights/safetensors.h and
-// weights/checkpoint_dir.h. Nothing is read but the headers and the index.
+// model.safetensors.index.json names): name, dtype, shape, bytes, the
+// file holding each and the runtime tensor it loads into (weights/hf_names.h;
+// "-" for a name the Kimi K2 / DeepSeek-V3 table lacks), after every check
+// of weights/safetensors.h and weights/checkpoint_dir.h. Nothing is read but
+// the headers and the index.
 #include <filesystem>
 #include <sstream>
 
@@ -12,6 +14,7 @@
 #include "cli/options.h"
 #include "common/table.h"
 #include "weights/checkpoint_dir.h"
+#include "weights/hf_names.h"
 
 namespace kp {
 
@@ -40,6 +43,14 @@ std::string ShapeText(const std::vector<std::int64_t>& shape) {
   return o.str();
 }
 
+// "layers.1.moe.experts.gate[3] (INT4 scale)", or "" for an unknown name.
+std::string RuntimeText(const std::string& hf_name) {
+  const Result<RuntimeTarget> t = RuntimeTargetOf(hf_name);
+  if (!t.ok()) return "";
+  static const char* const kForm[] = {"", " (INT4 packed)", " (INT4 scale)", " (INT4 shape)"};
+  return t->name + (t->expert >= 0 ? "[" + std::to_string(t->expert) + "]" : "") + kForm[static_cast<int>(t->form)];
+}
+
 struct Row {
   std::string name, file;
   const TensorEntry* entry;
@@ -51,15 +62,21 @@ Status Print(const std::vector<Row>& rows, bool as_json, std::ostream& out) {
   if (as_json) {
     json tensors = json::array();
     for (const Row& r : rows)
+    {
+      const std::string runtime = RuntimeText(r.name);
       tensors.push_back({{"name", r.name}, {"dtype", std::string(DTypeName(r.entry->dtype))},
-                         {"shape", r.entry->shape}, {"bytes", r.entry->end - r.entry->begin}, {"file", r.file}});
+                         {"shape", r.entry->shape}, {"bytes", r.entry->end - r.entry->begin}, {"file", r.file},
+                         {"runtime", runtime.empty() ? json(nullptr) : json(runtime)}});
+    }
     out << json{{"tensors", tensors}, {"total_bytes", total}}.dump(2) << "\n";
     return Status::Ok();
   }
-  Table t({"tensor", "dtype", "shape", "bytes", "file"});
-  for (const Row& r : rows)
+  Table t({"tensor", "dtype", "shape", "bytes", "file", "runtime tensor"});
+  for (const Row& r : rows) {
+    const std::string runtime = RuntimeText(r.name);
     t.AddRow({r.name, std::string(DTypeName(r.entry->dtype)), ShapeText(r.entry->shape),
-              std::to_string(r.entry->end - r.entry->begin), r.file});
+              std::to_string(r.entry->end - r.entry->begin), r.file, runtime.empty() ? "-" : runtime});
+  }
   out << t.Render() << rows.size() << " tensors, " << total << " bytes\n";
   return Status::Ok();
 }

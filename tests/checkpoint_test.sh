@@ -3,7 +3,8 @@
 # the safetensors format (tests/safetensors_spec.py, standard library only):
 # a two-shard checkpoint with Kimi K2.6's Hugging Face names (BF16 weights,
 # an F32 router bias, INT4 experts as compressed-tensors packs them) is
-# listed exactly as the spec's reader sees it; each way of breaking it is
+# listed exactly as the spec's reader sees it, each with the runtime
+# tensor it loads into; each way of breaking it is
 # one line naming the file and tensor, exit 2.
 set -u
 bin="$1"
@@ -18,6 +19,8 @@ check "inspect: exits 0" test $? -eq 0
 check "inspect: every tensor's dtype, shape, bytes and shard as the spec's reader sees them" python3 "$spec" check k26 k26.json
 json_check "inspect: INT4 experts listed as packed" k26.json \
   "[t['shape'] for t in d['tensors'] if t['name'] == 'model.layers.1.mlp.experts.0.gate_proj.weight_packed'] == [[64, 4]]"
+json_check "inspect: an INT4 scale loads into its expert's slice of the bank" k26.json \
+  "[t['runtime'] for t in d['tensors'] if t['name'] == 'model.layers.1.mlp.experts.1.up_proj.weight_scale'] == ['layers.1.moe.experts.up[1] (INT4 scale)']"
 "$bin" checkpoint inspect k26/model-00001-of-00002.safetensors > one.txt
 check "inspect: one shard as a table" grep -q "model.layers.0.self_attn.q_a_proj.weight  *BF16  *\[16, 32\]" one.txt
 

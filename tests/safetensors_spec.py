@@ -120,7 +120,9 @@ def write(folder):
 
 
 def check(folder, listing):
-    got = {t["name"]: t for t in json.load(open(listing))["tensors"]}
+    listed = json.load(open(listing))["tensors"]
+    assert all(t.pop("runtime") for t in listed), "a tensor with no runtime name"
+    got = {t["name"]: t for t in listed}
     index = json.load(open(os.path.join(folder, "model.safetensors.index.json")))["weight_map"]
     want = {}
     for shard in sorted(set(index.values())):
