@@ -35,14 +35,6 @@ po::options_description CheckpointOptions() {
   return desc;
 }
 
-std::string ShapeText(const std::vector<std::int64_t>& shape) {
-  std::ostringstream o;
-  o << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) o << (i ? ", " : "") << shape[i];
-  o << "]";
-  return o.str();
-}
-
 // "layers.1.moe.experts.gate[3] (INT4 scale)", or "" for an unknown name.
 std::string RuntimeText(const std::string& hf_name) {
   const Result<RuntimeTarget> t = RuntimeTargetOf(hf_name);

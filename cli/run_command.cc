@@ -58,7 +58,7 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
     return Status::Ok();
   }
   json result = {{"run_id", run.id},          {"model", config.model.name}, {"world", rv.world_size},
-                 {"backend", session.backend()}, {"layout", SessionConfigJson(config, layout, session)["layout"]},
+                 {"backend", session.backend()}, {"layout", LayoutJson(layout)},
                  {"steps", config.steps},        {"first_step", loop.first_step},
                  {"first_loss", losses.front()}, {"last_loss", losses.back()},
                  {"peak_memory_bytes_by_rank", loop.rank_peak_memory_bytes},

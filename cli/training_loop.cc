@@ -41,13 +41,17 @@ Result<std::string> SaveCheckpoint(const runtime::TrainSession& session, const F
 
 }  // namespace
 
-nlohmann::json SessionConfigJson(const runtime::TrainConfig& config, const runtime::ParallelLayout& l,
+nlohmann::json LayoutJson(const runtime::ParallelLayout& l) {
+  return {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}, {"tp", l.tp},
+          {"sequence_parallel", l.tp > 1 && l.sequence_parallel}, {"schedule", l.schedule},
+          {"attnres_cache", l.attnres_cache}, {"stage_layers", LayerCounts(l.split)},
+          {"micro_batch", l.micro_batch}};
+}
+
+nlohmann::json SessionConfigJson(const runtime::TrainConfig& config, const runtime::ParallelLayout& layout,
                                  const runtime::TrainSession& session) {
   nlohmann::json cfg = nlohmann::json::parse(runtime::TrainConfigJson(config));
-  cfg["layout"] = {{"pp", l.pp}, {"vp", l.vp}, {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}, {"tp", l.tp},
-                   {"sequence_parallel", l.tp > 1 && l.sequence_parallel}, {"schedule", l.schedule},
-                   {"attnres_cache", l.attnres_cache}, {"stage_layers", LayerCounts(l.split)},
-                   {"micro_batch", l.micro_batch}};
+  cfg["layout"] = LayoutJson(layout);
   cfg["world"] = session.world_size();
   cfg["backend"] = session.backend();
   return cfg;

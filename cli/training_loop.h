@@ -18,6 +18,9 @@
 
 namespace kp {
 
+/// The layout as the run's record and summary show it.
+nlohmann::json LayoutJson(const runtime::ParallelLayout& layout);
+
 /// The run's record (the `runs` table's config): the training
 /// configuration (TrainConfigJson) with the layout, the world size and the
 /// backend, the same for `train` and `run`.

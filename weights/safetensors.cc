@@ -127,6 +127,12 @@ Result<TensorDType> ParseDType(std::string_view name) {
                                  "\" is not one of F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL");
 }
 
+std::string ShapeText(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 std::int64_t TensorEntry::numel() const { return Elements(shape); }
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {

@@ -35,6 +35,9 @@ int DTypeBytes(TensorDType t);
 /// The dtype of a format name; InvalidArgument naming the allowed ones.
 Result<TensorDType> ParseDType(std::string_view name);
 
+/// A shape as "[2, 3]" for tables and messages.
+std::string ShapeText(const std::vector<std::int64_t>& shape);
+
 struct TensorEntry {
   std::string name;
   TensorDType dtype = TensorDType::kF32;

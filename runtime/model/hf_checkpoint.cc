@@ -42,12 +42,6 @@ std::string Words(const std::vector<std::int32_t>& v) {
 
 std::vector<std::int64_t> Shape(const torch::Tensor& t) { return t.sizes().vec(); }
 
-std::string ShapeText(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 // The expert's INT4 tensors, in the order HfNamesOf gives their names.
 Result<std::vector<std::pair<TensorDType, std::pair<std::vector<std::int64_t>, std::string>>>> Int4Parts(
     const torch::Tensor& slice, const std::string& name) {
