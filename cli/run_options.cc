@@ -1,7 +1,5 @@
 #include "cli/run_options.h"
 
-#include "cli/training_loop.h"
-
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -268,7 +266,7 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   } else {
     KP_ASSIGN_OR_RETURN(c.distributed_optimizer, OnOff(vm, "distributed-optimizer", false));
   }
-  if (vm.count("resume")) c.resume = vm["resume"].as<std::string>();
+  ReadCheckpointFlags(vm, &c);
   KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(c));
   return c;
 }

@@ -82,7 +82,7 @@ Result<TrainConfig> BuildTrainConfig(const po::variables_map& vm, const CliEnv& 
   if (width != "uint16" && width != "uint32")
     return Status::InvalidArgument("--token-dtype: must be uint16 or uint32, got \"" + width + "\"");
   c.data.token_bytes = width == "uint16" ? 2 : 4;
-  if (vm.count("resume")) c.resume = vm["resume"].as<std::string>();
+  ReadCheckpointFlags(vm, &c);
   if (vm.count("save-adapters") && !c.lora.enabled())
     return Status::InvalidArgument("--save-adapters: needs --lora-rank > 0");
   return c;

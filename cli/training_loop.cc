@@ -60,10 +60,18 @@ nlohmann::json SessionConfigJson(const runtime::TrainConfig& config, const runti
 void AddCheckpointOptions(po::options_description& desc) {
   desc.add_options()
       ("resume", po::value<std::string>(), "continue from this checkpoint (a run's: the step-N.pt rank 0 names)")
+      ("init-from", po::value<std::string>(),
+       "start from the weights of this Hugging Face checkpoint folder (Kimi K2 / K2.6, DeepSeek-V3 names; "
+       "INT4 experts dequantized); each rank reads only its slices")
       ("checkpoint-dir", po::value<std::string>(),
        "write step-N.pt checkpoints here (at the end, and every --checkpoint-every); each rank of a run its own file")
       ("checkpoint-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0),
        "steps between checkpoints (0: only at the end)");
+}
+
+void ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* config) {
+  if (vm.count("resume")) config->resume = vm["resume"].as<std::string>();
+  if (vm.count("init-from")) config->init_from = vm["init-from"].as<std::string>();
 }
 
 TrainingLoopOptions LoopOptionsFrom(const po::variables_map& vm) {

@@ -27,8 +27,10 @@ nlohmann::json LayoutJson(const runtime::ParallelLayout& layout);
 nlohmann::json SessionConfigJson(const runtime::TrainConfig& config, const runtime::ParallelLayout& layout,
                                  const runtime::TrainSession& session);
 
-/// --resume, --checkpoint-dir and --checkpoint-every.
+/// --resume, --init-from, --checkpoint-dir and --checkpoint-every.
 void AddCheckpointOptions(po::options_description& desc);
+/// --resume and --init-from into `config` (ValidateTrainConfig refuses both).
+void ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* config);
 
 struct TrainingLoopOptions {
   int log_every = 10;          ///< a progress line every so many steps (and the first and last)

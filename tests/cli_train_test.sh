@@ -85,4 +85,17 @@ import json; d = json.load(open('ended.json'))
 assert len(d['runs']) == 1 and d['runs'][0]['steps'] == $logged and d['runs'][0]['planned_steps'] == 100000, d"
 check "killed run: not listed as running" bash -c "'$bin' report --db killed.db --status running --json | python3 -c 'import json,sys; assert json.load(sys.stdin)[\"runs\"] == []'"
 
+# --init-from: a Hugging Face folder (the spec's independent writer, Kimi
+# K2.6's names at hidden 32) whose shapes are not the model's is one line
+# naming the shard and tensor, exit 2, and no store is written.
+python3 "$here/safetensors_spec.py" write k26
+"$bin" train --model kimi-k2.6 --layers 2 --hidden 64 --heads 2 --experts 2 --vocab 64 --steps 1 \
+  --init-from k26 --db init.db > /dev/null 2> init.err
+check "init-from: a checkpoint of another width exits 2" test $? -eq 2
+check "init-from: one line naming the shard and tensor" grep -qxF \
+  "kimi-plan train: --init-from: k26/model-00001-of-00002.safetensors: tensor model.embed_tokens.weight: shape [64, 32], the model's is [64, 64]" init.err
+check "init-from: no store written" test ! -e init.db
+"$bin" train --steps 1 --init-from nowhere --db init.db > /dev/null 2> none.err
+check "init-from: a missing folder exits 2" test $? -eq 2
+
 finish cli_train

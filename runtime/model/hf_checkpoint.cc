@@ -57,30 +57,49 @@ Result<std::vector<std::pair<TensorDType, std::pair<std::vector<std::int64_t>, s
       {TensorDType::kI32, {{2}, Words({rows, cols})}}};
 }
 
-// A checkpoint tensor as a CPU torch tensor of its own dtype.
-torch::Tensor FromEntry(const SafetensorsFile& file, const TensorEntry& e) {
-  const std::string_view bytes = file.Bytes(e);
-  const auto dtype = e.dtype == TensorDType::kBF16 ? torch::kBFloat16
-                     : e.dtype == TensorDType::kI32 ? torch::kInt : torch::kFloat;
-  torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(dtype));
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
+torch::ScalarType TorchDType(TensorDType t) {
+  return t == TensorDType::kBF16 ? torch::kBFloat16 : t == TensorDType::kI32 ? torch::kInt : torch::kFloat;
 }
 
-Result<torch::Tensor> ReadWhole(const CheckpointDir& c, const std::string& hf, const torch::Tensor& like) {
+// A checkpoint tensor viewed in place over the mapped file: nothing is read
+// until a slice of it is copied. Read-only; valid while the checkpoint is open.
+torch::Tensor ViewOf(const SafetensorsFile& file, const TensorEntry& e) {
+  const std::string_view bytes = file.Bytes(e);
+  return torch::from_blob(const_cast<char*>(bytes.data()), e.shape, torch::TensorOptions().dtype(TorchDType(e.dtype)));
+}
+
+// `whole` narrowed to the slices (dims counted from `dim_offset`: an
+// expert's matrix is its bank's slice from dim 1).
+torch::Tensor Narrow(torch::Tensor whole, const std::vector<ParameterShard>& slices, std::int64_t dim_offset) {
+  for (const ParameterShard& s : slices)
+    if (s.dim >= dim_offset) whole = whole.narrow(s.dim - dim_offset, s.first, s.count);
+  return whole;
+}
+
+// The released tensor's shape: `local`'s with each sliced dimension whole.
+std::vector<std::int64_t> WholeShape(std::vector<std::int64_t> local, const std::vector<ParameterShard>& slices,
+                                     std::int64_t dim_offset) {
+  for (const ParameterShard& s : slices)
+    if (s.dim >= dim_offset) local[s.dim - dim_offset] = s.whole;
+  return local;
+}
+
+Result<torch::Tensor> ReadWhole(const CheckpointDir& c, const std::string& hf, const std::vector<std::int64_t>& shape) {
   KP_ASSIGN_OR_RETURN(const auto found, c.Find(hf));
   const auto& [file, entry] = found;
   if (entry->dtype != TensorDType::kF32 && entry->dtype != TensorDType::kBF16)
     return Status::InvalidArgument(file->path() + ": tensor " + hf + ": " + std::string(DTypeName(entry->dtype)) +
                                    ", where F32 or BF16 is read");
-  if (entry->shape != like.sizes().vec())
+  if (entry->shape != shape)
     return Status::InvalidArgument(file->path() + ": tensor " + hf + ": shape " + ShapeText(entry->shape) +
-                                   ", the model's is " + ShapeText(like.sizes().vec()));
-  return FromEntry(*file, *entry);
+                                   ", the model's is " + ShapeText(shape));
+  return ViewOf(*file, *entry);
 }
 
-Result<torch::Tensor> ReadInt4(const CheckpointDir& c, const std::vector<std::string>& hf, const torch::Tensor& like) {
+Result<torch::Tensor> ReadInt4(const CheckpointDir& c, const std::vector<std::string>& hf,
+                               const std::vector<std::int64_t>& shape) {
   std::vector<torch::Tensor> parts;
+  std::string path;
   const TensorDType want[3] = {TensorDType::kI32, TensorDType::kBF16, TensorDType::kI32};
   for (int i = 0; i < 3; ++i) {
     KP_ASSIGN_OR_RETURN(const auto found, c.Find(hf[i]));
@@ -88,18 +107,35 @@ Result<torch::Tensor> ReadInt4(const CheckpointDir& c, const std::vector<std::st
       return Status::InvalidArgument(found.first->path() + ": tensor " + hf[i] + ": " +
                                      std::string(DTypeName(found.second->dtype)) + ", where " +
                                      std::string(DTypeName(want[i])) + " is read");
-    parts.push_back(FromEntry(*found.first, *found.second));
+    parts.push_back(ViewOf(*found.first, *found.second).contiguous());
+    path = found.first->path();
   }
   PackedInt4 p;
-  p.rows = static_cast<int>(like.size(0)), p.cols = static_cast<int>(like.size(1));
+  p.rows = static_cast<int>(shape[0]), p.cols = static_cast<int>(shape[1]);
   if (parts[2].numel() != 2 || parts[2][0].item<int>() != p.rows || parts[2][1].item<int>() != p.cols)
-    return Status::InvalidArgument(hf[2] + ": weight_shape does not match the model's " + ShapeText(like.sizes().vec()));
+    return Status::InvalidArgument(path + ": tensor " + hf[2] + ": weight_shape does not match the model's " +
+                                   ShapeText(shape));
+  if (parts[0].numel() * 8 != std::int64_t(p.rows) * p.cols || parts[1].numel() * kInt4Group != parts[0].numel() * 8)
+    return Status::InvalidArgument(path + ": tensor " + hf[0] + ": shape " + ShapeText(parts[0].sizes().vec()) +
+                                   " does not pack " + ShapeText(shape) + " in groups of 32");
   p.packed.assign(parts[0].data_ptr<std::int32_t>(), parts[0].data_ptr<std::int32_t>() + parts[0].numel());
   const auto* s = reinterpret_cast<const std::uint16_t*>(parts[1].data_ptr());
   p.scales.assign(s, s + parts[1].numel());
   KP_ASSIGN_OR_RETURN(const std::vector<float> w, DequantizeInt4(p, hf[0]));
   return torch::tensor(w).reshape({p.rows, p.cols});
 }
+
+// Expert e of a bank: its bf16/fp32 tensor, else its three INT4 tensors.
+Result<torch::Tensor> ReadExpert(const CheckpointDir& c, const std::string& name, int experts, int e,
+                                 const std::vector<std::int64_t>& shape) {
+  KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, experts, false));
+  Result<torch::Tensor> src = ReadWhole(c, hf[e], shape);
+  if (src.ok() || src.status().code() != Status::Code::kNotFound) return src;
+  KP_ASSIGN_OR_RETURN(const std::vector<std::string> int4, HfNamesOf(name, experts, true));
+  return ReadInt4(c, {int4[3 * e], int4[3 * e + 1], int4[3 * e + 2]}, shape);
+}
+
+bool IsBank(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
 
 }  // namespace
 
@@ -136,23 +172,46 @@ Status SaveHfCheckpoint(StageModelImpl& model, const FileSystem& fs, const std::
   return WriteSafetensors(fs, dir + "/model.safetensors", tensors, {{"format", "pt"}});
 }
 
-Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint) {
+StageSlices SlicesOfStage(StageModelImpl& model, const TensorParallelSplit* tp, int ep_rank, int ep, int etp_rank,
+                          int etp) {
+  StageSlices out;
+  if (tp != nullptr)
+    for (const auto& [name, shard] : tp->shards) out[name].push_back(shard);
+  for (const auto& [name, t] : NamedTensors(model)) {
+    if (!IsBank(name) || IsLora(name)) continue;
+    const std::int64_t experts = t.size(0) * ep;
+    if (ep > 1) out[name].push_back(ParameterShard{0, ep_rank * t.size(0), t.size(0), experts});
+    // gate and up are [E, F, D], down [E, D, F]: the FFN columns ETP splits.
+    const std::int64_t ffn_dim = name.size() > 5 && name.compare(name.size() - 5, 5, ".down") == 0 ? 2 : 1;
+    if (etp > 1)
+      out[name].push_back(ParameterShard{ffn_dim, etp_rank * t.size(ffn_dim), t.size(ffn_dim), t.size(ffn_dim) * etp});
+  }
+  return out;
+}
+
+Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint, const StageSlices& slices) {
   // Every tensor read and checked first; the model changes only after.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (destination, source)
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (destination, source slice)
+  static const std::vector<ParameterShard> kWhole;
   for (const auto& [name, t] : NamedTensors(model)) {
     if (IsLora(name)) continue;
-    const bool bank = name.find(".moe.experts.") != std::string::npos;
-    const int experts = bank ? static_cast<int>(t.size(0)) : 1;
-    KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, experts, false));
-    for (int e = 0; e < experts; ++e) {
-      const torch::Tensor dst = bank ? t[e] : t;
-      Result<torch::Tensor> src = ReadWhole(checkpoint, hf[e], dst);
-      if (bank && !src.ok() && src.status().code() == Status::Code::kNotFound) {
-        KP_ASSIGN_OR_RETURN(const std::vector<std::string> int4, HfNamesOf(name, experts, true));
-        src = ReadInt4(checkpoint, {int4[3 * e], int4[3 * e + 1], int4[3 * e + 2]}, dst);
-      }
-      if (!src.ok()) return src.status();
-      copies.push_back({dst, *src});
+    const auto found = slices.find(name);
+    const std::vector<ParameterShard>& sliced = found == slices.end() ? kWhole : found->second;
+    if (!IsBank(name)) {
+      KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, 1, false));
+      KP_ASSIGN_OR_RETURN(const torch::Tensor src, ReadWhole(checkpoint, hf[0], WholeShape(t.sizes().vec(), sliced, 0)));
+      copies.push_back({t, Narrow(src, sliced, 0)});
+      continue;
+    }
+    // A bank's dim 0 is its experts: this rank's [first, first + count) of `experts`.
+    std::int64_t first = 0, experts = t.size(0);
+    for (const ParameterShard& s : sliced)
+      if (s.dim == 0) first = s.first, experts = s.whole;
+    const std::vector<std::int64_t> shape = WholeShape(t[0].sizes().vec(), sliced, 1);
+    for (std::int64_t e = 0; e < t.size(0); ++e) {
+      KP_ASSIGN_OR_RETURN(const torch::Tensor src,
+                          ReadExpert(checkpoint, name, static_cast<int>(experts), static_cast<int>(first + e), shape));
+      copies.push_back({t[e], Narrow(src, sliced, 1)});
     }
   }
   torch::NoGradGuard no_grad;

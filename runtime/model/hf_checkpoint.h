@@ -5,16 +5,22 @@
 // Each parameter and router bias of the stage is looked up by its released
 // name; a missing tensor, or one of another shape or dtype, is one
 // InvalidArgument naming the file and tensor, and nothing of the stage is
-// changed until every tensor has been checked. Whole tensors only: a stage
-// whose experts or heads are split over ranks (EP, ETP, TP) is refused.
+// changed until every tensor has been checked. A stage split over ranks
+// (TP heads and vocabulary, EP experts, ETP expert FFN columns) reads only
+// its slices: the checkpoint's bytes are mapped and only the slices' are
+// copied (an INT4 expert, packed along its rows, is dequantized whole, then
+// sliced).
 #ifndef KIMI_PLAN_RUNTIME_MODEL_HF_CHECKPOINT_H_
 #define KIMI_PLAN_RUNTIME_MODEL_HF_CHECKPOINT_H_
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/file_system.h"
 #include "common/status.h"
 #include "runtime/model/model.h"
+#include "runtime/model/tensor_parallel.h"
 #include "weights/checkpoint_dir.h"
 
 namespace kp::runtime {
@@ -24,8 +30,21 @@ namespace kp::runtime {
 /// `int4_experts`, every routed expert as compressed-tensors INT4).
 Status SaveHfCheckpoint(StageModelImpl& model, const FileSystem& fs, const std::string& dir, bool int4_experts);
 
-/// Fills `model`'s parameters and router biases from `checkpoint`.
-Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint);
+/// Where each of a stage's parameters lies in the released (whole) tensor,
+/// by runtime name: the dimensions it is a slice of (ParameterShard: dim,
+/// first, count, whole). A parameter not listed is whole. An expert bank's
+/// dim 0 is the experts (EP), its FFN dimension the ETP slice.
+using StageSlices = std::map<std::string, std::vector<ParameterShard>>;
+
+/// The slices of a stage split by `tp` (ShardTensorParallel's record; null
+/// for none) and whose experts are [ep_rank E / ep, ...) of E with FFN
+/// columns [etp_rank F / etp, ...) of F.
+StageSlices SlicesOfStage(StageModelImpl& model, const TensorParallelSplit* tp, int ep_rank, int ep, int etp_rank,
+                          int etp);
+
+/// Fills `model`'s parameters and router biases from `checkpoint`, each
+/// parameter from its slice (`slices`) of the released tensor.
+Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint, const StageSlices& slices = {});
 
 }  // namespace kp::runtime
 

@@ -11,6 +11,7 @@
 #include "runtime/comm/device.h"
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/expert_parallel.h"
+#include "runtime/model/hf_checkpoint.h"
 #include "runtime/train/gradient_reducer.h"
 #include "runtime/train/optimizer_step.h"
 #include "runtime/train/pipeline_context.h"
@@ -78,6 +79,7 @@ struct PipelineRank::Impl {
   Status CheckStepShape(int seq_len, const MicroBatchLoss* loss) const;
   Result<PipelineStepResult> TrainStep(const std::vector<std::int64_t>& tokens, int seq_len, MicroBatchLoss* loss);
   Result<double> EvalStep(const std::vector<std::int64_t>& tokens);
+  Status LoadHfWeights(const CheckpointDir& checkpoint);
 };
 
 Status PipelineRank::Impl::Setup(StageModuleFactory factory) {
@@ -188,6 +190,25 @@ Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
   KP_RETURN_IF_ERROR(reducer.Collect(ctx));
   optimizer.Reset(ctx, reducer);
   step = 0;
+  return Status::Ok();
+}
+
+// The optimizer restarts after the load: its masters (bf16 weights, the
+// distributed optimizer) are copies of the weights it was built from.
+Status PipelineRank::Impl::LoadHfWeights(const CheckpointDir& checkpoint) {
+  const PipelineReplicas& r = config().replicas;
+  auto rank = [](const Communicator* g) { return g != nullptr ? g->rank() : 0; };
+  auto size = [](const Communicator* g) { return g != nullptr ? g->size() : 1; };
+  for (auto& [s, module] : ctx.modules) {
+    StageModelImpl* model = ModelOfStage(*module);
+    if (model == nullptr) return Status::InvalidArgument("--init-from: stage " + std::to_string(s) + " is a stand-in");
+    const auto tp = ctx.tp_splits.find(s);
+    const StageSlices slices = SlicesOfStage(*model, tp == ctx.tp_splits.end() ? nullptr : &tp->second, rank(r.ep),
+                                             size(r.ep), rank(r.etp), size(r.etp));
+    const Status loaded = LoadHfCheckpoint(*model, checkpoint, slices);
+    if (!loaded.ok()) return loaded.WithContext("--init-from");
+  }
+  optimizer.Reset(ctx, reducer);
   return Status::Ok();
 }
 
@@ -321,6 +342,14 @@ Result<double> PipelineRank::EvalStep(const std::vector<std::int64_t>& tokens) {
     return Status::IoError(std::string("eval: ") + e.what());
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("eval: ") + e.what_without_backtrace());
+  }
+}
+
+Status PipelineRank::LoadHfWeights(const CheckpointDir& checkpoint) {
+  try {
+    return impl_->LoadHfWeights(checkpoint);
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("--init-from: ") + e.what_without_backtrace());
   }
 }
 

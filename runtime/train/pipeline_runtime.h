@@ -58,6 +58,7 @@
 #include "runtime/train/trainer.h"
 #include "specs/schedule_kind.h"
 #include "specs/stage_split.h"
+#include "weights/checkpoint_dir.h"
 
 namespace torch::serialize {
 class InputArchive;
@@ -179,6 +180,13 @@ class PipelineRank {
   /// the cached transport as in training, no gradient read or written.
   /// Returns the mean micro-batch loss, the same on every rank.
   Result<double> EvalStep(const std::vector<std::int64_t>& tokens);
+  /// Fills every stage's weights from a Hugging Face checkpoint folder
+  /// (hf_checkpoint.h), each parameter from this rank's slice of the
+  /// released tensor (its TP shard, its EP experts, its ETP columns), and
+  /// restarts the optimizer from them (its fp32 masters and moments).
+  /// Before the first step. InvalidArgument naming the file and tensor; a
+  /// stand-in stage is refused.
+  Status LoadHfWeights(const CheckpointDir& checkpoint);
 
   int step() const;
   /// Checkpoint I/O (trainer.h): writes the optimizer's state.

@@ -146,6 +146,7 @@ struct TrainSession::Impl {
   Result<std::vector<double>> GatherPeaks(double mine);
   Result<SessionStepMetrics> Step();
   Status Resume(const std::string& path);
+  Status InitFrom(const std::string& dir);
   Status Save(const std::string& path) const;
   std::string LayoutKey() const;
   double build_peak_bytes = 0;
@@ -342,6 +343,13 @@ Status TrainSession::Impl::Resume(const std::string& base) {
   return Status::Ok();
 }
 
+// Each rank maps the whole folder but reads only its own slices.
+Status TrainSession::Impl::InitFrom(const std::string& dir) {
+  Result<CheckpointDir> checkpoint = CheckpointDir::Open(*fs, dir);
+  if (!checkpoint.ok()) return checkpoint.status().WithContext("--init-from");
+  return pipeline->LoadHfWeights(*checkpoint);
+}
+
 TrainSession::TrainSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TrainSession::~TrainSession() = default;
 
@@ -390,6 +398,7 @@ Result<std::unique_ptr<TrainSession>> TrainSession::Start(std::unique_ptr<Impl> 
     torch::manual_seed(impl->config.seed);
     KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{l.pp, l.dp, l.tp, l.ep, l.etp, l.cp}));
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
+    if (!impl->config.init_from.empty()) KP_RETURN_IF_ERROR(impl->InitFrom(impl->config.init_from));
     if (!impl->config.resume.empty()) KP_RETURN_IF_ERROR(impl->Resume(impl->config.resume));
   } catch (const CommunicationError& e) {
     return Status::IoError(std::string("setting up training: ") + e.what());

@@ -116,14 +116,16 @@ std::string RankCheckpointPath(const std::string& path, int rank, int world);
 class TrainSession {
  public:
   /// A world of one in this process (`train`): the whole model one stage,
-  /// every layout size 1. Loads config.resume when set. Errors: a shape the
+  /// every layout size 1. Loads config.init_from (a Hugging Face folder) or
+  /// config.resume when set. Errors: a shape the
   /// model cannot take, a missing or truncated token file, an unreadable
   /// checkpoint or one of another shape are InvalidArgument / NotFound
   /// naming the flag.
   static Result<std::unique_ptr<TrainSession>> Create(const TrainConfig& config, const FileSystem& fs);
   /// One rank of a c10d world (`run`): meets the other ranks (ConnectC10d),
   /// builds the groups of `layout`, this rank's shards of the model and the
-  /// optimizer, and loads this rank's file of config.resume when set. Errors
+  /// optimizer, and loads this rank's slices of config.init_from or its
+  /// file of config.resume when set. Errors
   /// name the flag (InvalidArgument) or the rendezvous (IoError).
   static Result<std::unique_ptr<TrainSession>> Create(const TrainConfig& config, const ParallelLayout& layout,
                                                       const Rendezvous& rendezvous, const C10dOptions& c10d,

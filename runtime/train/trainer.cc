@@ -97,6 +97,8 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.options.checkpoint_group_layers < 1)
     return Status::InvalidArgument("--recompute-num-layers: must be >= 1, got " +
                                    std::to_string(c.options.checkpoint_group_layers));
+  if (!c.init_from.empty() && !c.resume.empty())
+    return Status::InvalidArgument("--init-from: not with --resume (the run's checkpoint holds its weights)");
   if (c.options.checkpoint_group_layers > 1 &&
       (!c.options.activation_checkpointing || c.options.checkpoint_first_layers > 0))
     return Status::InvalidArgument("--recompute-num-layers: groups of layers need --recompute full with "
@@ -138,6 +140,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   j["device"] = c.device;
   j["seed"] = c.seed;
   j["resume"] = c.resume;
+  if (!c.init_from.empty()) j["init_from"] = c.init_from;  // written only when set, as the options above
   return j.dump();
 }
 
@@ -239,6 +242,7 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Int("seed", &seed, 0, std::numeric_limits<std::int64_t>::max()));
   c->seed = static_cast<std::uint64_t>(seed);
   c->options.seed = c->seed;
+  KP_RETURN_IF_ERROR(f.String("init_from", &c->init_from, /*required=*/false));
   return f.String("resume", &c->resume);
 }
 

@@ -52,6 +52,9 @@ struct TrainConfig {
   std::string device = "cpu";
   std::uint64_t seed = 0;    ///< initialisation, data order and LibTorch's RNG
   std::string resume;        ///< a checkpoint file to continue from; empty: start fresh
+  /// A Hugging Face checkpoint folder (hf_checkpoint.h) whose weights the
+  /// run starts from, each rank reading its slices; empty: initialised.
+  std::string init_from;
 };
 
 /// Checks the training fields (the model is checked when it is built); the
