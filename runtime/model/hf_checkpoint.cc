@@ -1,6 +1,5 @@
 #include "runtime/model/hf_checkpoint.h"
 
-#include <cstring>
 #include <map>
 
 #include "weights/hf_names.h"
@@ -20,6 +19,8 @@ std::map<std::string, torch::Tensor> NamedTensors(StageModelImpl& model) {
     if (b.key().size() > 12 && b.key().compare(b.key().size() - 12, 12, ".router.bias") == 0) out[b.key()] = b.value();
   return out;
 }
+
+bool IsBank(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
 
 bool IsLora(const std::string& name) {
   return name.find("lora_a") != std::string::npos || name.find("lora_b") != std::string::npos;
@@ -125,17 +126,18 @@ Result<torch::Tensor> ReadInt4(const CheckpointDir& c, const std::vector<std::st
   return torch::tensor(w).reshape({p.rows, p.cols});
 }
 
-// Expert e of a bank: its bf16/fp32 tensor, else its three INT4 tensors.
-Result<torch::Tensor> ReadExpert(const CheckpointDir& c, const std::string& name, int experts, int e,
-                                 const std::vector<std::int64_t>& shape) {
-  KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, experts, false));
-  Result<torch::Tensor> src = ReadWhole(c, hf[e], shape);
-  if (src.ok() || src.status().code() != Status::Code::kNotFound) return src;
-  KP_ASSIGN_OR_RETURN(const std::vector<std::string> int4, HfNamesOf(name, experts, true));
-  return ReadInt4(c, {int4[3 * e], int4[3 * e + 1], int4[3 * e + 2]}, shape);
-}
+// A bank's released names, made once per bank (HfNamesOf lists every expert).
+struct BankNames {
+  std::vector<std::string> whole, int4;  // one per expert; three per expert
+};
 
-bool IsBank(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
+// Expert e of a bank: its bf16/fp32 tensor, else its three INT4 tensors.
+Result<torch::Tensor> ReadExpert(const CheckpointDir& c, const BankNames& names, std::int64_t e,
+                                 const std::vector<std::int64_t>& shape) {
+  Result<torch::Tensor> src = ReadWhole(c, names.whole[e], shape);
+  if (src.ok() || src.status().code() != Status::Code::kNotFound) return src;
+  return ReadInt4(c, {names.int4[3 * e], names.int4[3 * e + 1], names.int4[3 * e + 2]}, shape);
+}
 
 }  // namespace
 
@@ -145,7 +147,7 @@ Status SaveHfCheckpoint(StageModelImpl& model, const FileSystem& fs, const std::
   std::vector<std::pair<TensorDType, std::vector<std::int64_t>>> meta;
   for (const auto& [name, t] : NamedTensors(model)) {
     if (IsLora(name)) continue;
-    const bool bank = name.find(".moe.experts.") != std::string::npos;
+    const bool bank = IsBank(name);
     KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, bank ? t.size(0) : 1, bank && int4_experts));
     for (std::size_t i = 0; i < hf.size(); ++i) {
       if (bank && int4_experts) {
@@ -208,9 +210,11 @@ Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint, 
     for (const ParameterShard& s : sliced)
       if (s.dim == 0) first = s.first, experts = s.whole;
     const std::vector<std::int64_t> shape = WholeShape(t[0].sizes().vec(), sliced, 1);
+    BankNames names;
+    KP_ASSIGN_OR_RETURN(names.whole, HfNamesOf(name, static_cast<int>(experts), false));
+    KP_ASSIGN_OR_RETURN(names.int4, HfNamesOf(name, static_cast<int>(experts), true));
     for (std::int64_t e = 0; e < t.size(0); ++e) {
-      KP_ASSIGN_OR_RETURN(const torch::Tensor src,
-                          ReadExpert(checkpoint, name, static_cast<int>(experts), static_cast<int>(first + e), shape));
+      KP_ASSIGN_OR_RETURN(const torch::Tensor src, ReadExpert(checkpoint, names, first + e, shape));
       copies.push_back({t[e], Narrow(src, sliced, 1)});
     }
   }

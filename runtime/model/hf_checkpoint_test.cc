@@ -4,21 +4,16 @@
 
 #include <filesystem>
 
-#include "runtime/model/runtime_config.h"
-#include "specs/presets.h"
+#include "runtime/model/test_util.h"
 #include "weights/int4.h"
 
 namespace kp::runtime {
 namespace {
 
 std::shared_ptr<StageModelImpl> ScaledK26(std::uint64_t seed, int hidden = 64) {
-  RealFileSystem fs;
-  const PresetCatalog catalog(fs, DefaultPresetDir());
-  ScaleFlags scale;
-  scale.layers = 3, scale.hidden = hidden, scale.heads = 2, scale.experts = 4, scale.vocab = 128;
   ModelOptions options;
   options.seed = seed;
-  return BuildModel(ScaleModel(*catalog.Model("kimi-k2.6"), scale).value(), options).value();
+  return BuildModel(ScaledKimiK26Spec(hidden), options).value();
 }
 
 std::map<std::string, torch::Tensor> Tensors(StageModelImpl& m) {

@@ -9,23 +9,17 @@
 
 #include "common/file_system.h"
 #include "runtime/model/model.h"
-#include "runtime/model/runtime_config.h"
-#include "specs/presets.h"
+#include "runtime/model/test_util.h"
 #include "weights/hf_names.h"
 
 namespace kp::runtime {
 namespace {
 
 TEST(HfNamesModelTest, EveryTensorOfAScaledKimiK26HasItsReleasedNames) {
-  RealFileSystem fs;
-  const PresetCatalog catalog(fs, DefaultPresetDir());
-  ScaleFlags scale;
-  scale.layers = 3, scale.hidden = 64, scale.heads = 2, scale.experts = 4, scale.vocab = 128;
-  const Result<ModelSpec> spec = ScaleModel(*catalog.Model("kimi-k2.6"), scale);
-  ASSERT_TRUE(spec.ok()) << spec.status().message();
   ModelOptions options;
   options.deferred_init = true;  // names and shapes only
-  Result<std::shared_ptr<StageModelImpl>> model = BuildModel(*spec, options);
+  const ModelSpec spec = ScaledKimiK26Spec(64);
+  Result<std::shared_ptr<StageModelImpl>> model = BuildModel(spec, options);
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::vector<std::string> names;
   for (const auto& p : (*model)->named_parameters()) names.push_back(p.key());
@@ -33,10 +27,10 @@ TEST(HfNamesModelTest, EveryTensorOfAScaledKimiK26HasItsReleasedNames) {
     if (b.key().find("router.bias") != std::string::npos) names.push_back(b.key());
   std::set<std::string> hf_all;
   for (const std::string& name : names) {
-    Result<std::vector<std::string>> hf = HfNamesOf(name, spec->moe.num_experts, false);
+    Result<std::vector<std::string>> hf = HfNamesOf(name, spec.moe.num_experts, false);
     ASSERT_TRUE(hf.ok()) << hf.status().message();
     const bool bank = name.find("moe.experts.") != std::string::npos;
-    EXPECT_EQ(hf->size(), bank ? static_cast<std::size_t>(spec->moe.num_experts) : 1u) << name;
+    EXPECT_EQ(hf->size(), bank ? static_cast<std::size_t>(spec.moe.num_experts) : 1u) << name;
     for (std::size_t e = 0; e < hf->size(); ++e) {
       Result<RuntimeTarget> back = RuntimeTargetOf((*hf)[e]);
       ASSERT_TRUE(back.ok()) << back.status().message();

@@ -4,7 +4,9 @@
 #ifndef KIMI_PLAN_RUNTIME_MODEL_TEST_UTIL_H_
 #define KIMI_PLAN_RUNTIME_MODEL_TEST_UTIL_H_
 
+#include "runtime/model/runtime_config.h"
 #include "specs/model_spec.h"
+#include "specs/presets.h"
 
 namespace kp::runtime {
 
@@ -56,6 +58,17 @@ inline ModelSpec TinyGptSpec() {
   m.gated_ffn = false;
   m.attention = {AttentionKind::kMha, AttentionKind::kMha};
   return m;
+}
+
+/// The kimi-k2.6 preset scaled to 3 layers (the dense first, two MoE), two
+/// heads, 4 routed experts and a vocabulary of 128 at `hidden` (its widths
+/// follow: hidden 224 gives K2.6's expert FFN as 64, whole INT4 groups).
+inline ModelSpec ScaledKimiK26Spec(int hidden) {
+  RealFileSystem fs;
+  const PresetCatalog catalog(fs, DefaultPresetDir());
+  ScaleFlags scale;
+  scale.layers = 3, scale.hidden = hidden, scale.heads = 2, scale.experts = 4, scale.vocab = 128;
+  return ScaleModel(*catalog.Model("kimi-k2.6"), scale).value();
 }
 
 }  // namespace kp::runtime

@@ -15,10 +15,9 @@
 
 #include "runtime/comm/dist_test_util.h"
 #include "runtime/model/hf_checkpoint.h"
-#include "runtime/model/runtime_config.h"
+#include "runtime/model/test_util.h"
 #include "runtime/train/train_session.h"
 #include "runtime/train/trainer_internal.h"
-#include "specs/presets.h"
 
 namespace kp::runtime {
 namespace {
@@ -29,12 +28,8 @@ using testing::RunRanks;
 // Hidden 224 scales K2.6's expert FFN (2048 of 7168) to 64: whole INT4
 // groups of 32; two heads and a vocabulary of 128 split over tp 2.
 TrainConfig ScaledK26Config() {
-  RealFileSystem fs;
-  const PresetCatalog catalog(fs, DefaultPresetDir());
-  ScaleFlags scale;
-  scale.layers = 3, scale.hidden = 224, scale.heads = 2, scale.experts = 4, scale.vocab = 128;
   TrainConfig c;
-  c.model = ScaleModel(*catalog.Model("kimi-k2.6"), scale).value();
+  c.model = ScaledKimiK26Spec(224);
   c.batch = 4;
   c.seq_len = 8;
   c.steps = 1;
@@ -151,10 +146,7 @@ TEST(TrainSessionInitFrom, AFolderOfAnotherWidthIsRefusedNamingFileAndTensor) {
   const std::string dir = CheckpointFolder("wide");
   WriteCheckpoint(c, dir);
   TrainConfig wide = c;
-  ScaleFlags scale;
-  scale.layers = 3, scale.hidden = 256, scale.heads = 2, scale.experts = 4, scale.vocab = 128;
-  const PresetCatalog catalog(fs, DefaultPresetDir());
-  wide.model = ScaleModel(*catalog.Model("kimi-k2.6"), scale).value();
+  wide.model = ScaledKimiK26Spec(256);
   wide.init_from = dir;
   const auto s = TrainSession::Create(wide, fs);
   ASSERT_FALSE(s.ok());
