@@ -21,6 +21,7 @@
 #include "common/proc_file.h"
 #include "common/stop_signals.h"
 #include "common/table.h"
+#include "common/thread_share.h"
 #include "runtime/comm/rendezvous.h"
 #include "store/store.h"
 
@@ -135,6 +136,10 @@ Status LaunchLocalRanks(const std::string& command, const std::vector<std::strin
   const int port = FreeLocalPort();
   std::vector<std::string> argv = RankArgs(command, args);
   argv.insert(argv.begin(), {env.program, "--log-level", env.log_level});
+  // Each rank gets its share of the cores (OMP_NUM_THREADS caps it), so that
+  // the ranks' OpenMP teams do not spin against each other.
+  const std::string threads = ThreadsPerLocalRankVariable(
+      nproc, static_cast<int>(std::thread::hardware_concurrency()), env.getenv(kThreadsVariable));
   StopSignals signals;
   std::vector<int> ids;
   Status failure;
@@ -144,7 +149,7 @@ Status LaunchLocalRanks(const std::string& command, const std::vector<std::strin
         {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc), "LOCAL_RANK=" + std::to_string(r),
          "LOCAL_WORLD_SIZE=" + std::to_string(nproc), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
          std::string(runtime::kStoreFileVariable) + "=" + store_file,
-         std::string(kLauncherPidVariable) + "=" + std::to_string(getpid())},
+         std::string(kLauncherPidVariable) + "=" + std::to_string(getpid()), threads},
         /*process_group=*/ids.empty() ? 0 : ids.front());
     if (id.ok()) ids.push_back(*id);
     else failure = id.status();

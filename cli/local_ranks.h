@@ -1,8 +1,9 @@
 // Starts the ranks of a multi-process command on this machine (`kimi-plan run
 // --nproc N`, `kimi-plan sdpo --placement split`): N copies of this executable
 // with the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT) and a c10d
-// FileStore in the temporary directory, through CliEnv::processes.
+// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT), a c10d
+// FileStore in the temporary directory and OMP_NUM_THREADS set to each rank's
+// share of the cores (common/thread_share.h), through CliEnv::processes.
 #ifndef KIMI_PLAN_CLI_LOCAL_RANKS_H_
 #define KIMI_PLAN_CLI_LOCAL_RANKS_H_
 

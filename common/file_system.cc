@@ -1,7 +1,5 @@
 #include "common/file_system.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "common/regular_file.h"
 
 namespace kp {
 
@@ -28,15 +28,6 @@ std::string RealFileSystem::Canonical(const std::string& path) const {
 
 namespace {
 
-const char* FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 Status Shrank(const std::string& path, std::uint64_t size, std::uint64_t offset) {
   return Status::InvalidArgument(path + ": has " + std::to_string(size) + " bytes, fewer than the " +
                                  std::to_string(offset) + " already read (rewritten?)");
@@ -47,14 +38,6 @@ Status TooBig(const std::string& path, std::uint64_t max_bytes) {
                                  " bytes, the most this kind of file may hold (docs/limits.md)");
 }
 
-// Closes the descriptor on every path out.
-struct Descriptor {
-  int fd;
-  ~Descriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 Result<std::string> RealFileSystem::ReadFile(const std::string& path, std::uint64_t max_bytes) const {
@@ -63,22 +46,11 @@ Result<std::string> RealFileSystem::ReadFile(const std::string& path, std::uint6
 
 Result<std::string> RealFileSystem::ReadFileFrom(const std::string& path, std::uint64_t offset,
                                                  std::uint64_t max_bytes) const {
-  // Non-blocking, so that opening a FIFO with no writer returns at once and
-  // fstat can refuse it; the kind is read from the open descriptor, so the
-  // file checked is the file read.
-  Descriptor d{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
-  if (d.fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::InvalidArgument(path + ": cannot open (" + std::strerror(err) + ")");
-  }
-  struct stat st {};
-  if (::fstat(d.fd, &st) != 0) return Status::IoError(path + ": cannot stat (" + std::strerror(errno) + ")");
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": is " + FileKind(st.st_mode) + ", not a regular file");
-  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  KP_ASSIGN_OR_RETURN(const OpenFile file, OpenRegularFile(path));
+  const std::uint64_t size = file.size();
   if (offset > 0 && size < offset) return Shrank(path, size, offset);
   if (size - std::min(size, offset) > max_bytes) return TooBig(path, max_bytes);
-  if (offset > 0 && ::lseek(d.fd, static_cast<off_t>(offset), SEEK_SET) < 0)
+  if (offset > 0 && ::lseek(file.fd(), static_cast<off_t>(offset), SEEK_SET) < 0)
     return Status::IoError(path + ": cannot seek (" + std::strerror(errno) + ")");
   // The size is only a hint (files under /proc say 0, a file may grow while
   // it is read): read up to one byte past the bound and refuse if it is there.
@@ -86,7 +58,7 @@ Result<std::string> RealFileSystem::ReadFileFrom(const std::string& path, std::u
   out.reserve(static_cast<std::size_t>(size - std::min(size, offset)));
   char buf[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(d.fd, buf, sizeof buf);
+    const ssize_t n = ::read(file.fd(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::InvalidArgument(path + ": cannot read (" + std::strerror(errno) + ")");
     if (n == 0) break;

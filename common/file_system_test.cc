@@ -1,4 +1,5 @@
 #include "common/file_system.h"
+#include "common/mapped_file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -117,6 +118,22 @@ TEST_F(OutputCheckTest, ReadFileTakesRegularFilesWithinTheirBoundOnly) {
   const Result<std::string> status = real_.ReadFile("/proc/self/status", 1 << 20);
   ASSERT_TRUE(status.ok()) << status.status().message();
   EXPECT_NE(status->find("VmRSS"), std::string::npos);
+}
+
+// MapFile opens as ReadFile does (OpenRegularFile): the same refusals, the
+// file's own bytes, an empty file an empty source.
+TEST_F(OutputCheckTest, MapFileTakesRegularFilesOnly) {
+  std::ofstream(dir_ + "/ten") << "0123456789";
+  const Result<std::shared_ptr<const ByteSource>> ten = MapFile(dir_ + "/ten");
+  ASSERT_TRUE(ten.ok()) << ten.status().message();
+  EXPECT_EQ(std::string((*ten)->data(), (*ten)->size()), "0123456789");
+  std::ofstream(dir_ + "/empty").flush();
+  EXPECT_EQ((*MapFile(dir_ + "/empty"))->size(), 0u);
+  ASSERT_EQ(::mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(MapFile(dir_ + "/fifo").status().message(), dir_ + "/fifo: is a FIFO, not a regular file");
+  EXPECT_EQ(MapFile("/dev/zero").status().message(), "/dev/zero: is a character device, not a regular file");
+  EXPECT_EQ(MapFile(dir_ + "/sub").status().message(), dir_ + "/sub: is a directory, not a regular file");
+  EXPECT_EQ(MapFile(dir_ + "/none").status().message(), dir_ + "/none: no such file");
 }
 
 TEST(FakeFileSystemTest, ReadFileAppliesTheBoundAsTheRealOneDoes) {

@@ -1,12 +1,11 @@
 #include "common/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include "common/regular_file.h"
 
 namespace kp {
 
@@ -39,30 +38,12 @@ class Held : public ByteSource {
 }  // namespace
 
 Result<std::shared_ptr<const ByteSource>> MapFile(const std::string& path) {
-  // Non-blocking, so a FIFO with no writer cannot hold the open; the kind
-  // is read from the open descriptor, so the file checked is the file mapped.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::InvalidArgument(path + ": cannot open (" + std::strerror(err) + ")");
-  }
-  struct stat st {};
-  const bool stat_ok = ::fstat(fd, &st) == 0;
-  if (!stat_ok || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    if (!stat_ok) return Status::IoError(path + ": cannot stat");
-    const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file";
-    return Status::InvalidArgument(path + ": is " + std::string(kind) + ", not a regular file");
-  }
-  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return HeldBytes("");
-  }
-  void* at = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  KP_ASSIGN_OR_RETURN(const OpenFile file, OpenRegularFile(path));
+  const std::uint64_t size = file.size();
+  if (size == 0) return HeldBytes("");
+  // The mapping outlives the descriptor, which closes on return.
+  void* at = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   const int err = errno;
-  ::close(fd);  // the mapping outlives the descriptor
   if (at == MAP_FAILED) return Status::InvalidArgument(path + ": cannot map (" + std::strerror(err) + ")");
   return std::shared_ptr<const ByteSource>(std::make_shared<Mapping>(at, size));
 }

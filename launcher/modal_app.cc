@@ -149,6 +149,8 @@ def run_node(rank, ips, extra):
             "LOCAL_WORLD_SIZE": str(GPUS_PER_NODE),
             "MASTER_ADDR": ips[0],
             "MASTER_PORT": str(MASTER_PORT),
+            # Each rank's share of the node's cores, so that their OpenMP teams do not spin against each other.
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // GPUS_PER_NODE)),
         })
         procs.append(subprocess.Popen(["kimi-plan", *RUN_ARGS, *extra], env=env))
     return wait_all(procs)

@@ -40,6 +40,8 @@ TEST(ModalApp, NativeRanksGetTheTorchrunEnvironmentFromTheClusterInfo) {
   EXPECT_TRUE(Has(s, "\"LOCAL_RANK\": str(local_rank),\n"));
   EXPECT_TRUE(Has(s, "\"MASTER_ADDR\": ips[0],\n"));
   EXPECT_TRUE(Has(s, "\"MASTER_PORT\": str(MASTER_PORT),\n"));
+  EXPECT_TRUE(Has(s, "\"OMP_NUM_THREADS\": os.environ.get(\"OMP_NUM_THREADS\") or "
+                     "str(max(1, (os.cpu_count() or 1) // GPUS_PER_NODE)),\n"));
   EXPECT_TRUE(Has(s, "RUN_ARGS = [\n    \"run\",\n    \"--model\", \"kimi-k2.6\",\n    \"--mode\", \"full\",\n"));
   EXPECT_TRUE(Has(s, "    \"--tp\", \"8\",\n    \"--pp\", \"2\",\n"));
   EXPECT_TRUE(Has(s, "KIMI_PLAN_BIN = os.environ.get(\"KIMI_PLAN_BIN\", \"/opt/kimi-plan/bin/kimi-plan\")\n"));

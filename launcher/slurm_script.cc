@@ -58,10 +58,13 @@ void NativeBody(const Launch& l, std::ostream& s) {
   s << "\necho \"kimi-plan: $SLURM_NTASKS ranks on $SLURM_JOB_NUM_NODES nodes, rendezvous $MASTER_ADDR:$MASTER_PORT\"\n"
     << "# One task per GPU. Each task turns Slurm's ids into the torchrun-style\n"
     << "# environment and becomes that rank; one rank failing ends the others.\n"
+    << "# Its CPU threads are its --cpus-per-task (1 unless set), so that the\n"
+    << "# ranks' OpenMP teams do not spin against each other.\n"
     << "srun --kill-on-bad-exit=1 --nodes=" << l.request.nodes << " --ntasks-per-node=" << l.request.gpus_per_node
     << " \\\n"
     << "  bash -c 'export RANK=\"$SLURM_PROCID\" WORLD_SIZE=\"$SLURM_NTASKS\" LOCAL_RANK=\"$SLURM_LOCALID\" "
-       "LOCAL_WORLD_SIZE=\"$SLURM_NTASKS_PER_NODE\"; exec \"$@\"' \\\n"
+       "LOCAL_WORLD_SIZE=\"$SLURM_NTASKS_PER_NODE\" "
+       "OMP_NUM_THREADS=\"${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}\"; exec \"$@\"' \\\n"
     << "  kimi-plan-rank \"$KIMI_PLAN\" \"${RUN_ARGS[@]}\" \"$@\"\n";
 }
 

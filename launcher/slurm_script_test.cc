@@ -70,7 +70,8 @@ TEST(SlurmScript, NativeRanksGetTheTorchrunEnvironmentFromSrun) {
   const std::string s = Script(SeedLaunch("h200-full", LaunchTarget::kSlurm, LaunchEngine::kNative));
   EXPECT_TRUE(Has(s, "srun --kill-on-bad-exit=1 --nodes=16 --ntasks-per-node=8 \\\n"));
   EXPECT_TRUE(Has(s, "export RANK=\"$SLURM_PROCID\" WORLD_SIZE=\"$SLURM_NTASKS\" LOCAL_RANK=\"$SLURM_LOCALID\" "
-                     "LOCAL_WORLD_SIZE=\"$SLURM_NTASKS_PER_NODE\"; exec \"$@\""));
+                     "LOCAL_WORLD_SIZE=\"$SLURM_NTASKS_PER_NODE\" "
+                     "OMP_NUM_THREADS=\"${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}\"; exec \"$@\""));
   EXPECT_TRUE(Has(s, "kimi-plan-rank \"$KIMI_PLAN\" \"${RUN_ARGS[@]}\" \"$@\"\n"));
   EXPECT_TRUE(Has(s, "KIMI_PLAN=${KIMI_PLAN:-kimi-plan}\n"));
   EXPECT_TRUE(Has(s, "RUN_ARGS=(\n  run\n  --model kimi-k2.6\n  --mode full\n"));

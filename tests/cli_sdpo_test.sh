@@ -73,6 +73,7 @@ for sft in 60 240 960; do
 done
 check "split: a warm start longer than the timeout" test $hb_rc -eq 0
 check "split: warm start reported" grep -qE "warm start +$sft/$sft" hb.err
+[ $hb_rc -eq 0 ] || show_if_any hb.err
 check "split: the run outlasted the timeout twice (else the check above proves nothing)" test "$hb_seconds" -ge 16
 
 # --- split, a V-shaped schedule: the actor's stages 0 and 3 on rank 0, 1 and

@@ -26,7 +26,12 @@ export SLURM_CONF="$cluster/slurm.conf"
 export KIMI_PLAN="$bin" MASTER_PORT=$((30000 + RANDOM % 20000))
 timeout 300 sbatch --wait -o job.out job/kimi-plan.sbatch \
   --steps 2 --hidden 32 --experts 4 --vocab 64 --layers 3 --heads 2 --db "$work/runs.db" > sbatch.txt
-check "the job finishes" test $? -eq 0
+code=$?
+check "the job finishes" test $code -eq 0
+if [ $code -ne 0 ]; then  # why: the job's state and reason, the node's, the daemons' last words
+  { cat sbatch.txt; squeue -h -o '%i %T %r'; sinfo -h -o '%N %T %E'
+    tail -n 15 "$cluster"/log/slurmctld.log "$cluster"/log/slurmd.log; } >&2
+fi
 check "srun started two ranks" grep -q "on 2 ranks (gloo, pp 1 dp 2 ep 1 etp 1 cp 1 tp 1)" job.out
 check "both steps are in the store" test "$(sqlite3 runs.db "select count(*) from steps")" = 2
 check "as a run of the native runtime" test "$(sqlite3 runs.db "select kind from runs")" = run

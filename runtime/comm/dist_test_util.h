@@ -12,9 +12,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/process_launcher.h"
+#include "common/thread_share.h"
 #include "runtime/comm/c10d_communicator.h"
 #include "runtime/comm/rendezvous.h"
 
@@ -26,7 +28,8 @@ inline constexpr const char* kRankTestVariable = "KIMI_PLAN_TEST_RANK";
 inline bool IsRankProcess() { return std::getenv(kRankTestVariable) != nullptr; }
 
 /// Starts `world` copies of this binary running only `test` ("Suite.Name"),
-/// rank i with RANK=i, plus `env` ("NAME=VALUE"); waits for all and returns
+/// rank i with RANK=i and its share of the cores (common/thread_share.h),
+/// plus `env` ("NAME=VALUE"); waits for all and returns
 /// their exit codes in rank order (128 + signal for a killed rank).
 inline std::vector<int> RunRanks(const std::string& test, int world, const std::vector<std::string>& env = {}) {
   static int runs = 0;
@@ -39,7 +42,9 @@ inline std::vector<int> RunRanks(const std::string& test, int world, const std::
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> e = {std::string(kRankTestVariable) + "=1", "RANK=" + std::to_string(r),
                                   "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(r),
-                                  "MASTER_ADDR=127.0.0.1", std::string(kStoreFileVariable) + "=" + store};
+                                  "MASTER_ADDR=127.0.0.1", std::string(kStoreFileVariable) + "=" + store,
+                                  ThreadsPerLocalRankVariable(world, static_cast<int>(std::thread::hardware_concurrency()),
+                                                              std::getenv(kThreadsVariable))};
     e.insert(e.end(), env.begin(), env.end());
     Result<int> id = launcher.Start({"/proc/self/exe", "--gtest_filter=" + test, "--gtest_brief=1"}, e);
     if (!id.ok()) {

@@ -9,7 +9,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/attn_res_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -96,7 +96,7 @@ torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const 
 
 bool AttnResKernelApplies(const std::vector<torch::Tensor>&) { return false; }
 torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>&, const torch::Tensor&, const torch::Tensor&, double) {
-  throw std::logic_error("AttnResReadKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("AttnResReadKernel");
 }
 
 #endif

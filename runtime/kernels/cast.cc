@@ -9,7 +9,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/cast_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -53,7 +53,7 @@ torch::Tensor CastKernel(const torch::Tensor& x, c10::ScalarType dtype) {
 
 bool CastKernelApplies(const torch::Tensor&, c10::ScalarType) { return false; }
 torch::Tensor CastKernel(const torch::Tensor&, c10::ScalarType) {
-  throw std::logic_error("CastKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("CastKernel");
 }
 
 #endif

@@ -10,7 +10,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/cross_entropy_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -128,11 +128,11 @@ torch::Tensor LinearCrossEntropyKernel(const torch::Tensor& x, const torch::Tens
 
 bool LinearCrossEntropyKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 torch::Tensor LinearCrossEntropyKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
-  throw std::logic_error("LinearCrossEntropyKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("LinearCrossEntropyKernel");
 }
 bool CrossEntropyKernelApplies(const torch::Tensor&) { return false; }
 torch::Tensor CrossEntropyKernel(const torch::Tensor&, const torch::Tensor&) {
-  throw std::logic_error("CrossEntropyKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("CrossEntropyKernel");
 }
 
 #endif

@@ -12,7 +12,7 @@
 #include "runtime/kernels/kda_cuda.h"
 #include "runtime/kernels/kda_prep_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -328,29 +328,29 @@ std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& 
 bool KdaIntraKernelApplies(const torch::Tensor&) { return false; }
 std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor&, const torch::Tensor&,
                                                       const torch::Tensor&) {
-  throw std::logic_error("KdaIntraChunk: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaIntraChunk");
 }
 bool KdaScanKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 KdaScanResult KdaStateScan(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                            const torch::Tensor&) {
-  throw std::logic_error("KdaStateScan: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaStateScan");
 }
 bool KdaRecurrentKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 torch::Tensor KdaRecurrentKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                  const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, torch::Tensor*) {
-  throw std::logic_error("KdaRecurrentKernel: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaRecurrentKernel");
 }
 bool KdaChunkProductsKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                   const torch::Tensor&, const torch::Tensor&) {
-  throw std::logic_error("KdaChunkProductsKernel: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaChunkProductsKernel");
 }
 bool KdaChunkCoreKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor&, const torch::Tensor&,
                                                            const torch::Tensor&, const torch::Tensor&,
                                                            const torch::Tensor&, const torch::Tensor&,
                                                            const torch::Tensor&, const torch::Tensor&) {
-  throw std::logic_error("KdaChunkCoreKernel: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaChunkCoreKernel");
 }
 
 #endif

@@ -11,7 +11,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/kda_prep_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -130,11 +130,11 @@ torch::Tensor KdaGateCumChunked(const torch::Tensor& f, const torch::Tensor& a_l
 bool KdaPrepKernelsApply(const torch::Tensor&, std::int64_t, std::int64_t) { return false; }
 torch::Tensor KdaShortConvChunked(const torch::Tensor&, const torch::Tensor&, std::int64_t, std::int64_t, bool, double,
                                   double) {
-  throw std::logic_error("KdaShortConvChunked: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaShortConvChunked");
 }
 torch::Tensor KdaGateCumChunked(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, std::int64_t,
                                 std::int64_t) {
-  throw std::logic_error("KdaGateCumChunked: this build has no CUDA KDA kernels");
+  kernel_support::NoCudaKernels("KdaGateCumChunked");
 }
 
 #endif

@@ -10,7 +10,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/moe_combine_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -73,7 +73,7 @@ torch::Tensor MoeCombineKernel(const torch::Tensor& rows, const torch::Tensor& r
 
 bool MoeCombineKernelApplies(const torch::Tensor&, std::int64_t) { return false; }
 torch::Tensor MoeCombineKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
-  throw std::logic_error("MoeCombineKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("MoeCombineKernel");
 }
 
 #endif

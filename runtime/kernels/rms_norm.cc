@@ -9,7 +9,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/rms_norm_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -132,10 +132,10 @@ torch::Tensor GatedRmsNormKernel(const torch::Tensor& x, const torch::Tensor& ga
 bool RmsNormKernelApplies(const torch::Tensor&) { return false; }
 bool GatedRmsNormKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 torch::Tensor GatedRmsNormKernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double) {
-  throw std::logic_error("GatedRmsNormKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("GatedRmsNormKernel");
 }
 torch::Tensor RmsNormKernel(const torch::Tensor&, const torch::Tensor&, double) {
-  throw std::logic_error("RmsNormKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("RmsNormKernel");
 }
 
 #endif

@@ -9,7 +9,7 @@
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/swiglu_cuda.h"
 #else
-#include <stdexcept>
+#include "runtime/kernels/no_kernels.h"
 #endif
 
 namespace kp::runtime {
@@ -63,7 +63,7 @@ torch::Tensor SwiGluKernel(const torch::Tensor& gate, const torch::Tensor& up) {
 
 bool SwiGluKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 torch::Tensor SwiGluKernel(const torch::Tensor&, const torch::Tensor&) {
-  throw std::logic_error("SwiGluKernel: this build has no CUDA kernels");
+  kernel_support::NoCudaKernels("SwiGluKernel");
 }
 
 #endif

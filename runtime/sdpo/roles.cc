@@ -144,6 +144,9 @@ Status AwaitWarmStart(Communicator& heartbeat, torch::Device device) {
 }
 
 Status ActorRank::WarmStart(LoopObserver& observer, Communicator* heartbeat) {
+  // A first beat before the first step: the waiting ranks' timeout then
+  // covers the actor's set-up alone, not set-up plus a step.
+  if (heartbeat != nullptr && config_.sft_steps > 0) KP_RETURN_IF_ERROR(Beat(*heartbeat, device_, true));
   for (int s = 0; s < config_.sft_steps; ++s) {
     Result<double> loss = Status::Internal("unset");
     try {

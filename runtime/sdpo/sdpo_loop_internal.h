@@ -128,9 +128,10 @@ class ActorRank {
                                                    const FileSystem& fs);
   /// The supervised warm start (SdpoConfig::sft_steps), reported every
   /// tenth step. With `heartbeat` (the split placement's world) a 1 is
-  /// broadcast from rank 0 after every step and a 0 at the end, for the
-  /// ranks that wait meanwhile (AwaitWarmStart): a warm start longer than
-  /// the c10d timeout then never times them out, and a dead actor still does.
+  /// broadcast from rank 0 before the first step and after every step, and
+  /// a 0 at the end, for the ranks that wait meanwhile (AwaitWarmStart): a
+  /// warm start longer than the c10d timeout then never times them out,
+  /// and a dead actor still does.
   Status WarmStart(LoopObserver& observer, Communicator* heartbeat = nullptr);
   /// After the warm start: LoRA adapters (if any) and the loop's optimizer.
   Status BeginLoop();
