@@ -5,6 +5,9 @@
 // "-" for a name the Kimi K2 / DeepSeek-V3 table lacks), after every check
 // of weights/safetensors.h and weights/checkpoint_dir.h. Nothing is read but
 // the headers and the index.
+// `kimi-plan checkpoint export SAVE --out DIR`: a layout-free save of `run`
+// or `train --save` (weights/sharded_save.h) assembled into a servable
+// Hugging Face folder, one tensor at a time, one shard in memory at most.
 #include <filesystem>
 #include <sstream>
 
@@ -15,6 +18,7 @@
 #include "common/table.h"
 #include "weights/checkpoint_dir.h"
 #include "weights/hf_names.h"
+#include "weights/sharded_save.h"
 
 namespace kp {
 
@@ -24,14 +28,20 @@ using nlohmann::json;
 
 po::options_description CheckpointOptions() {
   po::options_description desc(
-      "kimi-plan checkpoint inspect PATH [--json]\n\n"
-      "Lists the tensors of a safetensors file or a Hugging Face checkpoint folder (its index and shards),\n"
-      "checking the format: a truncated file, a header that lies about offsets, a missing shard or an index\n"
-      "naming a tensor no file holds is one line naming the file and tensor, exit 2. Options");
+      "kimi-plan checkpoint inspect PATH [--json]\n"
+      "kimi-plan checkpoint export SAVE --out DIR [--dtype bf16|saved] [--max-shard-gib G] [--json]\n\n"
+      "inspect lists the tensors of a safetensors file or a Hugging Face checkpoint folder (its index and\n"
+      "shards), checking the format: a truncated file, a header that lies about offsets, a missing shard or an\n"
+      "index naming a tensor no file holds is one line naming the file and tensor, exit 2.\n"
+      "export writes the weights of a save of `run` / `train --save` (any layout; its latest complete step,\n"
+      "or the step folder named) as a Hugging Face folder under the released names. Options");
   desc.add_options()("help,h", "this text")
-      ("action", po::value<std::string>(), "inspect (positional)")
-      ("path", po::value<std::string>(), "a .safetensors file or a checkpoint folder (positional)")
-      ("json", "the tensors as JSON");
+      ("action", po::value<std::string>(), "inspect | export (positional)")
+      ("path", po::value<std::string>(), "inspect: a .safetensors file or a checkpoint folder; export: a save (positional)")
+      ("out", po::value<std::string>(), "export: the folder to write")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "export: bf16 (fp32 rounded to nearest even) | saved")
+      ("max-shard-gib", NumberFlag(1.0 / 1024, 1024)->default_value(5.0), "export: the largest shard file, GiB")
+      ("json", "the tensors (inspect) or what was written (export) as JSON");
   return desc;
 }
 
@@ -73,6 +83,36 @@ Status Print(const std::vector<Row>& rows, bool as_json, std::ostream& out) {
   return Status::Ok();
 }
 
+Status Export(const po::variables_map& vm, CliEnv& env) {
+  if (!vm.count("path")) return Status::InvalidArgument("SAVE: give the save folder of run / train --save");
+  if (!vm.count("out")) return Status::InvalidArgument("--out: give the folder to write the Hugging Face checkpoint to");
+  const std::string dtype = vm["dtype"].as<std::string>(), out = vm["out"].as<std::string>();
+  if (dtype != "bf16" && dtype != "saved")
+    return Status::InvalidArgument("--dtype: must be bf16 or saved, got \"" + dtype + "\"");
+  KP_RETURN_IF_ERROR(env.fs.CheckWritableDirectory(out).WithContext("--out"));
+  if (env.fs.Exists(out + "/model.safetensors") || env.fs.Exists(out + "/model.safetensors.index.json"))
+    return Status::InvalidArgument("--out: " + out + " already holds a checkpoint (choose an empty folder)");
+  KP_ASSIGN_OR_RETURN(const ShardedSave save, ShardedSave::Open(env.fs, vm["path"].as<std::string>()));
+  const auto max_bytes = static_cast<std::int64_t>(vm["max-shard-gib"].as<double>() * (1ull << 30));
+  KP_ASSIGN_OR_RETURN(const std::int64_t written, ExportHfFolder(save, env.fs, out, dtype == "bf16", max_bytes));
+  KP_ASSIGN_OR_RETURN(const CheckpointDir dir, CheckpointDir::Open(env.fs, out));
+  std::uint64_t bytes = 0;
+  for (const SafetensorsFile& f : dir.files())
+    for (const TensorEntry& e : f.tensors()) bytes += e.end - e.begin;
+  if (vm.count("json")) {
+    env.out << json{{"save", save.folder()}, {"step", save.manifest().step}, {"layout", save.manifest().layout},
+                    {"out", out}, {"tensors", written}, {"files", dir.files().size()}, {"bytes", bytes}}
+                   .dump(2)
+            << "\n";
+    return Status::Ok();
+  }
+  Table t({"save", "step", "saved on", "tensors", "files", "bytes", "written to"});
+  t.AddRow({save.folder(), std::to_string(save.manifest().step), save.manifest().layout, std::to_string(written),
+            std::to_string(dir.files().size()), std::to_string(bytes), out});
+  env.out << t.Render();
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckpointCommand(const std::vector<std::string>& args, CliEnv& env) {
@@ -82,9 +122,10 @@ Status CheckpointCommand(const std::vector<std::string>& args, CliEnv& env) {
   po::variables_map vm;
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out, &positional));
   if (!proceed) return Status::Ok();
-  if (!vm.count("action") || vm["action"].as<std::string>() != "inspect")
-    return Status::InvalidArgument("checkpoint: the action must be inspect, got \"" +
-                                   (vm.count("action") ? vm["action"].as<std::string>() : std::string()) + "\"");
+  const std::string action = vm.count("action") ? vm["action"].as<std::string>() : std::string();
+  if (action == "export") return Export(vm, env);
+  if (action != "inspect")
+    return Status::InvalidArgument("checkpoint: the action must be inspect or export, got \"" + action + "\"");
   if (!vm.count("path")) return Status::InvalidArgument("PATH: give a .safetensors file or a checkpoint folder");
   const std::string path = vm["path"].as<std::string>();
   std::vector<Row> rows;

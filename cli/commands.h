@@ -18,7 +18,8 @@ Status LaunchCommand(const std::vector<std::string>& args, CliEnv& env);
 Status ReportCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan ingest`: another engine's metrics file (Verl's) into the store.
 Status IngestCommand(const std::vector<std::string>& args, CliEnv& env);
-/// `kimi-plan checkpoint inspect PATH`: a safetensors file's or checkpoint folder's tensors.
+/// `kimi-plan checkpoint inspect PATH`: a safetensors file's or checkpoint folder's tensors;
+/// `kimi-plan checkpoint export SAVE --out DIR`: a layout-free save as a Hugging Face folder.
 Status CheckpointCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan validate`: the planner against published measurements.
 Status ValidateCommand(const std::vector<std::string>& args, CliEnv& env);

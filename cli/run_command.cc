@@ -63,14 +63,16 @@ Status RankSteps(const po::variables_map& vm, const TrainConfig& config, const P
                  {"first_loss", losses.front()}, {"last_loss", losses.back()},
                  {"peak_memory_bytes_by_rank", loop.rank_peak_memory_bytes},
                  {"build_peak_memory_bytes_by_rank", loop.rank_build_peak_memory_bytes},
-                 {"checkpoint", loop.checkpoint.empty() ? json(nullptr) : json(loop.checkpoint)}};
+                 {"checkpoint", loop.checkpoint.empty() ? json(nullptr) : json(loop.checkpoint)},
+                 {"save", loop.save.empty() ? json(nullptr) : json(loop.save)}};
   if (vm.count("json")) env.out << result.dump(2) << "\n";
   else
     env.out << "kimi-plan run #" << run.id << ": " << config.model.name << " on " << rv.world_size << " ranks, loss "
             << std::fixed << std::setprecision(4) << losses.front() << " -> " << losses.back() << " over steps "
             << loop.first_step << ".." << config.steps << "\n"
             << "peak memory by rank: " << MegabyteList(loop.rank_peak_memory_bytes) << "\n"
-            << (loop.checkpoint.empty() ? "" : "checkpoint " + loop.checkpoint + "\n");
+            << (loop.checkpoint.empty() ? "" : "checkpoint " + loop.checkpoint + "\n")
+            << (loop.save.empty() ? "" : "save " + loop.save + "\n");
   return Status::Ok();
 }
 
@@ -120,6 +122,7 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env) {
   KP_ASSIGN_OR_RETURN(const bool proceed, ParseCommand(args, desc, &vm, env.out));
   if (!proceed) return Status::Ok();
   KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "save"));
   KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "data", "resume"}));
   KP_ASSIGN_OR_RETURN(const std::optional<PlanRequest> plan, RunPlan(vm, env));
   KP_ASSIGN_OR_RETURN(const TrainConfig config, BuildRunConfig(vm, env, plan));

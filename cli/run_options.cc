@@ -266,7 +266,7 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   } else {
     KP_ASSIGN_OR_RETURN(c.distributed_optimizer, OnOff(vm, "distributed-optimizer", false));
   }
-  ReadCheckpointFlags(vm, &c);
+  KP_RETURN_IF_ERROR(ReadCheckpointFlags(vm, &c));
   KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(c));
   return c;
 }

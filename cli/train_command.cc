@@ -82,7 +82,7 @@ Result<TrainConfig> BuildTrainConfig(const po::variables_map& vm, const CliEnv& 
   if (width != "uint16" && width != "uint32")
     return Status::InvalidArgument("--token-dtype: must be uint16 or uint32, got \"" + width + "\"");
   c.data.token_bytes = width == "uint16" ? 2 : 4;
-  ReadCheckpointFlags(vm, &c);
+  KP_RETURN_IF_ERROR(ReadCheckpointFlags(vm, &c));
   if (vm.count("save-adapters") && !c.lora.enabled())
     return Status::InvalidArgument("--save-adapters: needs --lora-rank > 0");
   return c;
@@ -128,7 +128,8 @@ Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime:
                  {"last_tenth_mean_loss", n ? json(MeanOf(losses, n - tenth, n)) : json(nullptr)},
                  {"median_tokens_per_s", Median(speeds)},
                  {"peak_memory_bytes", peak},
-                 {"checkpoint", checkpoint.empty() ? json(nullptr) : json(checkpoint)}};
+                 {"checkpoint", checkpoint.empty() ? json(nullptr) : json(checkpoint)},
+                 {"save", loop.save.empty() ? json(nullptr) : json(loop.save)}};
   if (vm.count("json")) {
     env.out << result.dump(2) << "\n";
     return Status::Ok();
@@ -149,6 +150,7 @@ Status TrainRun(const po::variables_map& vm, const TrainConfig& config, runtime:
   env.out << "speed     " << FormatFixed(Median(speeds), 0) << " tokens/s (median step), peak memory "
           << FormatFixed(peak / 1e6, 0) << " MB\n";
   if (!checkpoint.empty()) env.out << "checkpoint " << checkpoint << "\n";
+  if (!loop.save.empty()) env.out << "save " << loop.save << "\n";
   return Status::Ok();
 }
 
@@ -162,6 +164,7 @@ Status TrainCommand(const std::vector<std::string>& args, CliEnv& env) {
   // Before the run's row or any step: a path that cannot be written fails
   // now, not after training (torch::save creates no directory).
   KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "checkpoint-dir"));
+  KP_RETURN_IF_ERROR(CheckOutputDirectory(vm, env, "save"));
   KP_RETURN_IF_ERROR(CheckOutputFile(vm, env, "save-adapters", /*create_parent=*/false));
   KP_RETURN_IF_ERROR(CheckDistinctPaths(vm, env, {"db", "data", "resume", "save-adapters"}));
   KP_ASSIGN_OR_RETURN(TrainConfig config, BuildTrainConfig(vm, env));

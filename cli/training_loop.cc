@@ -66,12 +66,21 @@ void AddCheckpointOptions(po::options_description& desc) {
       ("checkpoint-dir", po::value<std::string>(),
        "write step-N.pt checkpoints here (at the end, and every --checkpoint-every); each rank of a run its own file")
       ("checkpoint-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0),
-       "steps between checkpoints (0: only at the end)");
+       "steps between checkpoints (0: only at the end)")
+      ("save", po::value<std::string>(),
+       "write layout-free saves here (DIR/step-N, DIR/latest): the weights under the released names with the "
+       "optimizer's state, each rank its pieces; --resume DIR continues on any layout, checkpoint export serves it")
+      ("save-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0),
+       "steps between saves (0: only at the end)");
 }
 
-void ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* config) {
+Status ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* config) {
   if (vm.count("resume")) config->resume = vm["resume"].as<std::string>();
   if (vm.count("init-from")) config->init_from = vm["init-from"].as<std::string>();
+  KP_RETURN_IF_ERROR(FlagNeeds(vm, "save-every", vm.count("save") > 0, "--save"));
+  if (vm.count("save") && config->lora.enabled())
+    return Status::InvalidArgument("--save: a LoRA run saves its adapters (--save-adapters), not the whole model");
+  return Status::Ok();
 }
 
 TrainingLoopOptions LoopOptionsFrom(const po::variables_map& vm) {
@@ -79,6 +88,8 @@ TrainingLoopOptions LoopOptionsFrom(const po::variables_map& vm) {
   o.log_every = vm["log-every"].as<int>();
   o.checkpoint_every = vm["checkpoint-every"].as<int>();
   if (vm.count("checkpoint-dir")) o.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
+  o.save_every = vm["save-every"].as<int>();
+  if (vm.count("save")) o.save_dir = vm["save"].as<std::string>();
   return o;
 }
 
@@ -104,9 +115,18 @@ Result<TrainingLoopResult> RunTrainingLoop(runtime::TrainSession& session, const
         m.step != config.steps) {
       KP_ASSIGN_OR_RETURN(out.checkpoint, SaveCheckpoint(session, env.fs, options.checkpoint_dir));
     }
+    if (!options.save_dir.empty() && options.save_every > 0 && m.step % options.save_every == 0 &&
+        m.step != config.steps) {
+      KP_RETURN_IF_ERROR(session.SaveShards(options.save_dir));
+      out.save = options.save_dir + "/step-" + std::to_string(m.step);
+    }
   }
   if (!options.checkpoint_dir.empty()) {
     KP_ASSIGN_OR_RETURN(out.checkpoint, SaveCheckpoint(session, env.fs, options.checkpoint_dir));
+  }
+  if (!options.save_dir.empty()) {
+    KP_RETURN_IF_ERROR(session.SaveShards(options.save_dir));
+    out.save = options.save_dir + "/step-" + std::to_string(session.step());
   }
   return out;
 }

@@ -27,15 +27,19 @@ nlohmann::json LayoutJson(const runtime::ParallelLayout& layout);
 nlohmann::json SessionConfigJson(const runtime::TrainConfig& config, const runtime::ParallelLayout& layout,
                                  const runtime::TrainSession& session);
 
-/// --resume, --init-from, --checkpoint-dir and --checkpoint-every.
+/// --resume, --init-from, --checkpoint-dir, --checkpoint-every, --save and
+/// --save-every.
 void AddCheckpointOptions(po::options_description& desc);
-/// --resume and --init-from into `config` (ValidateTrainConfig refuses both).
-void ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* config);
+/// --resume and --init-from into `config` (ValidateTrainConfig refuses
+/// both); --save-every without --save, and --save with LoRA, refused.
+Status ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* config);
 
 struct TrainingLoopOptions {
   int log_every = 10;          ///< a progress line every so many steps (and the first and last)
   std::string checkpoint_dir;  ///< empty: no checkpoints
   int checkpoint_every = 0;    ///< steps between checkpoints (0: only at the end)
+  std::string save_dir;        ///< layout-free saves (TrainSession::SaveShards); empty: none
+  int save_every = 0;          ///< steps between saves (0: only at the end)
 };
 /// The loop's options from --log-every and the checkpoint flags.
 TrainingLoopOptions LoopOptionsFrom(const po::variables_map& vm);
@@ -49,13 +53,15 @@ struct TrainingLoopResult {
   std::vector<double> rank_peak_memory_bytes;        ///< the last step's, by world rank
   std::vector<double> rank_build_peak_memory_bytes;  ///< by world rank
   std::string checkpoint;              ///< the last checkpoint written ("" when none)
+  std::string save;                    ///< the last save's step folder ("" when none)
 };
 
 /// Steps `session` to config.steps. With `store` (rank 0 of a run, the one
 /// process of `train`) each step and its pipeline traffic is appended to
 /// run `run_id` and a progress line goes to stderr for the first step, every
 /// log_every and the last. Every rank writes its checkpoint file at every
-/// checkpoint_every step and at the end (step-N.pt in checkpoint_dir). The
+/// checkpoint_every step and at the end (step-N.pt in checkpoint_dir), and
+/// the ranks together a save at every save_every step and at the end. The
 /// first error ends the loop.
 Result<TrainingLoopResult> RunTrainingLoop(runtime::TrainSession& session, const runtime::TrainConfig& config,
                                            const TrainingLoopOptions& options, Store* store, std::int64_t run_id,

@@ -40,9 +40,16 @@ inline std::vector<int> RunRanks(const std::string& test, int world, const std::
   RealProcessLauncher launcher;
   std::vector<int> ids(world), codes(world, -1);
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> e = {std::string(kRankTestVariable) + "=1", "RANK=" + std::to_string(r),
-                                  "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(r),
-                                  "MASTER_ADDR=127.0.0.1", std::string(kStoreFileVariable) + "=" + store,
+    // Built by appending: GCC 12 warns falsely (-Warray-bounds) on chains
+    // of operator+ over temporaries once this is inlined into some tests.
+    const auto var = [](const char* name, const std::string& value) {
+      std::string out(name);
+      out.append("=").append(value);
+      return out;
+    };
+    std::vector<std::string> e = {var(kRankTestVariable, "1"), var("RANK", std::to_string(r)),
+                                  var("WORLD_SIZE", std::to_string(world)), var("LOCAL_RANK", std::to_string(r)),
+                                  var("MASTER_ADDR", "127.0.0.1"), var(kStoreFileVariable, store),
                                   ThreadsPerLocalRankVariable(world, static_cast<int>(std::thread::hardware_concurrency()),
                                                               std::getenv(kThreadsVariable))};
     e.insert(e.end(), env.begin(), env.end());

@@ -69,14 +69,6 @@ torch::Tensor ViewOf(const SafetensorsFile& file, const TensorEntry& e) {
   return torch::from_blob(const_cast<char*>(bytes.data()), e.shape, torch::TensorOptions().dtype(TorchDType(e.dtype)));
 }
 
-// `whole` narrowed to the slices (dims counted from `dim_offset`: an
-// expert's matrix is its bank's slice from dim 1).
-torch::Tensor Narrow(torch::Tensor whole, const std::vector<ParameterShard>& slices, std::int64_t dim_offset) {
-  for (const ParameterShard& s : slices)
-    if (s.dim >= dim_offset) whole = whole.narrow(s.dim - dim_offset, s.first, s.count);
-  return whole;
-}
-
 // The released tensor's shape: `local`'s with each sliced dimension whole.
 std::vector<std::int64_t> WholeShape(std::vector<std::int64_t> local, const std::vector<ParameterShard>& slices,
                                      std::int64_t dim_offset) {
@@ -126,17 +118,20 @@ Result<torch::Tensor> ReadInt4(const CheckpointDir& c, const std::vector<std::st
   return torch::tensor(w).reshape({p.rows, p.cols});
 }
 
-// A bank's released names, made once per bank (HfNamesOf lists every expert).
-struct BankNames {
-  std::vector<std::string> whole, int4;  // one per expert; three per expert
-};
-
-// Expert e of a bank: its bf16/fp32 tensor, else its three INT4 tensors.
-Result<torch::Tensor> ReadExpert(const CheckpointDir& c, const BankNames& names, std::int64_t e,
+// A routed expert called `name` (bf16 form): its bf16/fp32 tensor, else its
+// three INT4 tensors (`name` with _packed, _scale, _shape).
+Result<torch::Tensor> ReadExpert(const CheckpointDir& c, const std::string& name,
                                  const std::vector<std::int64_t>& shape) {
-  Result<torch::Tensor> src = ReadWhole(c, names.whole[e], shape);
+  Result<torch::Tensor> src = ReadWhole(c, name, shape);
   if (src.ok() || src.status().code() != Status::Code::kNotFound) return src;
-  return ReadInt4(c, {names.int4[3 * e], names.int4[3 * e + 1], names.int4[3 * e + 2]}, shape);
+  return ReadInt4(c, {name + "_packed", name + "_scale", name + "_shape"}, shape);
+}
+
+// The box [offset, offset + shape) of `whole`.
+torch::Tensor NarrowTo(torch::Tensor whole, const std::vector<std::int64_t>& offset, c10::IntArrayRef shape) {
+  for (std::size_t d = 0; d < offset.size(); ++d)
+    whole = whole.narrow(static_cast<std::int64_t>(d), offset[d], shape[d]);
+  return whole;
 }
 
 }  // namespace
@@ -191,32 +186,47 @@ StageSlices SlicesOfStage(StageModelImpl& model, const TensorParallelSplit* tp, 
   return out;
 }
 
-Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint, const StageSlices& slices) {
-  // Every tensor read and checked first; the model changes only after.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (destination, source slice)
+Result<std::vector<ReleasedPiece>> ReleasedPieces(StageModelImpl& model, const StageSlices& slices, bool own_names) {
+  std::vector<ReleasedPiece> out;
   static const std::vector<ParameterShard> kWhole;
   for (const auto& [name, t] : NamedTensors(model)) {
     if (IsLora(name)) continue;
     const auto found = slices.find(name);
     const std::vector<ParameterShard>& sliced = found == slices.end() ? kWhole : found->second;
     if (!IsBank(name)) {
-      KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, 1, false));
-      KP_ASSIGN_OR_RETURN(const torch::Tensor src, ReadWhole(checkpoint, hf[0], WholeShape(t.sizes().vec(), sliced, 0)));
-      copies.push_back({t, Narrow(src, sliced, 0)});
+      // A tensor the released names lack (K3's KDA and AttnRes) keeps its own.
+      const Result<std::vector<std::string>> hf = HfNamesOf(name, 1, false);
+      if (!hf.ok() && (!own_names || hf.status().code() != Status::Code::kNotFound)) return hf.status();
+      ReleasedPiece p{hf.ok() ? (*hf)[0] : name, WholeShape(t.sizes().vec(), sliced, 0),
+                      std::vector<std::int64_t>(t.dim(), 0), t, t};
+      for (const ParameterShard& s : sliced) p.offset[s.dim] = s.first;
+      p.sliced = !sliced.empty();
+      out.push_back(std::move(p));
       continue;
     }
-    // A bank's dim 0 is its experts: this rank's [first, first + count) of `experts`.
     std::int64_t first = 0, experts = t.size(0);
     for (const ParameterShard& s : sliced)
       if (s.dim == 0) first = s.first, experts = s.whole;
-    const std::vector<std::int64_t> shape = WholeShape(t[0].sizes().vec(), sliced, 1);
-    BankNames names;
-    KP_ASSIGN_OR_RETURN(names.whole, HfNamesOf(name, static_cast<int>(experts), false));
-    KP_ASSIGN_OR_RETURN(names.int4, HfNamesOf(name, static_cast<int>(experts), true));
+    KP_ASSIGN_OR_RETURN(const std::vector<std::string> hf, HfNamesOf(name, static_cast<int>(experts), false));
+    const std::vector<std::int64_t> whole = WholeShape(t[0].sizes().vec(), sliced, 1);
     for (std::int64_t e = 0; e < t.size(0); ++e) {
-      KP_ASSIGN_OR_RETURN(const torch::Tensor src, ReadExpert(checkpoint, names, first + e, shape));
-      copies.push_back({t[e], Narrow(src, sliced, 1)});
+      ReleasedPiece p{hf[first + e], whole, std::vector<std::int64_t>(t.dim() - 1, 0), t[e], t, e * t[0].numel(), true};
+      for (const ParameterShard& s : sliced)
+        if (s.dim >= 1) p.offset[s.dim - 1] = s.first;
+      out.push_back(std::move(p));
     }
+  }
+  return out;
+}
+
+Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint, const StageSlices& slices) {
+  // Every tensor read and checked first; the model changes only after.
+  KP_ASSIGN_OR_RETURN(const std::vector<ReleasedPiece> pieces, ReleasedPieces(model, slices, /*own_names=*/false));
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (destination, source box)
+  for (const ReleasedPiece& p : pieces) {
+    KP_ASSIGN_OR_RETURN(const torch::Tensor src, p.expert ? ReadExpert(checkpoint, p.name, p.whole)
+                                                          : ReadWhole(checkpoint, p.name, p.whole));
+    copies.push_back({p.local, NarrowTo(src, p.offset, p.local.sizes())});
   }
   torch::NoGradGuard no_grad;
   for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));

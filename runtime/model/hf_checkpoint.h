@@ -13,6 +13,7 @@
 #ifndef KIMI_PLAN_RUNTIME_MODEL_HF_CHECKPOINT_H_
 #define KIMI_PLAN_RUNTIME_MODEL_HF_CHECKPOINT_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,25 @@ using StageSlices = std::map<std::string, std::vector<ParameterShard>>;
 /// columns [etp_rank F / etp, ...) of F.
 StageSlices SlicesOfStage(StageModelImpl& model, const TensorParallelSplit* tp, int ep_rank, int ep, int etp_rank,
                           int etp);
+
+/// One released tensor's box that a stage's tensor holds: the whole tensor,
+/// its TP / ETP slice, or one expert of a bank (and that expert's ETP slice).
+struct ReleasedPiece {
+  std::string name;                  ///< the released (Hugging Face) name, bf16 form; the runtime's where none is
+  std::vector<std::int64_t> whole;   ///< the released tensor's shape
+  std::vector<std::int64_t> offset;  ///< where `local` starts in it, per dimension
+  torch::Tensor local;               ///< the stage's values of the box: `tensor`, or one expert of it (a view)
+  torch::Tensor tensor;              ///< the stage's parameter or router-bias buffer `local` is part of
+  std::int64_t first_element = 0;    ///< `local`'s first element in `tensor` (expert e: e x its elements)
+  bool expert = false;               ///< of a routed-expert bank
+  bool sliced = false;               ///< a TP slice: the other TP ranks hold the rest, not copies
+};
+
+/// Every released tensor's box the stage holds (LoRA adapters left out), in
+/// the runtime names' order and, in a bank, expert order. A tensor the
+/// released names lack (K3's KDA and AttnRes) is NotFound naming it, or with
+/// `own_names` a box under its runtime name.
+Result<std::vector<ReleasedPiece>> ReleasedPieces(StageModelImpl& model, const StageSlices& slices, bool own_names);
 
 /// Fills `model`'s parameters and router biases from `checkpoint`, each
 /// parameter from its slice (`slices`) of the released tensor.

@@ -91,6 +91,19 @@ torch::Tensor ParameterShards::GradientView(int g, int i) const {
   return gradients_[g].narrow(0, starts_[g][i], p.numel()).view(p.sizes());
 }
 
+const ParameterShards::Slice* ParameterShards::SliceOf(const torch::Tensor& param) const {
+  for (const Slice& s : slices_)
+    if (groups_[s.group].params[s.param].is_same(param)) return &s;
+  return nullptr;
+}
+
+bool ParameterShards::ShardsParameter(const torch::Tensor& param) const {
+  for (const ReplicatedParameters& g : groups_)
+    for (const torch::Tensor& p : g.params)
+      if (p.is_same(param)) return SizeOf(g.group) > 1;
+  return false;
+}
+
 std::int64_t ParameterShards::owned_elements() const {
   std::int64_t n = 0;
   for (const Slice& s : slices_) n += s.values.numel();

@@ -68,6 +68,13 @@ class ParameterShards {
     bool matrix = false;
   };
   const std::vector<Slice>& slices() const { return slices_; }
+  /// The slice of `param` (one of the groups' parameters, the same tensor)
+  /// this rank owns, or null when it owns none of it.
+  const Slice* SliceOf(const torch::Tensor& param) const;
+  /// The parameter `slice` (one of slices()) is part of.
+  const torch::Tensor& ParameterOf(const Slice& slice) const { return groups_[slice.group].params[slice.param]; }
+  /// Whether `param`'s group shards it over more than one rank.
+  bool ShardsParameter(const torch::Tensor& param) const;
   /// Elements this rank owns (the optimizer's state covers these alone).
   std::int64_t owned_elements() const;
   /// Buckets of group `group` (each one reduce-scatter and one all-gather).

@@ -23,15 +23,20 @@ namespace {
 // string (as LibTorch 1.13's c10::guts::to_string prints it) in older
 // LibTorch and by the address itself in newer: whichever this is.
 template <typename Map>
-typename Map::mapped_type& StateOf(Map& state, const torch::Tensor& p) {
+typename Map::key_type KeyOf(const torch::Tensor& p) {
   using Key = typename Map::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
     std::ostringstream key;
     key << p.unsafeGetTensorImpl();
-    return state[key.str()];
+    return key.str();
   } else {
-    return state[p.unsafeGetTensorImpl()];
+    return p.unsafeGetTensorImpl();
   }
+}
+
+template <typename Map>
+typename Map::mapped_type& StateOf(Map& state, const torch::Tensor& p) {
+  return state[KeyOf<Map>(p)];
 }
 
 // The tensors of one update: parameters whose state has the same step
@@ -109,6 +114,26 @@ MultiTensorAdamW::MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup
                                    torch::optim::AdamWOptions defaults, std::int64_t bucket_elements)
     : torch::optim::AdamW(std::move(groups), std::move(defaults)), bucket_elements_(bucket_elements) {}
 
+const torch::optim::AdamWParamState* MultiTensorAdamW::StateOf(const torch::Tensor& p) const {
+  const auto found = state_.find(KeyOf<decltype(state_)>(p));
+  if (found == state_.end() || !found->second) return nullptr;
+  return static_cast<const torch::optim::AdamWParamState*>(found->second.get());
+}
+
+void MultiTensorAdamW::SetState(const torch::Tensor& p, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                                std::int64_t step) {
+  auto& slot = kp::runtime::StateOf(state_, p);
+  if (step == 0) {
+    slot.reset();
+    return;
+  }
+  auto state = std::make_unique<torch::optim::AdamWParamState>();
+  state->step(step);
+  state->exp_avg(exp_avg.detach().to(p.options()).reshape(p.sizes()).clone());
+  state->exp_avg_sq(exp_avg_sq.detach().to(p.options()).reshape(p.sizes()).clone());
+  slot = std::move(state);
+}
+
 torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss = {};
@@ -123,7 +148,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
     for (const torch::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
       TORCH_CHECK(!p.grad().is_sparse(), "MultiTensorAdamW: sparse gradients are not supported");
-      auto& slot = StateOf(state_, p);
+      auto& slot = kp::runtime::StateOf(state_, p);
       if (!slot) {
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();
         fresh->step(0);

@@ -36,6 +36,13 @@ class MultiTensorAdamW : public torch::optim::AdamW {
   torch::Tensor step(LossClosure closure = nullptr) override;
   /// The next step uses `scale` times every gradient (0 < scale; 1: as is).
   void ScaleGradientsInNextStep(double scale) { grad_scale_ = scale; }
+  /// The state of `p` (one of the optimizer's tensors), or null before its
+  /// first update.
+  const torch::optim::AdamWParamState* StateOf(const torch::Tensor& p) const;
+  /// Replaces `p`'s state: the moments (copied, in p's dtype, shape and
+  /// device) and the count of updates so far (0: as before the first).
+  void SetState(const torch::Tensor& p, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                std::int64_t step);
 
  private:
   std::int64_t bucket_elements_;

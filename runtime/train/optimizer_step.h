@@ -38,6 +38,9 @@ class OptimizerStep {
 
   /// The shards, or null without them.
   ParameterShards* shards() const { return shards_.get(); }
+  /// The AdamW over the parameters (or, with the shards, their owned
+  /// slices): its state is read and set by the layout-free save.
+  MultiTensorAdamW& adamw() const { return *optimizer_; }
   void Save(torch::serialize::OutputArchive& archive) const { optimizer_->save(archive); }
   /// InvalidArgument when the state does not fit these parameters.
   Status Load(torch::serialize::InputArchive& archive);

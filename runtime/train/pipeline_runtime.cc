@@ -16,6 +16,7 @@
 #include "runtime/train/optimizer_step.h"
 #include "runtime/train/pipeline_context.h"
 #include "runtime/train/schedule_executor.h"
+#include "runtime/train/sharded_checkpoint.h"
 #include "runtime/train/trainer_internal.h"
 #include "schedules/schedule_generators.h"
 
@@ -196,16 +197,10 @@ Status PipelineRank::Impl::BeginPhase(const TrainConfig& next) {
 // The optimizer restarts after the load: its masters (bf16 weights, the
 // distributed optimizer) are copies of the weights it was built from.
 Status PipelineRank::Impl::LoadHfWeights(const CheckpointDir& checkpoint) {
-  const PipelineReplicas& r = config().replicas;
-  auto rank = [](const Communicator* g) { return g != nullptr ? g->rank() : 0; };
-  auto size = [](const Communicator* g) { return g != nullptr ? g->size() : 1; };
   for (auto& [s, module] : ctx.modules) {
     StageModelImpl* model = ModelOfStage(*module);
     if (model == nullptr) return Status::InvalidArgument("--init-from: stage " + std::to_string(s) + " is a stand-in");
-    const auto tp = ctx.tp_splits.find(s);
-    const StageSlices slices = SlicesOfStage(*model, tp == ctx.tp_splits.end() ? nullptr : &tp->second, rank(r.ep),
-                                             size(r.ep), rank(r.etp), size(r.etp));
-    const Status loaded = LoadHfCheckpoint(*model, checkpoint, slices);
+    const Status loaded = LoadHfCheckpoint(*model, checkpoint, RankSlices(ctx, s));
     if (!loaded.ok()) return loaded.WithContext("--init-from");
   }
   optimizer.Reset(ctx, reducer);
@@ -351,6 +346,24 @@ Status PipelineRank::LoadHfWeights(const CheckpointDir& checkpoint) {
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("--init-from: ") + e.what_without_backtrace());
   }
+}
+
+Status PipelineRank::SavePieces(const FileSystem& fs, const std::string& path) const {
+  try {
+    return WriteRankPieces(impl_->ctx, impl_->reducer, impl_->optimizer, fs, path);
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("--save: ") + e.what_without_backtrace());
+  }
+}
+
+Status PipelineRank::LoadPieces(const ShardedSave& save) {
+  try {
+    KP_RETURN_IF_ERROR(ReadRankPieces(impl_->ctx, impl_->reducer, impl_->optimizer, save));
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("--resume: ") + e.what_without_backtrace());
+  }
+  impl_->step = save.manifest().step;
+  return Status::Ok();
 }
 
 int PipelineRank::step() const { return impl_->step; }

@@ -58,7 +58,9 @@
 #include "runtime/train/trainer.h"
 #include "specs/schedule_kind.h"
 #include "specs/stage_split.h"
+#include "common/file_system.h"
 #include "weights/checkpoint_dir.h"
+#include "weights/sharded_save.h"
 
 namespace torch::serialize {
 class InputArchive;
@@ -187,6 +189,16 @@ class PipelineRank {
   /// Before the first step. InvalidArgument naming the file and tensor; a
   /// stand-in stage is refused.
   Status LoadHfWeights(const CheckpointDir& checkpoint);
+
+  /// The layout-free save (weights/sharded_save.h, sharded_checkpoint.h):
+  /// writes this rank's pieces to `path`. InvalidArgument for a stand-in
+  /// stage; IoError when the file cannot be written.
+  Status SavePieces(const FileSystem& fs, const std::string& path) const;
+  /// Fills every stage from the pieces of `save` that overlap this rank's
+  /// boxes, restarts the optimizer with the saved masters, moments and
+  /// update counts, and continues the step count at the save's step.
+  /// InvalidArgument naming the save and piece when a box cannot be filled.
+  Status LoadPieces(const ShardedSave& save);
 
   int step() const;
   /// Checkpoint I/O (trainer.h): writes the optimizer's state.

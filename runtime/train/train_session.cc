@@ -19,6 +19,7 @@
 #include "runtime/train/trainer_internal.h"
 #include "schedules/schedule_generators.h"
 #include "specs/schedule_kind.h"
+#include "weights/sharded_save.h"
 
 namespace kp::runtime {
 
@@ -146,6 +147,8 @@ struct TrainSession::Impl {
   Result<std::vector<double>> GatherPeaks(double mine);
   Result<SessionStepMetrics> Step();
   Status Resume(const std::string& path);
+  Status ResumePieces(const std::string& dir);
+  Status SavePieces(const std::string& dir) const;
   Status InitFrom(const std::string& dir);
   Status Save(const std::string& path) const;
   std::string LayoutKey() const;
@@ -236,6 +239,12 @@ std::string ShapeNames(const torch::nn::Module& m) {
 }
 
 std::string StageKey(int s) { return "stage-" + std::to_string(s); }
+
+// A folder SaveShards wrote (a save folder or one of its step folders), as
+// opposed to a file of SaveCheckpoint.
+bool IsSave(const FileSystem& fs, const std::string& path) {
+  return fs.Exists(path + "/manifest.json") || fs.Exists(path + "/latest");
+}
 
 }  // namespace
 
@@ -343,6 +352,41 @@ Status TrainSession::Impl::Resume(const std::string& base) {
   return Status::Ok();
 }
 
+// A save of any layout: every rank's file complete before rank 0's
+// manifest names them, so a failed rank leaves the last good save current.
+Status TrainSession::Impl::SavePieces(const std::string& dir) const {
+  if (config.lora.enabled())
+    return Status::InvalidArgument("--save: a LoRA run saves its adapters (--save-adapters), not the whole model");
+  const int step = pipeline->step();
+  const std::string folder = StepFolder(dir, step);
+  const Status made = fs->CreateDirectories(folder);
+  Status mine = made.ok() ? pipeline->SavePieces(*fs, folder + "/rank-" + std::to_string(world->rank()) + ".safetensors")
+                          : made;
+  torch::Tensor failed = torch::tensor({mine.ok() ? 0.0 : 1.0}, torch::kDouble).to(device);
+  KP_RETURN_IF_ERROR(world->AllReduceSum(failed));
+  if (!mine.ok()) return mine.WithContext("--save");
+  if (failed.cpu().item<double>() > 0)
+    return Status::IoError("--save: another rank could not write its file of " + folder + " (the save is not current)");
+  if (world->rank() != 0) return Status::Ok();
+  return CommitSave(*fs, dir, SaveManifest{step, world->size(), LayoutKey(), shape_json}).WithContext("--save");
+}
+
+// The model's shape must match the save's; the layout may be any.
+Status TrainSession::Impl::ResumePieces(const std::string& dir) {
+  Result<ShardedSave> save = ShardedSave::Open(*fs, dir);
+  if (!save.ok()) return save.status().WithContext("--resume");
+  const std::string diff = FirstShapeDifference(save->manifest().shape, shape_json);
+  if (!diff.empty())
+    return Status::InvalidArgument("--resume: " + save->folder() + " is a save of another shape (" + diff +
+                                   "; save vs this run)");
+  if (save->manifest().step > config.steps)
+    return Status::InvalidArgument("--steps: the save is already at step " + std::to_string(save->manifest().step) +
+                                   ", beyond --steps " + std::to_string(config.steps));
+  const Status loaded = pipeline->LoadPieces(*save);
+  if (!loaded.ok() && loaded.message().rfind("--resume", 0) != 0) return loaded.WithContext("--resume");
+  return loaded;
+}
+
 // Each rank maps the whole folder but reads only its own slices.
 Status TrainSession::Impl::InitFrom(const std::string& dir) {
   Result<CheckpointDir> checkpoint = CheckpointDir::Open(*fs, dir);
@@ -399,7 +443,9 @@ Result<std::unique_ptr<TrainSession>> TrainSession::Start(std::unique_ptr<Impl> 
     KP_ASSIGN_OR_RETURN(impl->groups, MakeRankGroups(*impl->world, GroupSizes{l.pp, l.dp, l.tp, l.ep, l.etp, l.cp}));
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
     if (!impl->config.init_from.empty()) KP_RETURN_IF_ERROR(impl->InitFrom(impl->config.init_from));
-    if (!impl->config.resume.empty()) KP_RETURN_IF_ERROR(impl->Resume(impl->config.resume));
+    const std::string& resume = impl->config.resume;
+    if (!resume.empty() && IsSave(*impl->fs, resume)) KP_RETURN_IF_ERROR(impl->ResumePieces(resume));
+    if (!resume.empty() && !IsSave(*impl->fs, resume)) KP_RETURN_IF_ERROR(impl->Resume(resume));
   } catch (const CommunicationError& e) {
     return Status::IoError(std::string("setting up training: ") + e.what());
   } catch (const c10::Error& e) {
@@ -446,6 +492,15 @@ std::int64_t TrainSession::trainable_count() const {
   return CountOnStages(*impl_->pipeline, [](PipelineStageModule& m) { return m.TrainableParameters(); });
 }
 Status TrainSession::SaveCheckpoint(const std::string& path) const { return impl_->Save(path); }
+Status TrainSession::SaveShards(const std::string& dir) const {
+  try {
+    return impl_->SavePieces(dir);
+  } catch (const CommunicationError& e) {
+    return Status::IoError(std::string("--save: ") + e.what());
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("--save: ") + e.what_without_backtrace());
+  }
+}
 Status TrainSession::SaveAdapters(const std::string& path) const {
   const std::vector<int> stages = impl_->pipeline->stages();
   if (impl_->world->size() != 1 || stages.size() != 1)

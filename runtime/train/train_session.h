@@ -117,7 +117,8 @@ class TrainSession {
  public:
   /// A world of one in this process (`train`): the whole model one stage,
   /// every layout size 1. Loads config.init_from (a Hugging Face folder) or
-  /// config.resume when set. Errors: a shape the
+  /// config.resume when set: a save folder or step folder of SaveShards
+  /// (any layout), else a file of SaveCheckpoint (this layout). Errors: a shape the
   /// model cannot take, a missing or truncated token file, an unreadable
   /// checkpoint or one of another shape are InvalidArgument / NotFound
   /// naming the flag.
@@ -141,6 +142,14 @@ class TrainSession {
   /// (RankCheckpointPath), aside then renamed, so a run killed mid-save
   /// keeps the last complete one. IoError naming --checkpoint-dir.
   Status SaveCheckpoint(const std::string& path) const;
+  /// Collective over the world: writes the layout-free save of this step
+  /// (weights/sharded_save.h) under the save folder `dir`: each rank its
+  /// file DIR/step-N/rank-R.safetensors, then, once every rank's is
+  /// complete, rank 0 the manifest and DIR/latest. A run resumes from it
+  /// (`resume` naming DIR or a step folder) on this or any other layout.
+  /// InvalidArgument with LoRA (its adapters are not saved so); IoError
+  /// naming --save when a rank cannot write.
+  Status SaveShards(const std::string& dir) const;
   /// Writes the LoRA adapters alone (lora.rank > 0, a world of one).
   Status SaveAdapters(const std::string& path) const;
 

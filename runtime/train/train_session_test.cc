@@ -16,6 +16,7 @@
 #include "runtime/comm/dist_test_util.h"
 #include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/test_util.h"
+#include "runtime/train/four_rank_layouts_test_util.h"
 #include "runtime/train/train_session.h"
 #include "runtime/train/trainer_internal.h"
 
@@ -94,17 +95,6 @@ TEST(TrainSessionInitFrom, OneProcessStartsFromTheWrittenModel) {
   EXPECT_GT(std::abs(own - want), 1e-3) << "the session's own initialisation gives the checkpoint's loss";
 }
 
-struct Layout {
-  const char* name;
-  ParallelLayout layout;
-};
-
-const Layout kLayouts[] = {
-    {"pp2_dp2", [] { ParallelLayout l; l.pp = 2, l.dp = 2; return l; }()},
-    {"tp2_ep2", [] { ParallelLayout l; l.tp = 2, l.dp = 2, l.ep = 2; return l; }()},
-    {"ep2_etp2", [] { ParallelLayout l; l.dp = 4, l.ep = 2, l.etp = 2; return l; }()},
-};
-
 TEST(TrainSessionInitFrom, ThreeLayoutsOfFourRanksEachStartFromTheWrittenModel) {
   if (IsRankProcess()) GTEST_SKIP();
   TrainConfig c = ScaledK26Config();
@@ -112,7 +102,7 @@ TEST(TrainSessionInitFrom, ThreeLayoutsOfFourRanksEachStartFromTheWrittenModel) 
   WriteCheckpoint(c, c.init_from);
   std::ostringstream want;
   want << std::setprecision(17) << ForwardLoss(c);
-  for (const Layout& l : kLayouts) {
+  for (const testing::NamedLayout& l : testing::kFourRankLayouts) {
     const std::vector<int> codes =
         RunRanks("TrainSessionInitFromRank.FirstLoss", 4,
                  {std::string("KP_TEST_LAYOUT=") + l.name, "KP_TEST_WANT=" + want.str(), "KP_TEST_DIR=" + c.init_from});
@@ -131,12 +121,9 @@ TEST(TrainSessionInitFromRank, FirstLoss) {
   TrainConfig c = ScaledK26Config();
   c.init_from = std::getenv("KP_TEST_DIR");
   RealFileSystem fs;
-  for (const Layout& l : kLayouts)
-    if (name == l.name) {
-      EXPECT_NEAR(FirstLoss(TrainSession::Create(c, l.layout, *r, o, fs)), want, kLossTolerance) << name;
-      return;
-    }
-  FAIL() << "unknown layout " << name;
+  const ParallelLayout* layout = testing::FourRankLayout(name);
+  ASSERT_NE(layout, nullptr) << "unknown layout " << name;
+  EXPECT_NEAR(FirstLoss(TrainSession::Create(c, *layout, *r, o, fs)), want, kLossTolerance) << name;
 }
 
 TEST(TrainSessionInitFrom, AFolderOfAnotherWidthIsRefusedNamingFileAndTensor) {
