@@ -33,11 +33,17 @@ std::vector<float> Floats(const std::string& bytes) {
   return out;
 }
 
+// A save folder of its own per test (ctest runs tests side by side) and `part`.
 struct Save {
-  std::string dir = (std::filesystem::temp_directory_path() / "kp_sharded_save_test").string();
+  std::string dir;
   RealFileSystem fs;
   std::deque<std::string> held;  // the pieces' bytes, alive (and in place) while written
-  Save() { std::filesystem::remove_all(dir); }
+  explicit Save(const std::string& part = "") {
+    dir = (std::filesystem::temp_directory_path() /
+           ("kp_sharded_save_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + part))
+              .string();
+    std::filesystem::remove_all(dir);
+  }
 
   PieceToWrite Piece(const std::string& key, std::vector<std::int64_t> offset, std::vector<std::int64_t> shape,
                      std::int64_t begin, std::int64_t end) {
@@ -93,7 +99,7 @@ TEST(ShardedSaveTest, AnElementInNoPieceOrInTwoIsRefusedNamingIt) {
             folder + ": model/w: the model wants [2, 6] at [3, 0] of a tensor saved as [4, 6]");
   EXPECT_EQ(save->Fill("model/v", {0}, {1}).status().code(), Status::Code::kNotFound);
 
-  Save gap;
+  Save gap("_gap");
   const std::string gap_folder = StepFolder(gap.dir, 1);
   ASSERT_TRUE(WriteRankFile(gap.fs, gap_folder + "/rank-0.safetensors", {gap.Piece("model/w", {0, 0}, {4, 6}, 0, 13)}).ok());
   ASSERT_TRUE(WriteRankFile(gap.fs, gap_folder + "/rank-1.safetensors", {gap.Piece("model/w", {0, 0}, {4, 6}, 14, 24)}).ok());
