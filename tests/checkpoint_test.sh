@@ -41,6 +41,6 @@ broken index "b_index/model.safetensors.index.json: model.layers.7.mlp.gate.weig
 "$bin" checkpoint inspect nowhere > /dev/null 2> none.err
 check "a missing path: exit 2" test $? -eq 2
 "$bin" checkpoint list k26 > /dev/null 2> action.err
-check "an unknown action: exit 2 naming it" grep -q 'the action must be inspect, got "list"' action.err
+check "an unknown action: exit 2 naming it" grep -q 'the action must be inspect or export, got "list"' action.err
 
 finish checkpoint
