@@ -233,12 +233,6 @@ Result<ShardedSave> ShardedSave::Open(const FileSystem& fs, const std::string& d
   return s;
 }
 
-Result<std::vector<std::int64_t>> ShardedSave::WholeShape(const std::string& key) const {
-  const auto found = pieces_.find(key);
-  if (found == pieces_.end()) return Status::NotFound(folder_ + ": no piece of " + key);
-  return found->second.front().box.whole;
-}
-
 Result<ShardedSave::Filled> ShardedSave::Fill(const std::string& key, const std::vector<std::int64_t>& offset,
                                               const std::vector<std::int64_t>& shape) const {
   const auto found = pieces_.find(key);

@@ -113,8 +113,6 @@ class ShardedSave {
   };
   Result<Filled> Fill(const std::string& key, const std::vector<std::int64_t>& offset,
                       const std::vector<std::int64_t>& shape) const;
-  /// The released shape of `key`'s tensor (NotFound when none is stored).
-  Result<std::vector<std::int64_t>> WholeShape(const std::string& key) const;
 
  private:
   ShardedSave() = default;

@@ -93,7 +93,7 @@ torch::Tensor ParameterShards::GradientView(int g, int i) const {
 
 const ParameterShards::Slice* ParameterShards::SliceOf(const torch::Tensor& param) const {
   for (const Slice& s : slices_)
-    if (groups_[s.group].params[s.param].is_same(param)) return &s;
+    if (ParameterOf(s).is_same(param)) return &s;
   return nullptr;
 }
 

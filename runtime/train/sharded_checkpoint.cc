@@ -67,8 +67,7 @@ struct StateRange {
 bool StateOf(const ReleasedPiece& p, const ParameterShards* shards, StateRange& out) {
   const std::int64_t lo = p.first_element, hi = p.first_element + p.local.numel();
   if (shards == nullptr) {
-    out = {p.tensor, 0, 0, p.local.numel(), false};
-    out.at = p.first_element;
+    out = {p.tensor, p.first_element, 0, p.local.numel(), false};
     return true;
   }
   const ParameterShards::Slice* s = shards->SliceOf(p.tensor);

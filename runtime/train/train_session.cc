@@ -444,8 +444,8 @@ Result<std::unique_ptr<TrainSession>> TrainSession::Start(std::unique_ptr<Impl> 
     KP_RETURN_IF_ERROR(impl->BuildPipeline());
     if (!impl->config.init_from.empty()) KP_RETURN_IF_ERROR(impl->InitFrom(impl->config.init_from));
     const std::string& resume = impl->config.resume;
-    if (!resume.empty() && IsSave(*impl->fs, resume)) KP_RETURN_IF_ERROR(impl->ResumePieces(resume));
-    if (!resume.empty() && !IsSave(*impl->fs, resume)) KP_RETURN_IF_ERROR(impl->Resume(resume));
+    if (!resume.empty())
+      KP_RETURN_IF_ERROR(IsSave(*impl->fs, resume) ? impl->ResumePieces(resume) : impl->Resume(resume));
   } catch (const CommunicationError& e) {
     return Status::IoError(std::string("setting up training: ") + e.what());
   } catch (const c10::Error& e) {
