@@ -16,6 +16,8 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "common/table.h"
+#include "specs/hf_config.h"
+#include "specs/presets.h"
 #include "weights/checkpoint_dir.h"
 #include "weights/hf_names.h"
 #include "weights/sharded_save.h"
@@ -94,14 +96,24 @@ Status Export(const po::variables_map& vm, CliEnv& env) {
     return Status::InvalidArgument("--out: " + out + " already holds a checkpoint (choose an empty folder)");
   KP_ASSIGN_OR_RETURN(const ShardedSave save, ShardedSave::Open(env.fs, vm["path"].as<std::string>()));
   const auto max_bytes = static_cast<std::int64_t>(vm["max-shard-gib"].as<double>() * (1ull << 30));
+  // Made before any tensor is written, so that a model the config cannot
+  // describe (K3's KDA and AttnRes) is known before and the folder gets
+  // weights only: serving engines cannot run those anyway.
+  Result<std::string> config = Status::NotFound("the save records no model (made before saves did)");
+  if (!save.manifest().model.empty()) {
+    KP_ASSIGN_OR_RETURN(const ModelSpec model, ParseModelSpec(save.manifest().model));
+    config = HfConfigFromModelSpec(model, dtype == "bf16" ? "bfloat16" : "float32");
+  }
   KP_ASSIGN_OR_RETURN(const std::int64_t written, ExportHfFolder(save, env.fs, out, dtype == "bf16", max_bytes));
+  if (config.ok()) KP_RETURN_IF_ERROR(env.fs.WriteFile(out + "/config.json", *config).WithContext("--out"));
   KP_ASSIGN_OR_RETURN(const CheckpointDir dir, CheckpointDir::Open(env.fs, out));
   std::uint64_t bytes = 0;
   for (const SafetensorsFile& f : dir.files())
     for (const TensorEntry& e : f.tensors()) bytes += e.end - e.begin;
   if (vm.count("json")) {
     env.out << json{{"save", save.folder()}, {"step", save.manifest().step}, {"layout", save.manifest().layout},
-                    {"out", out}, {"tensors", written}, {"files", dir.files().size()}, {"bytes", bytes}}
+                    {"out", out}, {"tensors", written}, {"files", dir.files().size()}, {"bytes", bytes},
+                    {"config", config.ok() ? json(out + "/config.json") : json(config.status().message())}}
                    .dump(2)
             << "\n";
     return Status::Ok();
@@ -109,7 +121,8 @@ Status Export(const po::variables_map& vm, CliEnv& env) {
   Table t({"save", "step", "saved on", "tensors", "files", "bytes", "written to"});
   t.AddRow({save.folder(), std::to_string(save.manifest().step), save.manifest().layout, std::to_string(written),
             std::to_string(dir.files().size()), std::to_string(bytes), out});
-  env.out << t.Render();
+  env.out << t.Render()
+          << (config.ok() ? "config.json: DeepseekV3ForCausalLM\n" : "no config.json: " + config.status().message() + "\n");
   return Status::Ok();
 }
 

@@ -38,6 +38,7 @@ inline constexpr RuntimeCommandInfo kRuntimeCommands[] = {
     {"sdpo", "run the SDPO loop: rollout, feedback, self-teacher, training, weight sync"},
     {"calibrate", "measure this GPU's matrix products and copy bandwidth into a calibration table"},
     {"profile", "measure what the runtime's layers keep for the backward: an activation profile for plan"},
+    {"logits", "load a Hugging Face checkpoint and print the logits of given tokens (checks against transformers)"},
 };
 
 /// Defined only in kp_cli_runtime (a build with LibTorch).
@@ -48,6 +49,8 @@ Status RunCommand(const std::vector<std::string>& args, CliEnv& env);
 Status SdpoCommand(const std::vector<std::string>& args, CliEnv& env);
 /// `kimi-plan profile`: the runtime's activation profile (docs/planner.md).
 Status ProfileCommand(const std::vector<std::string>& args, CliEnv& env);
+/// `kimi-plan logits`: a Hugging Face checkpoint's logits through the runtime.
+Status LogitsCommand(const std::vector<std::string>& args, CliEnv& env);
 
 }  // namespace kp
 

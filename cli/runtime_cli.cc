@@ -14,7 +14,7 @@ int RunRuntimeCli(const std::vector<std::string>& args, CliEnv& env) {
   using Run = Status (*)(const std::vector<std::string>&, CliEnv&);
   const std::map<std::string, Run> runs = {
       {"train", TrainCommand}, {"run", RunCommand}, {"sdpo", SdpoCommand}, {"calibrate", RuntimeCalibrateCommand},
-      {"profile", ProfileCommand}};
+      {"profile", ProfileCommand}, {"logits", LogitsCommand}};
   std::vector<Subcommand> commands;
   for (const RuntimeCommandInfo& c : kRuntimeCommands) commands.push_back({c.name, c.summary, runs.at(c.name)});
   return DispatchCommands(kRuntimeProgram, commands, args, env);

@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 cd build
-ctest --output-on-failure --parallel "$(nproc)" --timeout 600
+# The machine's CPUs: GNU nproc honours OMP_NUM_THREADS, which a run of the
+# suite under OMP_NUM_THREADS=1 sets for the tests, not for ctest.
+ctest --output-on-failure --parallel "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --timeout 600

@@ -34,6 +34,42 @@ Status NonNegative(const std::string& field, long long v) {
   return Status::InvalidArgument(field + ": must be >= 0, got " + std::to_string(v));
 }
 
+Status ValidateGroups(const MoeShape& moe) {
+  KP_RETURN_IF_ERROR(Positive("moe.groups", moe.groups));
+  KP_RETURN_IF_ERROR(Positive("moe.topk_groups", moe.topk_groups));
+  if (!(moe.route_scale > 0))
+    return Status::InvalidArgument("moe.route_scale: must be > 0, got " + std::to_string(moe.route_scale));
+  if (moe.groups == 1) {
+    if (moe.topk_groups != 1) return Status::InvalidArgument("moe.topk_groups: must be 1 when moe.groups is 1");
+    return Status::Ok();
+  }
+  const int per_group = moe.num_experts / moe.groups;
+  // A group is scored by its two best experts, so each needs two.
+  if (moe.num_experts % moe.groups != 0 || per_group < 2)
+    return Status::InvalidArgument("moe.groups: must divide moe.num_experts (" + std::to_string(moe.num_experts) +
+                                   ") into groups of at least 2, got " + std::to_string(moe.groups));
+  if (moe.topk_groups > moe.groups)
+    return Status::InvalidArgument("moe.topk_groups: must be <= moe.groups (" + std::to_string(moe.groups) + ")");
+  if (moe.top_k > moe.topk_groups * per_group)
+    return Status::InvalidArgument("moe.top_k: must be <= moe.topk_groups x experts per group (" +
+                                   std::to_string(moe.topk_groups * per_group) + ")");
+  return Status::Ok();
+}
+
+Status ValidateRope(const RopeSpec& rope) {
+  if (!(rope.theta > 1)) return Status::InvalidArgument("rope.theta: must be > 1, got " + std::to_string(rope.theta));
+  const YarnScaling& y = rope.yarn;
+  if (!y.enabled()) return Status::Ok();
+  if (!(y.factor >= 1))
+    return Status::InvalidArgument("rope.yarn.factor: must be >= 1 (or 0 for no YaRN), got " + std::to_string(y.factor));
+  KP_RETURN_IF_ERROR(Positive("rope.yarn.original_max_positions", y.original_max_positions));
+  if (!(y.beta_fast > 0 && y.beta_slow > 0))
+    return Status::InvalidArgument("rope.yarn.beta_fast, rope.yarn.beta_slow: must be > 0");
+  if (!(y.mscale >= 0 && y.mscale_all_dim >= 0))
+    return Status::InvalidArgument("rope.yarn.mscale, rope.yarn.mscale_all_dim: must be >= 0");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ModelSpec::Validate() const {
@@ -77,6 +113,7 @@ Status ModelSpec::Validate() const {
       return Status::InvalidArgument("moe.top_k: must be <= moe.num_experts (" +
                                      std::to_string(moe.num_experts) + ")");
     if (moe.shared_experts > 0) KP_RETURN_IF_ERROR(Positive("moe.shared_ffn", moe.shared_ffn));
+    KP_RETURN_IF_ERROR(ValidateGroups(moe));
   } else {
     KP_RETURN_IF_ERROR(NonNegative("moe.num_experts", moe.num_experts));
   }
@@ -85,6 +122,9 @@ Status ModelSpec::Validate() const {
     return Status::InvalidArgument("storage.routed_expert_bits: must be 4, 8 or 16, got " +
                                    std::to_string(storage.routed_expert_bits));
   KP_RETURN_IF_ERROR(Positive("storage.quant_group_size", storage.quant_group_size));
+  KP_RETURN_IF_ERROR(ValidateRope(rope));
+  if (!(norm_eps > 0 && norm_eps < 1))
+    return Status::InvalidArgument("norm_eps: must be in (0, 1), got " + std::to_string(norm_eps));
   return Status::Ok();
 }
 

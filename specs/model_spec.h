@@ -45,6 +45,38 @@ struct MoeShape {
   int shared_experts = 0;
   int shared_ffn = 0;       ///< intermediate size of one shared expert
   int latent_dim = 0;       ///< LatentMoE: routed experts run in this width; 0 = off
+  /// The routed experts' weights are normalised over the top_k and then
+  /// multiplied by this (DeepSeek-V3's routed_scaling_factor: 2.5; Kimi K2.x 2.827).
+  double route_scale = 2.5;
+  /// Group-limited routing (DeepSeek-V3's n_group / topk_group): the experts
+  /// form `groups` equal groups, each scored by the sum of its two best
+  /// biased scores, and only the `topk_groups` best groups may be chosen.
+  /// 1 / 1 (Kimi K2.x): every expert competes.
+  int groups = 1;
+  int topk_groups = 1;
+};
+
+/// YaRN context extension of RoPE (Peng et al. 2023, as DeepSeek-V3 and Kimi
+/// K2 configure it). factor 0: plain RoPE.
+struct YarnScaling {
+  double factor = 0;
+  int original_max_positions = 4096;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double mscale = 1;
+  double mscale_all_dim = 0;
+  bool enabled() const { return factor > 0; }
+};
+
+/// Rotary position embedding as the released weights expect it. Only the
+/// runtime reads it; no cost the planner models depends on it.
+struct RopeSpec {
+  double theta = 10000.0;
+  /// The rotary channels of q and k are rotated in adjacent pairs (0,1),
+  /// (2,3), ... (DeepSeek-V3's and Kimi K2's released weights, HF's
+  /// rope_interleave) rather than as the two halves (Llama's layout).
+  bool interleaved = false;
+  YarnScaling yarn;
 };
 
 /// How the weights are stored when they are synced to rollout workers.
@@ -81,6 +113,8 @@ struct ModelSpec {
   /// again). Megatron-LM's mtp_num_layers; 0: none.
   int mtp_layers = 0;
   StorageFormat storage;
+  RopeSpec rope;
+  double norm_eps = 1e-6;  ///< every RMSNorm's epsilon (HF's rms_norm_eps)
 
   bool is_moe() const { return moe.num_experts > 0; }
   bool is_moe_layer(int layer) const { return is_moe() && layer >= dense_layers; }

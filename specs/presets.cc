@@ -1,11 +1,13 @@
 #include "specs/presets.h"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "common/limits.h"
+#include "specs/hf_config.h"
 #include "specs/json_fields.h"
 
 #ifndef KIMI_PLAN_PRESET_DIR
@@ -45,6 +47,23 @@ Status ParseAttention(const json& j, ModelSpec* m) {
       return Status::InvalidArgument("attention." + it.key() + ": unknown field");
   KP_ASSIGN_OR_RETURN(m->attention, ExpandAttentionPattern(m->layers, pattern, tail));
   return Status::Ok();
+}
+
+Status ParseRope(Fields& f, RopeSpec* rope) {
+  const json* r = nullptr;
+  KP_ASSIGN_OR_RETURN(r, f.Object("rope"));
+  if (!r) return Status::Ok();
+  Fields g(*r, "rope");
+  KP_RETURN_IF_ERROR(g.Number("theta", &rope->theta, 1.000001, 1e8, false));
+  KP_RETURN_IF_ERROR(g.Bool("interleaved", &rope->interleaved));
+  const json* y = nullptr;
+  KP_ASSIGN_OR_RETURN(y, g.Object("yarn"));
+  if (y) {
+    Fields h(*y, "rope.yarn");
+    KP_RETURN_IF_ERROR(ReadYarnFields(h, "original_max_positions", &rope->yarn));
+    KP_RETURN_IF_ERROR(h.NoUnknownKeys());
+  }
+  return g.NoUnknownKeys();
 }
 
 Status ParseModelObject(const json& j, ModelSpec* m) {
@@ -105,8 +124,13 @@ Status ParseModelObject(const json& j, ModelSpec* m) {
     m->moe.shared_ffn = m->moe.expert_ffn;
     KP_RETURN_IF_ERROR(g.Int("shared_ffn", &m->moe.shared_ffn, 0, limits::kMaxFfn, false));
     KP_RETURN_IF_ERROR(g.Int("latent_dim", &m->moe.latent_dim, 0, limits::kMaxHidden, false));
+    KP_RETURN_IF_ERROR(g.Number("route_scale", &m->moe.route_scale, 1e-6, 1e6, false));
+    KP_RETURN_IF_ERROR(g.Int("groups", &m->moe.groups, 1, limits::kMaxExperts, false));
+    KP_RETURN_IF_ERROR(g.Int("topk_groups", &m->moe.topk_groups, 1, limits::kMaxExperts, false));
     KP_RETURN_IF_ERROR(g.NoUnknownKeys());
   }
+  KP_RETURN_IF_ERROR(ParseRope(f, &m->rope));
+  KP_RETURN_IF_ERROR(f.Number("norm_eps", &m->norm_eps, 1e-12, 0.5, false));
   const json* storage = nullptr;
   KP_ASSIGN_OR_RETURN(storage, f.Object("storage"));
   if (storage) {
@@ -251,7 +275,16 @@ std::string ModelSpecToJson(const ModelSpec& m) {
   if (m.is_moe())
     j["moe"] = {{"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn},
                 {"shared_experts", m.moe.shared_experts}, {"shared_ffn", m.moe.shared_ffn},
-                {"latent_dim", m.moe.latent_dim}};
+                {"latent_dim", m.moe.latent_dim}, {"route_scale", m.moe.route_scale},
+                {"groups", m.moe.groups}, {"topk_groups", m.moe.topk_groups}};
+  j["norm_eps"] = m.norm_eps;
+  j["rope"] = {{"theta", m.rope.theta}, {"interleaved", m.rope.interleaved}};
+  if (m.rope.yarn.enabled()) {
+    const YarnScaling& y = m.rope.yarn;
+    j["rope"]["yarn"] = {{"factor", y.factor}, {"original_max_positions", y.original_max_positions},
+                         {"beta_fast", y.beta_fast}, {"beta_slow", y.beta_slow},
+                         {"mscale", y.mscale}, {"mscale_all_dim", y.mscale_all_dim}};
+  }
   return j.dump();
 }
 
@@ -320,8 +353,25 @@ Result<std::string> ReadPresetFile(const FileSystem& fs, const std::string& flag
 }
 }  // namespace
 
+namespace {
+
+// A Hugging Face config has no name: its folder's, in the characters a
+// name may hold ("Kimi-K2.6" for /ckpt/Kimi-K2.6/config.json).
+std::string NameOfConfigFolder(const std::string& path) {
+  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  dir = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  std::string name;
+  for (char c : dir)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') name += c;
+  if (name.empty() || name.size() > 100) return "hf-config";
+  return name;
+}
+
+}  // namespace
+
 Result<ModelSpec> PresetCatalog::ModelFile(const std::string& path) const {
   KP_ASSIGN_OR_RETURN(std::string text, ReadPresetFile(fs_, "--model-file", path));
+  if (IsHfConfig(text)) return WithFile(ModelSpecFromHfConfig(text, NameOfConfigFolder(path)), "--model-file " + path);
   return WithFile(ParseModelSpec(text), "--model-file " + path);
 }
 Result<GpuSpec> PresetCatalog::GpuFile(const std::string& path) const {

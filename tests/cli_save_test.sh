@@ -58,6 +58,25 @@ json_check "export: step 20, every tensor in one file" export.json "d['step'] ==
 "$bin" checkpoint inspect hf --json > inspect.json
 json_check "export: inspect reads the folder, bf16 weights under released names each with a runtime tensor" inspect.json \
   "len(d['tensors']) > 20 and all(t['runtime'] for t in d['tensors']) and any(t['name'] == 'model.embed_tokens.weight' and t['dtype'] == 'BF16' for t in d['tensors'])"
+check "export: a DeepseekV3ForCausalLM config.json beside the weights, with the release's RoPE and route scale" \
+  python3 -c "import json; c = json.load(open('hf/config.json')); assert c['architectures'] == ['DeepseekV3ForCausalLM'] and c['rope_scaling']['factor'] == 64 and c['routed_scaling_factor'] == 2.827 and c['torch_dtype'] == 'bfloat16' and c['num_hidden_layers'] == 3"
+# The exported folder as a user gets it: its config.json is the model.
+tokens=5,17,3,99,64,0,127,42
+"$bin" logits --model-file hf/config.json --init-from hf --tokens $tokens --json > lg1.json 2> lg1.err
+check "logits: the exported folder's config.json as the model, exit 0" test $? -eq 0
+"$bin" logits "${k26[@]}" --init-from hf --tokens $tokens --json > lg2.json 2> lg2.err
+check "logits: the same numbers as the preset scaled by flags" \
+  python3 -c "import json; assert json.load(open('lg1.json'))['logits'] == json.load(open('lg2.json'))['logits']"
+json_check "logits: [8][128] finite" lg1.json \
+  "len(d['logits']) == 8 and all(len(r) == 128 for r in d['logits']) and all(abs(v) < 1e4 for r in d['logits'] for v in r)"
+"$bin" logits --model-file hf/config.json --init-from hf --tokens $tokens > lg.txt
+check "logits: a table, a row per token" test "$(grep -c '^ *[0-9]' lg.txt)" -ge 8
+refused "logits of a token outside the vocabulary" steps \
+  "^kimi-plan logits: --tokens: 128 is outside the vocabulary" \
+  logits --model-file hf/config.json --init-from hf --tokens 1,128
+refused "logits of a checkpoint of another architecture" steps \
+  "^kimi-plan logits: --init-from: hf/config.json: the checkpoint's architecture is not the model's (moe.top_k: 4 vs 2; checkpoint vs model)$" \
+  logits "${k26[@]}" --top-k 2 --init-from hf --tokens 1,2
 "$bin" checkpoint export sv --out hf2 --dtype saved --max-shard-gib 0.001 --json > export2.json
 json_check "export: fp32 as saved (twice bf16's bytes), in shards of at most 1 MiB with an index" export2.json \
   "d['files'] > 1 and d['bytes'] > 1.9 * $(python3 -c "import json; print(json.load(open('export.json'))['bytes'])")"

@@ -19,7 +19,9 @@ dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$dir/munge/munge.key"
 munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/socket" \
   --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/seed"
-cpus=$(nproc)
+# The machine's CPUs, not OMP_NUM_THREADS's (GNU nproc honours it): a job step
+# asking for more CPUs than the node has would stay pending.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
 port=$(( 20000 + RANDOM % 20000 ))
 gpus=${SLURM_TEST_GPUS:-2}

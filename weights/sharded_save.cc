@@ -160,8 +160,9 @@ Status WriteRankFile(const FileSystem& fs, const std::string& path, const std::v
 Status CommitSave(const FileSystem& fs, const std::string& dir, const SaveManifest& m) {
   json files = json::array();
   for (int r = 0; r < m.world; ++r) files.push_back("rank-" + std::to_string(r) + ".safetensors");
-  const json manifest{{"format", kShardedSaveFormat}, {"step", m.step},   {"world", m.world},
-                      {"layout", m.layout},           {"shape", m.shape}, {"files", files}};
+  json manifest{{"format", kShardedSaveFormat}, {"step", m.step},   {"world", m.world},
+                {"layout", m.layout},           {"shape", m.shape}, {"files", files}};
+  if (!m.model.empty()) manifest["model"] = m.model;
   const std::string folder = StepFolder(dir, m.step);
   KP_RETURN_IF_ERROR(fs.WriteFile(folder + "/" + kManifest, manifest.dump(2) + "\n"));
   return fs.WriteFile(dir + "/" + kLatest, "step-" + std::to_string(m.step) + "\n");
@@ -199,7 +200,8 @@ Result<ShardedSave> ShardedSave::Open(const FileSystem& fs, const std::string& d
                                    ": needs step, world (1.." + std::to_string(limits::kMaxClusterGpus) +
                                    "), layout, shape and one file per rank");
   s.manifest_ = {m["step"].get<int>(), m["world"].get<int>(), m["layout"].get<std::string>(),
-                 m["shape"].get<std::string>()};
+                 m["shape"].get<std::string>(),
+                 m.contains("model") && m["model"].is_string() ? m["model"].get<std::string>() : ""};
   s.files_.reserve(m["files"].size());  // pieces_ points into files_
   for (const json& f : m["files"]) {
     if (!f.is_string() || f.get<std::string>().find('/') != std::string::npos)

@@ -15,8 +15,11 @@
 //                       optimizer split it), and AdamW's update count.
 //                       A file holds one piece of a key at most.
 //   manifest.json       {"format": 1, "step", "world", "layout", "shape",
-//                       "files"}: written by rank 0 after every rank file
-//                       is complete.
+//                       "files", "model"}: written by rank 0 after every
+//                       rank file is complete; "model" (optional, absent
+//                       in saves made before it) is the model in the preset
+//                       format (specs/presets.h), from which export writes
+//                       config.json.
 // and DIR/latest names the newest complete step folder ("step-N"), replaced
 // after its manifest. A step folder without a manifest is never read, so a
 // save killed midway never replaces the last good one. Pieces of one
@@ -69,6 +72,7 @@ struct SaveManifest {
   int world = 1;
   std::string layout;  ///< the writer's layout, for messages
   std::string shape;   ///< the model's shape (runtime_config.h's ModelShapeJson)
+  std::string model;   ///< the model, preset format (ModelSpecToJson); empty: not recorded
 };
 /// Rank 0, once every rank file of `manifest.step` is complete: writes the
 /// step folder's manifest.json, then DIR/latest (each aside, then renamed).

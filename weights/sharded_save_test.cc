@@ -60,7 +60,7 @@ Status WriteThreeRanks(Save& s, int step) {
   KP_RETURN_IF_ERROR(WriteRankFile(s.fs, folder + "/rank-0.safetensors", {s.Piece("model/w", {0, 0}, {2, 6}, 0, 12)}));
   KP_RETURN_IF_ERROR(WriteRankFile(s.fs, folder + "/rank-1.safetensors", {s.Piece("model/w", {2, 0}, {2, 6}, 0, 5)}));
   KP_RETURN_IF_ERROR(WriteRankFile(s.fs, folder + "/rank-2.safetensors", {s.Piece("model/w", {2, 0}, {2, 6}, 5, 12)}));
-  return CommitSave(s.fs, s.dir, SaveManifest{step, 3, "pp 1 dp 3", "{}"});
+  return CommitSave(s.fs, s.dir, SaveManifest{step, 3, "pp 1 dp 3", "{}", ""});
 }
 
 TEST(ShardedSaveTest, AnyBoxIsFilledFromThePiecesOfAnotherLayout) {
@@ -89,7 +89,7 @@ TEST(ShardedSaveTest, AnElementInNoPieceOrInTwoIsRefusedNamingIt) {
   ASSERT_TRUE(WriteRankFile(s.fs, folder + "/rank-0.safetensors", {s.Piece("model/w", {0, 0}, {2, 6}, 0, 12)}).ok());
   ASSERT_TRUE(WriteRankFile(s.fs, folder + "/rank-1.safetensors", {s.Piece("model/w", {2, 0}, {2, 6}, 0, 5)}).ok());
   ASSERT_TRUE(WriteRankFile(s.fs, folder + "/rank-2.safetensors", {s.Piece("model/w", {2, 0}, {2, 6}, 4, 12)}).ok());
-  ASSERT_TRUE(CommitSave(s.fs, s.dir, SaveManifest{1, 3, "", "{}"}).ok());
+  ASSERT_TRUE(CommitSave(s.fs, s.dir, SaveManifest{1, 3, "", "{}", ""}).ok());
   const Result<ShardedSave> save = ShardedSave::Open(s.fs, s.dir);
   ASSERT_TRUE(save.ok()) << save.status().message();
   EXPECT_EQ(save->Fill("model/w", {0, 0}, {4, 6}).status().message(),
@@ -103,7 +103,7 @@ TEST(ShardedSaveTest, AnElementInNoPieceOrInTwoIsRefusedNamingIt) {
   const std::string gap_folder = StepFolder(gap.dir, 1);
   ASSERT_TRUE(WriteRankFile(gap.fs, gap_folder + "/rank-0.safetensors", {gap.Piece("model/w", {0, 0}, {4, 6}, 0, 13)}).ok());
   ASSERT_TRUE(WriteRankFile(gap.fs, gap_folder + "/rank-1.safetensors", {gap.Piece("model/w", {0, 0}, {4, 6}, 14, 24)}).ok());
-  ASSERT_TRUE(CommitSave(gap.fs, gap.dir, SaveManifest{1, 2, "", "{}"}).ok());
+  ASSERT_TRUE(CommitSave(gap.fs, gap.dir, SaveManifest{1, 2, "", "{}", ""}).ok());
   const Result<ShardedSave> holed = ShardedSave::Open(gap.fs, gap.dir);
   ASSERT_TRUE(holed.ok());
   EXPECT_EQ(holed->Fill("model/w", {0, 0}, {4, 6}).status().message(), gap_folder + ": model/w: element [2, 1] is in no piece");
@@ -138,7 +138,7 @@ TEST(ShardedSaveTest, PiecesThatDoNotAddUpAreRefusedNamingFileAndPiece) {
   other.box.whole = {5, 6};
   const std::string path1 = StepFolder(s.dir, 1) + "/rank-1.safetensors";
   ASSERT_TRUE(WriteRankFile(s.fs, path1, {other}).ok());
-  ASSERT_TRUE(CommitSave(s.fs, s.dir, SaveManifest{1, 2, "", "{}"}).ok());
+  ASSERT_TRUE(CommitSave(s.fs, s.dir, SaveManifest{1, 2, "", "{}", ""}).ok());
   EXPECT_EQ(ShardedSave::Open(s.fs, s.dir).status().message(),
             path1 + ": piece model/w: F32 [5, 6], where " + path + " has F32 [4, 6]");
 }

@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/recompute.h"
+#include "specs/rope.h"
 
 namespace kp::runtime {
 
@@ -191,18 +192,29 @@ torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& w
   return y.narrow(2, 0, t).transpose(1, 2);
 }
 
-torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset) {
-  return ApplyRopeAt(x, theta, torch::arange(offset, offset + x.size(1), x.options().dtype(torch::kLong)));
+torch::Tensor ApplyRope(const torch::Tensor& x, const RopeSpec& rope, std::int64_t offset) {
+  return ApplyRopeAt(x, rope, torch::arange(offset, offset + x.size(1), x.options().dtype(torch::kLong)));
 }
 
-torch::Tensor ApplyRopeAt(const torch::Tensor& x, double theta, const torch::Tensor& positions) {
+torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeSpec& rope, const torch::Tensor& positions) {
   const std::int64_t t = x.size(1), d = x.size(-1), half = d / 2;
   const torch::Tensor xf = Upcast(x);
   const auto fopts = xf.options();
-  const torch::Tensor inv_freq =
-      torch::pow(theta, -torch::arange(0, half, fopts) * (2.0 / static_cast<double>(d)));
+  // The frequencies in double on the host, then fp32, as the reference
+  // computes them in fp32 from the same formula.
+  const std::vector<double> freq = RopeInverseFrequencies(rope, static_cast<int>(d));
+  const torch::Tensor inv_freq = torch::tensor(freq, torch::kDouble).to(fopts);
   const torch::Tensor angles = torch::outer(positions.to(fopts), inv_freq).view({1, t, 1, half});
-  const torch::Tensor cos = torch::cos(angles), sin = torch::sin(angles);
+  const double scale = RopeCosSinScale(rope);
+  const torch::Tensor cos = torch::cos(angles) * scale, sin = torch::sin(angles) * scale;
+  if (rope.interleaved) {
+    std::vector<std::int64_t> paired = xf.sizes().vec();
+    paired.back() = half;
+    paired.push_back(2);
+    const torch::Tensor pairs = xf.reshape(paired);
+    const torch::Tensor x1 = pairs.select(-1, 0), x2 = pairs.select(-1, 1);
+    return torch::stack({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).flatten(-2).to(x.scalar_type());
+  }
   const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
 }
@@ -240,7 +252,7 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 
 KdaImpl::KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
     : heads_(spec.heads), dk_(spec.kda.head_dim_k), dv_(spec.kda.head_dim_v), chunk_(options.kda_chunk),
-      eps_(options.norm_eps), fused_(options.fused_kernels) {
+      eps_(spec.norm_eps), fused_(options.fused_kernels) {
   const std::int64_t d = spec.hidden, hk = heads_ * dk_, hv = heads_ * dv_, kernel = spec.kda.conv_kernel;
   auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std, bool lora) {
     return register_module(name, std::make_shared<ProjImpl>(in, out, std, init, lora));
@@ -361,7 +373,7 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
 
 MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
     : heads_(spec.heads), nope_(spec.mla.qk_nope_head_dim), rope_(spec.mla.qk_rope_head_dim),
-      v_dim_(spec.mla.v_head_dim), kv_rank_(spec.mla.kv_lora_rank), theta_(options.rope_theta),
+      v_dim_(spec.mla.v_head_dim), kv_rank_(spec.mla.kv_lora_rank), rope_spec_(spec.rope),
       recompute_up_(options.recompute_mla_up_proj) {
   const std::int64_t d = spec.hidden, qk = nope_ + rope_, q_rank = spec.mla.q_lora_rank;
   auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std) {
@@ -369,13 +381,13 @@ MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init
   };
   if (q_rank > 0) {
     q_a_ = proj("q_a", d, q_rank, init_std);
-    q_norm_ = register_module("q_norm", std::make_shared<RmsNormImpl>(q_rank, options.norm_eps, options.fused_kernels));
+    q_norm_ = register_module("q_norm", std::make_shared<RmsNormImpl>(q_rank, spec.norm_eps, options.fused_kernels));
     q_b_ = proj("q_b", q_rank, heads_ * qk, init_std);
   } else {
     q_ = proj("q", d, heads_ * qk, init_std);
   }
   kv_a_ = proj("kv_a", d, kv_rank_ + rope_, init_std);
-  kv_norm_ = register_module("kv_norm", std::make_shared<RmsNormImpl>(kv_rank_, options.norm_eps, options.fused_kernels));
+  kv_norm_ = register_module("kv_norm", std::make_shared<RmsNormImpl>(kv_rank_, spec.norm_eps, options.fused_kernels));
   kv_b_ = proj("kv_b", kv_rank_, heads_ * (nope_ + v_dim_), init_std);
   if (spec.mla.output_gate) gate_ = proj("gate", d, heads_ * v_dim_, init_std);
   o_proj_ = proj("o_proj", heads_ * v_dim_, d, out_std);
@@ -405,7 +417,7 @@ std::vector<torch::Tensor> MlaImpl::UpProject(const std::vector<torch::Tensor>& 
   if (rope_ == 0) return {q, kv_up};
   const torch::Tensor q_heads = q.view({b, t, heads_, nope_ + rope_});
   const torch::Tensor q_full =
-      torch::cat({q_heads.narrow(-1, 0, nope_), ApplyRopeAt(q_heads.narrow(-1, nope_, rope_), theta_, q_pos)}, -1);
+      torch::cat({q_heads.narrow(-1, 0, nope_), ApplyRopeAt(q_heads.narrow(-1, nope_, rope_), rope_spec_, q_pos)}, -1);
   const torch::Tensor k_full = torch::cat({kv_up.view({b, s, heads_, nope_ + v_dim_}).narrow(-1, 0, nope_),
                                            in[2].unsqueeze(2).expand({b, s, heads_, rope_})},
                                           -1);
@@ -433,7 +445,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const auto longs = x.options().dtype(torch::kLong);
   const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
   torch::Tensor k_rope;  // [B, T, rope]
-  if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), theta_, q_pos).squeeze(2);
+  if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), rope_spec_, q_pos).squeeze(2);
   if (cache) {
     latent = AppendTime(cache->latent, latent);
     if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
@@ -463,7 +475,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const torch::Tensor q_full = up_out[0].view({b, t, heads_, nope_ + rope_});
   const torch::Tensor k_full = rope_ > 0 ? up_out[2] : kv_up.narrow(-1, 0, nope_);
   const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(nope_ + rope_));
+  const double scale = RopeSoftmaxScale(rope_spec_) / std::sqrt(static_cast<double>(nope_ + rope_));
   const torch::Tensor o = Attend(q_full, k_full, v, scale, q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
   if (recompute_up_) up.DiscardOutputs(o);
   const torch::Tensor gated = gate_ ? o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type()) : o;
@@ -473,7 +485,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
 // ------------------------------------------------------------------ MHA
 
 MhaImpl::MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
-    : heads_(spec.heads), kv_heads_(spec.kv_heads), head_dim_(spec.head_dim), theta_(options.rope_theta) {
+    : heads_(spec.heads), kv_heads_(spec.kv_heads), head_dim_(spec.head_dim), rope_spec_(spec.rope) {
   const std::int64_t d = spec.hidden;
   q_ = register_module("q", std::make_shared<ProjImpl>(d, heads_ * head_dim_, init_std, init));
   k_ = register_module("k", std::make_shared<ProjImpl>(d, kv_heads_ * head_dim_, init_std, init));
@@ -503,8 +515,8 @@ torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
   const auto longs = x.options().dtype(torch::kLong);
   const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
-  const torch::Tensor q = ApplyRopeAt(q_->forward(x).view({b, t, heads_, head_dim_}), theta_, q_pos);
-  torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), theta_, q_pos);
+  const torch::Tensor q = ApplyRopeAt(q_->forward(x).view({b, t, heads_, head_dim_}), rope_spec_, q_pos);
+  torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), rope_spec_, q_pos);
   torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
   if (cache) {
     k = AppendTime(cache->key, k);

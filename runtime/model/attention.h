@@ -98,11 +98,16 @@ torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, c
 /// y[t] = sum_j weight[:, j] * x[t - K + 1 + j] (zeros before the start).
 torch::Tensor CausalDepthwiseConv(const torch::Tensor& x, const torch::Tensor& weight);
 
-/// Rotary position embedding on the last dimension (even), half-split pairs,
-/// positions offset..offset+T-1 along dim 1 of x [B, T, H, d].
-torch::Tensor ApplyRope(const torch::Tensor& x, double theta, std::int64_t offset = 0);
+/// Rotary position embedding on the last dimension d (even) of x [B, T, H,
+/// d] at positions offset..offset+T-1 along dim 1: channel pair i turns by
+/// position x RopeInverseFrequencies(rope, d)[i] (specs/rope.h), times
+/// RopeCosSinScale. The pairs are (i, i + d/2) (half-split), or (2i, 2i+1)
+/// when rope.interleaved, which is the released DeepSeek-V3 / Kimi K2
+/// weights' layout (the output stays in the input's channel order: q and k
+/// are permuted alike, so their products are those of HF's de-interleaving).
+torch::Tensor ApplyRope(const torch::Tensor& x, const RopeSpec& rope, std::int64_t offset = 0);
 /// ApplyRope at the given positions [T] (long) along dim 1 instead.
-torch::Tensor ApplyRopeAt(const torch::Tensor& x, double theta, const torch::Tensor& positions);
+torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeSpec& rope, const torch::Tensor& positions);
 
 /// softmax(q k^T * scale + causal mask) v with q [B, H, T, d], k [B, H, S, d],
 /// v [B, H, S, dv], S >= T: the queries are the last T of the S positions
@@ -154,7 +159,7 @@ class MlaImpl : public TokenMixer {
   std::shared_ptr<ProjImpl> q_, q_a_, q_b_, kv_a_, kv_b_, gate_, o_proj_;
   std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
   std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
-  double theta_;
+  RopeSpec rope_spec_;
   bool recompute_up_;  // Megatron's mla_up_proj (ModelOptions::recompute_mla_up_proj)
   // The up-projections and the rotary embedding: (the queries' source, the
   // latent, the rotated key, the positions) -> rotated queries [B, T, H,
@@ -175,7 +180,7 @@ class MhaImpl : public TokenMixer {
   torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
   std::shared_ptr<ProjImpl> q_, k_, v_, o_proj_;
   std::int64_t heads_, kv_heads_, head_dim_;
-  double theta_;
+  RopeSpec rope_spec_;
 };
 
 }  // namespace kp::runtime

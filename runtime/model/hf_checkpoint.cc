@@ -2,6 +2,11 @@
 
 #include <map>
 
+#include <nlohmann/json.hpp>
+
+#include "common/limits.h"
+#include "runtime/model/runtime_config.h"
+#include "specs/hf_config.h"
 #include "weights/hf_names.h"
 #include "weights/int4.h"
 #include "weights/safetensors.h"
@@ -166,7 +171,36 @@ Status SaveHfCheckpoint(StageModelImpl& model, const FileSystem& fs, const std::
   for (std::size_t i = 0; i < owned_names.size(); ++i)
     tensors.push_back({owned_names[i], meta[i].first, meta[i].second, owned_bytes[i]});
   KP_RETURN_IF_ERROR(fs.CreateDirectories(dir));
-  return WriteSafetensors(fs, dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  KP_RETURN_IF_ERROR(WriteSafetensors(fs, dir + "/model.safetensors", tensors, {{"format", "pt"}}));
+  // K3 (KDA, AttnRes) has no released config format: only the weights.
+  bool bf16 = false;
+  for (const auto& [name, t] : NamedTensors(model)) bf16 = bf16 || t.scalar_type() == torch::kBFloat16;
+  const Result<std::string> config = HfConfigFromModelSpec(model.spec(), bf16 ? "bfloat16" : "float32");
+  if (!config.ok()) return Status::Ok();
+  nlohmann::json j = nlohmann::json::parse(*config);
+  if (int4_experts)
+    j["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "pack-quantized"},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights", {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
+                         {"group_size", kInt4Group}}}}}}}};
+  return fs.WriteFile(dir + "/config.json", j.dump(2) + "\n");
+}
+
+Status CheckCheckpointArchitecture(const FileSystem& fs, const std::string& dir, const ModelSpec& model) {
+  const std::string path = dir + "/config.json";
+  if (!fs.Exists(path)) return Status::Ok();
+  KP_ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(path, limits::kMaxSpecFileBytes));
+  if (!IsHfConfig(text)) return Status::Ok();
+  Result<ModelSpec> released = ModelSpecFromHfConfig(text, model.name);
+  if (!released.ok()) return released.status().WithContext(path);
+  const std::string diff = FirstShapeDifference(ModelShapeJson(*released, {}), ModelShapeJson(model, {}));
+  if (diff.empty()) return Status::Ok();
+  return Status::InvalidArgument(path + ": the checkpoint's architecture is not the model's (" + diff +
+                                 "; checkpoint vs model)");
 }
 
 StageSlices SlicesOfStage(StageModelImpl& model, const TensorParallelSplit* tp, int ep_rank, int ep, int etp_rank,

@@ -28,8 +28,17 @@ namespace kp::runtime {
 
 /// Writes `model`'s parameters and router biases under their released names
 /// to `dir`/model.safetensors (fp32 tensors as F32, bf16 as BF16; with
-/// `int4_experts`, every routed expert as compressed-tensors INT4).
+/// `int4_experts`, every routed expert as compressed-tensors INT4), and,
+/// for a DeepSeek-V3-architecture model, its config.json
+/// (specs/hf_config.h; with the INT4 experts' quantization_config).
 Status SaveHfCheckpoint(StageModelImpl& model, const FileSystem& fs, const std::string& dir, bool int4_experts);
+
+/// When `dir` holds a Hugging Face config.json, that its architecture is
+/// `model`'s: every shape, the RoPE (theta, YaRN, interleaving), the eps,
+/// the route scale and expert groups. A mismatch is one InvalidArgument
+/// naming the config and the first field that differs; a folder without a
+/// config.json passes (the tensors' shapes are still checked on load).
+Status CheckCheckpointArchitecture(const FileSystem& fs, const std::string& dir, const ModelSpec& model);
 
 /// Where each of a stage's parameters lies in the released (whole) tensor,
 /// by runtime name: the dimensions it is a slice of (ParameterShard: dim,

@@ -1,6 +1,7 @@
 #include "runtime/model/layers.h"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <torch/version.h>
@@ -151,24 +152,37 @@ torch::Tensor ExpertCounts(const torch::Tensor& experts, std::int64_t num_expert
   return (experts.reshape({-1, 1}) == ids).sum(0);
 }
 
-Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale) {
+Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale,
+                        int groups, int topk_groups) {
   Routing r;
-  r.experts = std::get<1>(torch::topk(scores + bias, top_k, /*dim=*/-1, /*largest=*/true, /*sorted=*/true));
+  torch::Tensor choice = scores + bias;
+  if (groups > 1) {
+    const std::int64_t n = choice.size(0), e = choice.size(1);
+    const torch::Tensor grouped = choice.view({n, groups, e / groups});
+    const torch::Tensor group_score = std::get<0>(grouped.topk(2, -1)).sum(-1);
+    const torch::Tensor kept = std::get<1>(group_score.topk(topk_groups, -1));
+    const torch::Tensor in_kept =
+        torch::zeros({n, groups}, choice.options().dtype(torch::kBool)).scatter_(1, kept, true);
+    // -inf, not 0: a biased score may be negative, and a dropped group's
+    // expert must never win over a kept one.
+    choice = choice.masked_fill(~in_kept.unsqueeze(-1).expand({n, groups, e / groups}).reshape({n, e}),
+                                -std::numeric_limits<double>::infinity());
+  }
+  r.experts = std::get<1>(torch::topk(choice, top_k, /*dim=*/-1, /*largest=*/true, /*sorted=*/true));
   const torch::Tensor picked = scores.gather(-1, r.experts);
   r.weights = picked / picked.sum(-1, /*keepdim=*/true) * scale;
   return r;
 }
 
-RouterImpl::RouterImpl(std::int64_t dim, std::int64_t num_experts, int top_k, double scale, Init& init)
-    : top_k_(top_k), scale_(scale) {
-  weight_ = register_parameter("weight", init.Normal({num_experts, dim}, 0.02, torch::kFloat));
-  bias_ = register_buffer("bias", torch::zeros({num_experts}));
-  load_ = register_buffer("load", torch::zeros({num_experts}));
+RouterImpl::RouterImpl(std::int64_t dim, const MoeShape& moe, Init& init) : moe_(moe) {
+  weight_ = register_parameter("weight", init.Normal({moe.num_experts, dim}, 0.02, torch::kFloat));
+  bias_ = register_buffer("bias", torch::zeros({moe.num_experts}));
+  load_ = register_buffer("load", torch::zeros({moe.num_experts}));
 }
 
 Routing RouterImpl::forward(const torch::Tensor& x, bool record_load) {
   const torch::Tensor scores = torch::sigmoid(torch::linear(Upcast(x), weight_));
-  Routing r = RouteFromScores(scores, bias_, top_k_, scale_);
+  Routing r = RouteFromScores(scores, bias_, moe_.top_k, moe_.route_scale, moe_.groups, moe_.topk_groups);
   if (record_load) {
     torch::NoGradGuard no_grad;
     load_.add_(ExpertCounts(r.experts, load_.size(0)).to(load_.scalar_type()));
@@ -371,8 +385,7 @@ MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init
       // Inside a recomputed MoE block the shared experts are redone anyway.
       recompute_shared_(options.recompute_shared_experts && !options.recompute_moe) {
   const std::int64_t d = spec.hidden, latent = spec.moe.latent_dim;
-  router_ = register_module("router", std::make_shared<RouterImpl>(d, num_experts_, spec.moe.top_k,
-                                                                    options.route_scale, init));
+  router_ = register_module("router", std::make_shared<RouterImpl>(d, spec.moe, init));
   experts_ = register_module("experts", std::make_shared<ExpertBankImpl>(num_experts_, latent > 0 ? latent : d,
                                                                          spec.moe.expert_ffn, init_std, out_std, init));
   experts_->set_recompute_act(options.recompute_moe_act && !options.recompute_moe);

@@ -153,15 +153,20 @@ struct Routing {
 
 /// §7: selection by top_k of (scores + bias); weights from the scores alone,
 /// normalised over the selected k and multiplied by `scale`.
-/// scores [N, E] in (0, 1), bias [E].
-Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale);
+/// scores [N, E] in (0, 1), bias [E]. With groups > 1 (DeepSeek-V3's
+/// group-limited routing) the E experts form `groups` equal groups, each
+/// scored by the sum of its two largest (scores + bias), and experts outside
+/// the `topk_groups` best groups cannot be chosen.
+Routing RouteFromScores(const torch::Tensor& scores, const torch::Tensor& bias, int top_k, double scale,
+                        int groups = 1, int topk_groups = 1);
 
 /// The sigmoid router: weight [E, D] (trained), bias [E] (a buffer moved by
 /// UpdateBias, never by gradients), load [E] (tokens routed since the last
 /// update, a buffer).
 class RouterImpl : public torch::nn::Module {
  public:
-  RouterImpl(std::int64_t dim, std::int64_t num_experts, int top_k, double scale, Init& init);
+  /// Routes over moe.num_experts with moe's top_k, route_scale and groups.
+  RouterImpl(std::int64_t dim, const MoeShape& moe, Init& init);
   /// x [N, D]; adds the selection counts to load() when `record_load`.
   Routing forward(const torch::Tensor& x, bool record_load);
   /// The auxiliary-loss-free update (§7): bias_e += rate * sign(mean load -
@@ -173,8 +178,7 @@ class RouterImpl : public torch::nn::Module {
 
  private:
   torch::Tensor weight_, bias_, load_;
-  int top_k_;
-  double scale_;
+  MoeShape moe_;
 };
 
 /// E SwiGLU experts as stacked weights: gate, up [E, F, D] and down [E, D, F].

@@ -1,6 +1,9 @@
 // The building blocks against independent references written here: the
 // depth read, the router on hand-worked cases, the MoE against a per-token
 // loop, KDA against the literal delta-rule recurrence, the short convolution.
+#include <cmath>
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -99,9 +102,45 @@ TEST(RouterTest, TheBiasChangesTheSelectionButNotTheWeights) {
   EXPECT_NEAR(r2.weights[0][0].item<double>(), 0.1 / 1.0, 1e-15);
 }
 
+// DeepSeek-V3's group-limited routing, worked by hand: 8 experts in 4
+// groups of 2, of which 2 groups may be chosen, top 3.
+TEST(RouterTest, GroupLimitedRoutingChoosesOnlyInsideTheBestGroups) {
+  const torch::Tensor scores = torch::tensor({{0.90, 0.05, 0.60, 0.55, 0.50, 0.50, 0.85, 0.10}}, torch::kDouble);
+  // Group sums of the two best: {0.95, 1.15, 1.00, 0.95}: groups 1 and 2
+  // are kept, so expert 0 (0.90) and expert 6 (0.85) cannot be chosen, and
+  // the top 3 are 2, 3 and one of 4 / 5 (tie, lowest index first is not
+  // promised; both weigh 0.5).
+  const Routing r = RouteFromScores(scores, torch::zeros({8}, torch::kDouble), 3, 2.0, 4, 2);
+  EXPECT_EQ(r.experts[0][0].item<std::int64_t>(), 2);
+  EXPECT_EQ(r.experts[0][1].item<std::int64_t>(), 3);
+  const std::int64_t third = r.experts[0][2].item<std::int64_t>();
+  EXPECT_TRUE(third == 4 || third == 5) << third;
+  EXPECT_NEAR(r.weights[0][0].item<double>(), 0.60 / 1.65 * 2.0, 1e-15);
+  EXPECT_NEAR(r.weights[0][2].item<double>(), 0.50 / 1.65 * 2.0, 1e-15);
+  // The bias decides the groups as it decides the experts: a bias of -0.3
+  // on expert 2 drops group 1 (0.30 + 0.55 = 0.85) below group 0 and group 3.
+  const torch::Tensor bias = torch::tensor({0.0, 0.0, -0.3, 0.0, 0.0, 0.0, 0.0, 0.0}, torch::kDouble);
+  const Routing b = RouteFromScores(scores, bias, 3, 1.0, 4, 2);
+  // Kept: group 2 (1.00) and groups 0 / 3 tie at 0.95: the top 3 take 0.90
+  // or 0.85 first, then 0.50 from group 2.
+  std::set<std::int64_t> chosen;
+  for (int i = 0; i < 3; ++i) chosen.insert(b.experts[0][i].item<std::int64_t>());
+  EXPECT_EQ(chosen.count(2), 0u);
+  EXPECT_EQ(chosen.count(3), 0u);
+  // One group: the plain top-k over all experts.
+  const Routing all = RouteFromScores(scores, torch::zeros({8}, torch::kDouble), 3, 1.0, 1, 1);
+  EXPECT_EQ(all.experts[0][0].item<std::int64_t>(), 0);
+  EXPECT_EQ(all.experts[0][1].item<std::int64_t>(), 6);
+  EXPECT_EQ(all.experts[0][2].item<std::int64_t>(), 2);
+}
+
 TEST(RouterTest, CountsLoadAndMovesTheBiasTowardTheUnderusedExpert) {
   Init init(1);
-  RouterImpl router(4, 4, 2, 1.0, init);
+  MoeShape moe;
+  moe.num_experts = 4;
+  moe.top_k = 2;
+  moe.route_scale = 1.0;
+  RouterImpl router(4, moe, init);
   {
     torch::NoGradGuard no_grad;
     router.weight().copy_(torch::eye(4));  // scores = sigmoid(x)
@@ -277,13 +316,32 @@ TEST(ShortConvTest, IsCausalAndDepthwise) {
 
 TEST(RopeTest, RotatesPairsByPositionAndKeepsNorms) {
   const torch::Tensor x = RandomDouble({1, 5, 2, 6}, 80);
-  const torch::Tensor y = ApplyRope(x, 10000.0);
+  const torch::Tensor y = ApplyRope(x, RopeSpec{});
   EXPECT_TRUE(torch::equal(y.select(1, 0), x.select(1, 0)));  // position 0: no rotation
   EXPECT_LT(MaxAbsDiff(y.norm(2, -1), x.norm(2, -1)), 1e-12);
   // Pair (0, 3) at position 2 turns by 2 * theta^0 = 2 radians.
   const double a = x[0][2][1][0].item<double>(), b = x[0][2][1][3].item<double>();
   EXPECT_NEAR(y[0][2][1][0].item<double>(), a * std::cos(2.0) - b * std::sin(2.0), 1e-12);
   EXPECT_NEAR(y[0][2][1][3].item<double>(), b * std::cos(2.0) + a * std::sin(2.0), 1e-12);
+}
+
+// The released DeepSeek-V3 / Kimi K2 layout: pair (2, 3) is pair 1, turning
+// by position x theta^(-2/6); and the result is HF's rotation of the
+// de-interleaved channels, up to the same permutation of q and k, so every
+// q.k product is HF's.
+TEST(RopeTest, InterleavedPairsAreAdjacentChannels) {
+  const torch::Tensor x = RandomDouble({1, 5, 2, 6}, 81);
+  RopeSpec interleaved;
+  interleaved.interleaved = true;
+  const torch::Tensor y = ApplyRope(x, interleaved);
+  const double angle = 3 * std::pow(10000.0, -2.0 / 6);
+  const double a = x[0][3][0][2].item<double>(), b = x[0][3][0][3].item<double>();
+  EXPECT_NEAR(y[0][3][0][2].item<double>(), a * std::cos(angle) - b * std::sin(angle), 1e-12);
+  EXPECT_NEAR(y[0][3][0][3].item<double>(), b * std::cos(angle) + a * std::sin(angle), 1e-12);
+  // De-interleave (evens, then odds) and rotate as halves: the same numbers.
+  const torch::Tensor perm = torch::tensor({0, 2, 4, 1, 3, 5}, torch::kLong);
+  const torch::Tensor halves = ApplyRope(x.index_select(-1, perm), RopeSpec{});
+  EXPECT_LT(MaxAbsDiff(halves, y.index_select(-1, perm)), 1e-12);
 }
 
 }  // namespace

@@ -182,11 +182,11 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& spec, const ModelOptions& op
   const double out_std = OutputStd(spec);
   // Layer 0's attention read would be over the embedding alone, which is the
   // identity; Kimi K3 has no parameters for it, nor do we.
-  if (block_ > 0 && layer > 0) attn_res_ = register_module("attn_res", std::make_shared<AttnResImpl>(d, options.norm_eps, options.fused_kernels));
+  if (block_ > 0 && layer > 0) attn_res_ = register_module("attn_res", std::make_shared<AttnResImpl>(d, spec.norm_eps, options.fused_kernels));
   if (block_ > 0)
-    ffn_res_ = register_module("ffn_res", std::make_shared<AttnResImpl>(d, options.norm_eps, options.fused_kernels));
-  attn_norm_ = register_module("attn_norm", std::make_shared<RmsNormImpl>(d, options.norm_eps, options.fused_kernels));
-  ffn_norm_ = register_module("ffn_norm", std::make_shared<RmsNormImpl>(d, options.norm_eps, options.fused_kernels));
+    ffn_res_ = register_module("ffn_res", std::make_shared<AttnResImpl>(d, spec.norm_eps, options.fused_kernels));
+  attn_norm_ = register_module("attn_norm", std::make_shared<RmsNormImpl>(d, spec.norm_eps, options.fused_kernels));
+  ffn_norm_ = register_module("ffn_norm", std::make_shared<RmsNormImpl>(d, spec.norm_eps, options.fused_kernels));
   switch (spec.attention[layer]) {
     case AttentionKind::kKda:
       attention_ = register_module("attention", std::make_shared<KdaImpl>(spec, options, kInitStd, out_std, init));
@@ -303,9 +303,9 @@ void EmbeddingImpl::ShardVocab(const TensorParallelRegion& region, TensorParalle
 HeadImpl::HeadImpl(const ModelSpec& spec, const ModelOptions& options) {
   Init init(options.seed, kHeadStream, options.deferred_init, WeightDtype(options));
   if (spec.attn_res_block > 0)
-    output_res_ = register_module("output_res", std::make_shared<AttnResImpl>(spec.hidden, options.norm_eps,
+    output_res_ = register_module("output_res", std::make_shared<AttnResImpl>(spec.hidden, spec.norm_eps,
                                                                                 options.fused_kernels));
-  norm_ = register_module("norm", std::make_shared<RmsNormImpl>(spec.hidden, options.norm_eps, options.fused_kernels));
+  norm_ = register_module("norm", std::make_shared<RmsNormImpl>(spec.hidden, spec.norm_eps, options.fused_kernels));
   lm_head_ = register_module("lm_head", std::make_shared<ProjImpl>(spec.hidden, spec.vocab,
                                                                    1.0 / std::sqrt(double(spec.hidden)), init, false));
   deferred_ = init.TakeDeferred();

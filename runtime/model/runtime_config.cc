@@ -1,5 +1,6 @@
 #include "runtime/model/runtime_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <vector>
@@ -57,6 +58,24 @@ Status ScaleLayers(ModelSpec& m, int layers) {
 
 }  // namespace
 
+namespace {
+
+// With fewer experts the preset's expert groups may no longer divide them
+// (DeepSeek-V3's 8 groups of 32 scaled to 4 experts): the most groups of at
+// least two experts that divide the new count, keeping the share of groups
+// that may be chosen where the top_k still fits.
+void KeepGroupsValid(MoeShape* moe) {
+  if (moe->num_experts == 0 || moe->groups <= 1) return;
+  int groups = moe->groups;
+  while (groups > 1 && (moe->num_experts % groups != 0 || moe->num_experts / groups < 2)) --groups;
+  int topk_groups = std::max(1, moe->topk_groups * groups / moe->groups);
+  while (topk_groups < groups && moe->top_k > topk_groups * (moe->num_experts / groups)) ++topk_groups;
+  moe->groups = groups;
+  moe->topk_groups = groups == 1 ? 1 : topk_groups;
+}
+
+}  // namespace
+
 Result<ModelSpec> ScaleModel(const ModelSpec& preset, const ScaleFlags& f) {
   KP_RETURN_IF_ERROR(PositiveFlag("layers", f.layers));
   KP_RETURN_IF_ERROR(PositiveFlag("hidden", f.hidden));
@@ -86,6 +105,7 @@ Result<ModelSpec> ScaleModel(const ModelSpec& preset, const ScaleFlags& f) {
     else m.moe.top_k = std::min(m.moe.top_k, *f.experts);
   }
   if (f.top_k) m.moe.top_k = *f.top_k;
+  if (f.experts || f.top_k) KeepGroupsValid(&m.moe);
   if (f.vocab) m.vocab = *f.vocab;
   if (f.attn_res_block) m.attn_res_block = *f.attn_res_block;
   if (f.dense_layers) m.dense_layers = *f.dense_layers;
@@ -121,7 +141,14 @@ std::string ModelShapeJson(const ModelSpec& m, const LoraOptions& lora) {
                {"conv_kernel", m.kda.conv_kernel}}},
       {"moe", {{"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn},
                {"shared_experts", m.moe.shared_experts}, {"shared_ffn", m.moe.shared_ffn},
-               {"latent_dim", m.moe.latent_dim}}},
+               {"latent_dim", m.moe.latent_dim}, {"route_scale", m.moe.route_scale}, {"groups", m.moe.groups},
+               {"topk_groups", m.moe.topk_groups}}},
+      // Not shapes, but a checkpoint means nothing under another RoPE or eps.
+      {"rope", {{"theta", m.rope.theta}, {"interleaved", m.rope.interleaved}, {"yarn_factor", m.rope.yarn.factor},
+                {"yarn_original_max_positions", m.rope.yarn.original_max_positions},
+                {"yarn_beta_fast", m.rope.yarn.beta_fast}, {"yarn_beta_slow", m.rope.yarn.beta_slow},
+                {"yarn_mscale", m.rope.yarn.mscale}, {"yarn_mscale_all_dim", m.rope.yarn.mscale_all_dim}}},
+      {"norm_eps", m.norm_eps},
       {"lora", {{"rank", lora.rank}, {"alpha", lora.alpha},
                 {"experts", lora.experts == LoraExperts::kPerExpert ? "per-expert" : "shared-outer"}}},
   };

@@ -68,9 +68,6 @@ struct ModelOptions {
   bool recompute_mla_up_proj = false;
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
   bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
-  double route_scale = 2.5;               ///< routed-expert output scale (DeepSeek-V3's routed_scaling_factor)
-  double norm_eps = 1e-6;
-  double rope_theta = 10000.0;
   std::uint64_t seed = 0;                 ///< parameter initialisation seed
   /// Build the large weights as meta tensors, to be sharded and then made by
   /// StageModelImpl::Materialize (sharded construction, model.h).

@@ -12,12 +12,14 @@
 #include "runtime/comm/in_process_communicator.h"
 #include "runtime/comm/rank_groups.h"
 #include "runtime/model/context_parallel.h"
+#include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/expert_parallel.h"
 #include "runtime/model/tensor_parallel.h"
 #include "runtime/train/pipeline_runtime.h"
 #include "runtime/train/pipeline_stage.h"
 #include "runtime/train/trainer_internal.h"
 #include "schedules/schedule_generators.h"
+#include "specs/presets.h"
 #include "specs/schedule_kind.h"
 #include "weights/sharded_save.h"
 
@@ -368,7 +370,8 @@ Status TrainSession::Impl::SavePieces(const std::string& dir) const {
   if (failed.cpu().item<double>() > 0)
     return Status::IoError("--save: another rank could not write its file of " + folder + " (the save is not current)");
   if (world->rank() != 0) return Status::Ok();
-  return CommitSave(*fs, dir, SaveManifest{step, world->size(), LayoutKey(), shape_json}).WithContext("--save");
+  return CommitSave(*fs, dir, SaveManifest{step, world->size(), LayoutKey(), shape_json, ModelSpecToJson(config.model)})
+      .WithContext("--save");
 }
 
 // The model's shape must match the save's; the layout may be any.
@@ -389,6 +392,7 @@ Status TrainSession::Impl::ResumePieces(const std::string& dir) {
 
 // Each rank maps the whole folder but reads only its own slices.
 Status TrainSession::Impl::InitFrom(const std::string& dir) {
+  KP_RETURN_IF_ERROR(CheckCheckpointArchitecture(*fs, dir, config.model).WithContext("--init-from"));
   Result<CheckpointDir> checkpoint = CheckpointDir::Open(*fs, dir);
   if (!checkpoint.ok()) return checkpoint.status().WithContext("--init-from");
   return pipeline->LoadHfWeights(*checkpoint);

@@ -135,11 +135,19 @@ TEST(TrainSessionInitFrom, AFolderOfAnotherWidthIsRefusedNamingFileAndTensor) {
   TrainConfig wide = c;
   wide.model = ScaledKimiK26Spec(256);
   wide.init_from = dir;
+  // The folder's config.json (SaveHfCheckpoint writes one) is read first.
   const auto s = TrainSession::Create(wide, fs);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(s.status().message().rfind("--init-from: " + dir + "/model.safetensors: tensor model.", 0), 0u)
-      << s.status().message();
+  EXPECT_EQ(s.status().message(), "--init-from: " + dir +
+                                      "/config.json: the checkpoint's architecture is not the model's (hidden: 224 vs "
+                                      "256; checkpoint vs model)");
+  // Without it, the tensors' shapes: the first that differs, with its file.
+  std::filesystem::remove(dir + "/config.json");
+  const auto t = TrainSession::Create(wide, fs);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message().rfind("--init-from: " + dir + "/model.safetensors: tensor model.", 0), 0u)
+      << t.status().message();
   wide.resume = "x.pt";
   EXPECT_NE(TrainSession::Create(wide, fs).status().message().find("--init-from: not with --resume"), std::string::npos);
 }

@@ -123,7 +123,6 @@ std::string TrainConfigJson(const TrainConfig& c) {
   if (c.options.recompute_mla_up_proj) j["recompute_mla_up_proj"] = true;
   if (c.options.checkpoint_group_layers > 1) j["checkpoint_group_layers"] = c.options.checkpoint_group_layers;
   j["kda_chunk"] = c.options.kda_chunk;
-  j["route_scale"] = c.options.route_scale;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
   j["steps"] = c.steps;
   j["batch"] = c.batch;
@@ -159,6 +158,10 @@ Status ReadModel(Fields& f, const nlohmann::json& j, const PresetCatalog& catalo
   KP_RETURN_IF_ERROR(f.Bool("gated_ffn", &gated));
   KP_RETURN_IF_ERROR(f.Array("attention", /*required=*/true).status());
   for (const char* key : {"mla", "kda", "moe", "lora"}) KP_RETURN_IF_ERROR(f.Object(key, /*required=*/true).status());
+  // Absent from configurations recorded before they were the model's.
+  double eps = 0;
+  KP_RETURN_IF_ERROR(f.Object("rope").status());
+  KP_RETURN_IF_ERROR(f.Number("norm_eps", &eps, 0, 1, /*required=*/false));
   Fields moe(j.at("moe"), f.Name("moe")), lora(j.at("lora"), f.Name("lora"));
   ScaleFlags scale;
   int value = 0;
@@ -183,7 +186,9 @@ Status ReadModel(Fields& f, const nlohmann::json& j, const PresetCatalog& catalo
     return Status::InvalidArgument(lora.Name("experts") + ": must be shared-outer or per-expert");
   c->lora.experts = experts == "per-expert" ? LoraExperts::kPerExpert : LoraExperts::kSharedOuter;
   nlohmann::json recorded = nlohmann::json::parse(ModelShapeJson(c->model, c->lora));
-  for (auto it = recorded.begin(); it != recorded.end(); ++it) it.value() = j.at(it.key());
+  // A field recorded before it existed keeps the preset's value.
+  for (auto it = recorded.begin(); it != recorded.end(); ++it)
+    if (j.contains(it.key())) it.value() = j.at(it.key());
   const std::string diff = FirstShapeDifference(recorded.dump(), ModelShapeJson(c->model, c->lora));
   if (!diff.empty())
     return Status::InvalidArgument(f.Name("model_name") + ": the recorded shape is not " + name +
@@ -215,7 +220,8 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Int("checkpoint_group_layers", &c->options.checkpoint_group_layers, 1, limits::kMaxLayers,
                            /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
-  KP_RETURN_IF_ERROR(f.Number("route_scale", &c->options.route_scale, 0, 1e6));
+  // Recorded at the top level before it was the model's moe.route_scale.
+  KP_RETURN_IF_ERROR(f.Number("route_scale", &c->model.moe.route_scale, 1e-6, 1e6, /*required=*/false));
   KP_ASSIGN_OR_RETURN(const nlohmann::json* data, f.Object("data", /*required=*/true));
   Fields d(*data, f.Name("data"));
   KP_RETURN_IF_ERROR(d.String("source", &c->data.source));
