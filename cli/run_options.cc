@@ -29,8 +29,9 @@ using runtime::TrainConfig;
 std::set<std::string> PlannerFlagsTaken() {
   po::options_description model;
   AddModelOptions(model);
-  std::set<std::string> out = {"lora-rank", "lora-alpha", "schedule", "sequence-parallel", "tp", "pp",
-                               "vp",        "ep",         "etp",      "cp",                "dp", "layer-split"};
+  std::set<std::string> out = {"lora-rank", "lora-alpha", "lora-native-base", "schedule", "sequence-parallel",
+                               "tp",        "pp",         "vp",               "ep",       "etp",
+                               "cp",        "dp",         "layer-split"};
   for (const auto& o : model.options()) out.insert(o->long_name());
   return out;
 }
@@ -242,6 +243,10 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   // The frozen base of a LoRA run is stored in bf16, as the planner prices
   // it (and Megatron and Verl keep it); the adapters train in fp32.
   if (c.lora.enabled()) c.options.weight_dtype = runtime::DType::kBf16;
+  const bool native_base = vm.count("lora-native-base") > 0 || (plan && plan->mode == TrainMode::kLora && plan->lora.native_base);
+  if (native_base && !c.lora.enabled())
+    return Status::InvalidArgument("--lora-native-base: the native base is the frozen base of LoRA; give --lora-rank");
+  KP_ASSIGN_OR_RETURN(c.options.int4_expert_base, runtime::Int4ExpertBase(c.model, native_base));
   KP_ASSIGN_OR_RETURN(c.options.dtype,
                       runtime::ParseDType(vm.count("dtype") ? vm["dtype"].as<std::string>() : plan ? "bf16" : "fp32"));
   KP_ASSIGN_OR_RETURN(const bool mixed, MixedPrecision(vm, plan));

@@ -64,7 +64,11 @@ Status CheckNativeExecutes(const PlanRequest& r) {
         r.lora.dense_ffn != defaults.dense_ffn)
       return NotExecuted("--lora-targets", "adapters on other targets than attention and the routed experts",
                          "--lora-targets attention,experts");
-    if (r.lora.native_base) return NotExecuted("--lora-native-base", "an INT4 base", "the base in bf16");
+    // The runtime holds a base as released INT4 in groups of 32 (or bf16).
+    const StorageFormat& storage = r.model.storage;
+    if (r.lora.native_base && (storage.routed_expert_bits == 8 ||
+                               (storage.routed_expert_bits == 4 && storage.quant_group_size != 32)))
+      return NotExecuted("--lora-native-base", "an INT8 base or INT4 groups other than 32", "the base in bf16");
   }
   return Status::Ok();
 }

@@ -63,7 +63,11 @@ TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
       {"--model", [](PlanRequest& r) { r.model.mtp_layers = 1; }},
       {"--lora-experts", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.experts = LoraExperts::kPerExpert; }},
       {"--lora-targets", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.dense_ffn = true; }},
-      {"--lora-native-base", [](PlanRequest& r) { r.mode = TrainMode::kLora; r.lora.native_base = true; }},
+      {"--lora-native-base", [](PlanRequest& r) {
+         r.mode = TrainMode::kLora;
+         r.lora.native_base = true;
+         r.model.storage.routed_expert_bits = 8;
+       }},
       {"--recompute", [](PlanRequest& r) {
          r.recompute = Recompute::kSelective;
          r.flash_attention = false;
@@ -75,6 +79,12 @@ TEST(NativeRun, RefusesEachSettingItDoesNotExecuteByItsFlag) {
     const Status s = CheckNativeExecutes(r);
     EXPECT_EQ(s.message().rfind(std::string(c.flag) + ": kimi-plan run does not execute ", 0), 0u) << s.message();
   }
+  // An INT4 base in groups of 32 runs (runtime/model/int4_linear.h).
+  PlanRequest int4 = Executable();
+  int4.mode = TrainMode::kLora;
+  int4.lora.native_base = true;
+  int4.model.storage.routed_expert_bits = 4;
+  EXPECT_TRUE(CheckNativeExecutes(int4).ok()) << CheckNativeExecutes(int4).message();
   // The distributed optimizer runs (distributed_optimizer.h), and so do
   // Megatron's mixed-precision states.
   PlanRequest sharded = Executable();

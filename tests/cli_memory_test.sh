@@ -93,6 +93,54 @@ compare pp2-dp2-ep2-distopt-mixed-uniform3 4 1f1b 1 2 2 1 1 2 1 2 on mixed full:
 # The modules whose outputs are freed after their consumer and remade.
 compare pp2-dp2-ep2-distopt-mixed-outputs 4 1f1b 1 2 2 1 1 2 1 2 on mixed selective:layernorm,moe_act,mla_up_proj
 
+# LoRA on the frozen base, held in bf16 and as released INT4
+# (--lora-native-base: the model's storage format, here 4-bit routed
+# experts in groups of 32, 0.5625 bytes a weight), bf16 activations, on
+# kimi-k3-debug with 64 experts so that the experts are most of the weights.
+python3 -c "
+import json; m = json.load(open('$here/../presets/models/kimi-k3-debug.json'))
+m['name'], m['moe']['num_experts'] = 'kimi-k3-debug-64', 64
+m['storage'] = {'routed_expert_bits': 4, 'quant_group_size': 32}
+json.dump(m, open('k3-64.json', 'w'))"
+lora_model=(--model-file k3-64.json --seq-len 16)
+one=(--schedule 1f1b --vp 1 --pp 1 --dp 1 --tp 1 --cp 1 --ep 1 --etp 1 --distributed-optimizer off
+     --state-precision fp32 --recompute none)
+check "profile: LoRA on the frozen base" "$bin" profile "${lora_model[@]}" --dtype bf16 --batch 1 --lora-rank 8 \
+  --out profile-lora.json
+compare_lora() {  # NAME [--lora-native-base]
+  local name=$1; shift
+  "$bin" run --nproc 1 "${one[@]}" "${lora_model[@]}" --dtype bf16 --lora-rank 8 "$@" --batch 1 --steps 4 --db run.db --json \
+    > "run-$name.json" 2> "run-$name.err"
+  "$bin" plan "${one[@]}" "${lora_model[@]}" --mode lora --lora-rank 8 "$@" --gpu h200 --nodes 1 --gpus-per-node 1 \
+    --global-batch 1 --micro-batch 1 --rollout-n 1 --grad-bucket-mib 25 --activation-profile profile-lora.json \
+    --db plan.db --json > "plan-$name.json" 2> "plan-$name.err"
+  check "memory $name: the peak within 10% of the plan" python3 - "$name" <<'PY'
+import json, sys
+name = sys.argv[1]
+got = json.load(open(f"run-{name}.json"))["peak_memory_bytes_by_rank"][0]
+plan = json.load(open(f"plan-{name}.json"))["memory"]
+want = plan["actor_by_pipeline_rank_bytes"][0] - plan["actor"]["details"]["CUDA/NCCL reserve"]
+print(f"{name}: measured {got / 1e6:.1f} MB, planned {want / 1e6:.1f} MB, ratio {got / want:.3f}")
+assert 0.9 <= got / want <= 1.1, (got, want)
+PY
+}
+compare_lora lora-bf16-base
+compare_lora lora-int4-base --lora-native-base
+check "LoRA on the INT4 base trains: the loss falls over 4 steps" python3 -c "
+import sqlite3; c = sqlite3.connect('run.db')
+r = c.execute(\"select max(id) from runs\").fetchone()[0]
+l = [x for (x,) in c.execute('select loss from steps where run_id = ? order by step', (r,))]
+assert len(l) == 4 and l[-1] < l[0], l"
+check "the INT4 base holds less than the bf16 base by the experts' bytes, as planned" python3 -c "
+import json
+run = lambda n: json.load(open(f'run-{n}.json'))['peak_memory_bytes_by_rank'][0]
+plan = lambda n: json.load(open(f'plan-{n}.json'))['memory']['actor_by_pipeline_rank_bytes'][0]
+saved, planned = run('lora-bf16-base') - run('lora-int4-base'), plan('lora-bf16-base') - plan('lora-int4-base')
+print(f'saved {saved / 1e6:.1f} MB, planned {planned / 1e6:.1f} MB')
+assert planned > 100e6 and abs(saved / planned - 1) < 0.1, (saved, planned)"
+refused "--lora-native-base without LoRA" runs "^kimi-plan run: --lora-native-base: the native base is the frozen base of LoRA; give --lora-rank$" \
+  run --nproc 1 "${lora_model[@]}" --lora-native-base --batch 1 --steps 1
+
 # Bad input: one line naming the flag, exit 2.
 echo '{"schema": "kimi-plan.activation-profile/1"}' > partial.json
 refused "profile missing fields" plans "--activation-profile: partial.json: model: required field is missing" \

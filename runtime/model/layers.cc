@@ -212,7 +212,11 @@ ExpertBankImpl::Views ExpertBankImpl::Split(const Matrix& m, c10::ScalarType dty
     return std::vector<torch::Tensor>{CastWeight(t, dtype)};
   };
   Views v;
-  v.weight = split(m.weight);
+  if (m.int4.packed.defined()) {
+    for (std::int64_t e = 0; e < num_experts_; ++e) v.int4.push_back({m.int4.packed[e], m.int4.scales[e]});
+  } else {
+    v.weight = split(m.weight);
+  }
   if (m.lora_a.defined() && !merged_) {
     v.lora_a = split(m.lora_a);
     v.lora_b = split(m.lora_b);
@@ -221,7 +225,7 @@ ExpertBankImpl::Views ExpertBankImpl::Split(const Matrix& m, c10::ScalarType dty
 }
 
 torch::Tensor ExpertBankImpl::Apply(const Views& m, std::int64_t e, const torch::Tensor& x) const {
-  torch::Tensor y = torch::linear(x, m.weight[e]);
+  torch::Tensor y = m.int4.empty() ? torch::linear(x, m.weight[e]) : Int4Linear(x, m.int4[e]);
   if (!m.lora_a.empty()) {
     const torch::Tensor& a = m.lora_a.size() == 1 ? m.lora_a[0] : m.lora_a[e];
     const torch::Tensor& b = m.lora_b.size() == 1 ? m.lora_b[0] : m.lora_b[e];
@@ -261,6 +265,7 @@ bool ExpertBankImpl::GroupedApplies(const torch::Tensor& x_sorted) const {
   // The grouped GEMM takes bf16 on a Hopper or newer GPU; an unmerged LoRA
   // keeps the loop.
   return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 && !(gate_.lora_a.defined() && !merged_) &&
+         !int4_base() &&
          ComputeCapabilityMajor(x_sorted.device()) >= 9;
 #else
   return false;
@@ -365,7 +370,25 @@ void ExpertBankImpl::MergeSign(double sign) {
   }
 }
 
+Status ExpertBankImpl::QuantizeBase() {
+  for (Matrix* m : {&gate_, &up_, &down_})
+    if (m->weight.size(2) % 32 != 0)
+      return Status::InvalidArgument("--lora-native-base: INT4 groups of 32 need expert input widths that are multiples "
+                                     "of 32, got " + std::to_string(m->weight.size(2)));
+  torch::NoGradGuard no_grad;
+  const std::pair<Matrix*, const char*> matrices[] = {{&gate_, "gate"}, {&up_, "up"}, {&down_, "down"}};
+  for (const auto& [m, name] : matrices) {
+    const Int4Weight q = QuantizeInt4Weight(m->weight);
+    m->int4.packed = register_buffer(std::string(name) + "_packed", q.packed);
+    m->int4.scales = register_buffer(std::string(name) + "_scale", q.scales);
+    // set_data keeps the parameter object (and its name) but frees its bytes.
+    m->weight.set_data(torch::empty({0}, m->weight.options()));
+  }
+  return Status::Ok();
+}
+
 void ExpertBankImpl::Merge() {
+  if (int4_base()) throw std::invalid_argument("ExpertBankImpl::Merge: an INT4 base cannot take merged adapters");
   if (!gate_.lora_a.defined() || merged_) return;
   MergeSign(1.0);
   merged_ = true;

@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include "runtime/model/int4_linear.h"
 #include "runtime/model/expert_parallel.h"
 #include "runtime/model/init.h"
 #include "runtime/model/runtime_config.h"
@@ -210,7 +211,15 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   /// parallelism): gate and up keep those output rows, down those inputs,
   /// so the bank's output is this shard's partial sum. Requires no LoRA.
   void KeepFfnShard(std::int64_t first, std::int64_t count);
-  std::int64_t ffn() const { return gate_.weight.size(1); }
+  /// Keeps the frozen base as released INT4 (int4_linear.h): gate, up and
+  /// down become the buffers NAME_packed and NAME_scale, the float
+  /// parameters shrink to empty, and every product dequantizes inside
+  /// Int4Linear. After sharding, with LoRA on (the base frozen). Merge then
+  /// throws: the packed base cannot take the adapters' update. An
+  /// InvalidArgument when an input width is not a multiple of 32.
+  Status QuantizeBase();
+  bool int4_base() const { return gate_.int4.packed.defined(); }
+  std::int64_t ffn() const { return int4_base() ? gate_.int4.packed.size(1) : gate_.weight.size(1); }
   std::int64_t num_experts() const { return num_experts_; }
   bool has_lora() const { return gate_.lora_a.defined(); }
   /// Megatron's moe_act: the loop frees each expert's SwiGLU product after
@@ -220,12 +229,14 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
  private:
   struct Matrix {
     torch::Tensor weight, lora_a, lora_b;  // lora_a [r, in] or [E, r, in]; lora_b [out, r] or [E, out, r]
+    Int4Weight int4;                       // the INT4 base ([E, out, in / 8], [E, out, in / 32]) after QuantizeBase
   };
   // One matrix cast to the activation dtype and split per expert: unbind's
   // backward stacks the expert gradients in one allocation, where indexing
   // each expert would materialise a full-size gradient per expert.
   struct Views {
     std::vector<torch::Tensor> weight, lora_a, lora_b;  // one entry when shared
+    std::vector<Int4Weight> int4;                        // per expert, with an INT4 base (then no weight)
   };
   Views Split(const Matrix& m, c10::ScalarType dtype) const;
   torch::Tensor Apply(const Views& m, std::int64_t expert, const torch::Tensor& x) const;

@@ -439,6 +439,12 @@ void StageModelImpl::EnableLora(const LoraOptions& lora, std::uint64_t seed) {
   for (auto& p : named_parameters()) p.value().set_requires_grad(p.key().find("lora_") != std::string::npos);
 }
 
+Status StageModelImpl::QuantizeExpertBase() {
+  for (const auto& layer : layers_)
+    if (layer->moe()) KP_RETURN_IF_ERROR(layer->moe()->experts().QuantizeBase());
+  return Status::Ok();
+}
+
 void StageModelImpl::MergeLora() {
   for (const auto& m : modules())
     if (auto* a = dynamic_cast<LoraAdaptable*>(m.get())) a->Merge();

@@ -218,6 +218,9 @@ class StageModelImpl : public torch::nn::Module {
   /// Adds LoRA adapters to every adaptable map (§8) and freezes every other
   /// parameter. Adapter initialisation depends on (seed, module name) only.
   void EnableLora(const LoraOptions& lora, std::uint64_t seed);
+  /// Every routed-expert bank's frozen base as released INT4
+  /// (ExpertBankImpl::QuantizeBase); after EnableLora.
+  Status QuantizeExpertBase();
   void MergeLora();
   void UnmergeLora();
   /// The parameters that train: all of them, or only the adapters with LoRA.

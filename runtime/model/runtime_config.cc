@@ -115,6 +115,18 @@ Result<ModelSpec> ScaleModel(const ModelSpec& preset, const ScaleFlags& f) {
   return m;
 }
 
+Result<bool> Int4ExpertBase(const ModelSpec& m, bool native_base) {
+  if (!native_base || !m.is_moe() || m.storage.routed_expert_bits == 16) return false;
+  if (m.storage.routed_expert_bits != 4)
+    return Status::InvalidArgument("--lora-native-base: the model stores its routed experts in " +
+                                   std::to_string(m.storage.routed_expert_bits) +
+                                   " bits; the runtime holds INT4 (or bf16) bases");
+  if (m.storage.quant_group_size != 32)
+    return Status::InvalidArgument("--lora-native-base: the runtime's INT4 has groups of 32, the model's storage "
+                                   "groups of " + std::to_string(m.storage.quant_group_size));
+  return true;
+}
+
 Status ValidateForRuntime(const ModelSpec& m) {
   KP_RETURN_IF_ERROR(m.Validate());
   if (m.tied_embeddings)

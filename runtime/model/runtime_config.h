@@ -68,6 +68,10 @@ struct ModelOptions {
   bool recompute_mla_up_proj = false;
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
   bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
+  /// With LoRA: the routed experts' frozen base kept as released INT4
+  /// (int4_linear.h, 0.5625 bytes a weight), dequantized inside each
+  /// product; the planner's --lora-native-base.
+  bool int4_expert_base = false;
   std::uint64_t seed = 0;                 ///< parameter initialisation seed
   /// Build the large weights as meta tensors, to be sharded and then made by
   /// StageModelImpl::Materialize (sharded construction, model.h).
@@ -85,6 +89,14 @@ struct ScaleFlags {
 /// layers the first layers - 1 keep the preset's attention kinds and the last
 /// layer keeps the preset's last kind (Kimi K3's closing MLA).
 Result<ModelSpec> ScaleModel(const ModelSpec& preset, const ScaleFlags& flags);
+
+/// Whether `--lora-native-base` (the planner's: the frozen base kept in the
+/// model's storage format) makes the routed experts' base INT4
+/// (ModelOptions::int4_expert_base): yes for 4-bit storage in groups of 32,
+/// no for 16-bit storage (the base is bf16 either way); an InvalidArgument
+/// naming --lora-native-base for a format the runtime does not hold (INT8,
+/// other group sizes).
+Result<bool> Int4ExpertBase(const ModelSpec& m, bool native_base);
 
 /// ModelSpec::Validate plus what this runtime can build: untied head, even
 /// RoPE widths, MHA heads that divide the hidden size. The message names the

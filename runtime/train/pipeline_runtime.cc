@@ -135,6 +135,7 @@ Status PipelineRank::Impl::EnableLora(const LoraOptions& lora, std::uint64_t see
   for (auto& [s, module] : ctx.modules) {
     StageModelImpl* model = ModelOfStage(*module);
     model->EnableLora(lora, seed);
+    if (config().train.options.int4_expert_base) KP_RETURN_IF_ERROR(model->QuantizeExpertBase());
     model->to(ctx.device);
   }
   return Status::Ok();

@@ -97,6 +97,11 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.options.checkpoint_group_layers < 1)
     return Status::InvalidArgument("--recompute-num-layers: must be >= 1, got " +
                                    std::to_string(c.options.checkpoint_group_layers));
+  if (c.options.int4_expert_base && !c.lora.enabled())
+    return Status::InvalidArgument("--lora-native-base: the INT4 base is the frozen base of LoRA; give --lora-rank");
+  if (c.options.int4_expert_base && !c.init_from.empty())
+    return Status::InvalidArgument("--lora-native-base: not with --init-from yet (the released INT4 bytes would be "
+                                   "re-quantised, not copied)");
   if (!c.init_from.empty() && !c.resume.empty())
     return Status::InvalidArgument("--init-from: not with --resume (the run's checkpoint holds its weights)");
   if (c.options.checkpoint_group_layers > 1 &&
@@ -121,6 +126,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   if (c.options.recompute_layernorm) j["recompute_layernorm"] = true;
   if (c.options.recompute_moe_act) j["recompute_moe_act"] = true;
   if (c.options.recompute_mla_up_proj) j["recompute_mla_up_proj"] = true;
+  if (c.options.int4_expert_base) j["int4_expert_base"] = true;
   if (c.options.checkpoint_group_layers > 1) j["checkpoint_group_layers"] = c.options.checkpoint_group_layers;
   j["kda_chunk"] = c.options.kda_chunk;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -217,6 +223,7 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Bool("recompute_layernorm", &c->options.recompute_layernorm));
   KP_RETURN_IF_ERROR(f.Bool("recompute_moe_act", &c->options.recompute_moe_act));
   KP_RETURN_IF_ERROR(f.Bool("recompute_mla_up_proj", &c->options.recompute_mla_up_proj));
+  KP_RETURN_IF_ERROR(f.Bool("int4_expert_base", &c->options.int4_expert_base));
   KP_RETURN_IF_ERROR(f.Int("checkpoint_group_layers", &c->options.checkpoint_group_layers, 1, limits::kMaxLayers,
                            /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
