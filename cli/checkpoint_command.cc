@@ -7,7 +7,9 @@
 // the headers and the index.
 // `kimi-plan checkpoint export SAVE --out DIR`: a layout-free save of `run`
 // or `train --save` (weights/sharded_save.h) assembled into a servable
-// Hugging Face folder, one tensor at a time, one shard in memory at most.
+// Hugging Face folder, one tensor at a time, one shard in memory at most
+// (weights/hf_export.h): an INT4 base as released INT4, LoRA adapters folded
+// into their weights with --merge-lora, else left out and counted.
 #include <filesystem>
 #include <sstream>
 
@@ -19,6 +21,7 @@
 #include "specs/hf_config.h"
 #include "specs/presets.h"
 #include "weights/checkpoint_dir.h"
+#include "weights/hf_export.h"
 #include "weights/hf_names.h"
 #include "weights/sharded_save.h"
 
@@ -31,18 +34,21 @@ using nlohmann::json;
 po::options_description CheckpointOptions() {
   po::options_description desc(
       "kimi-plan checkpoint inspect PATH [--json]\n"
-      "kimi-plan checkpoint export SAVE --out DIR [--dtype bf16|saved] [--max-shard-gib G] [--json]\n\n"
+      "kimi-plan checkpoint export SAVE --out DIR [--dtype bf16|saved] [--max-shard-gib G] [--merge-lora] [--json]\n\n"
       "inspect lists the tensors of a safetensors file or a Hugging Face checkpoint folder (its index and\n"
       "shards), checking the format: a truncated file, a header that lies about offsets, a missing shard or an\n"
       "index naming a tensor no file holds is one line naming the file and tensor, exit 2.\n"
       "export writes the weights of a save of `run` / `train --save` (any layout; its latest complete step,\n"
-      "or the step folder named) as a Hugging Face folder under the released names. Options");
+      "or the step folder named) as a Hugging Face folder under the released names; a LoRA run's adapters are\n"
+      "folded into the weights they adapt with --merge-lora (an INT4 base then written in bf16), else left out.\n"
+      "Options");
   desc.add_options()("help,h", "this text")
       ("action", po::value<std::string>(), "inspect | export (positional)")
       ("path", po::value<std::string>(), "inspect: a .safetensors file or a checkpoint folder; export: a save (positional)")
       ("out", po::value<std::string>(), "export: the folder to write")
       ("dtype", po::value<std::string>()->default_value("bf16"), "export: bf16 (fp32 rounded to nearest even) | saved")
       ("max-shard-gib", NumberFlag(1.0 / 1024, 1024)->default_value(5.0), "export: the largest shard file, GiB")
+      ("merge-lora", "export: fold the save's LoRA adapters into the weights (W + alpha / rank B A)")
       ("json", "the tensors (inspect) or what was written (export) as JSON");
   return desc;
 }
@@ -99,29 +105,42 @@ Status Export(const po::variables_map& vm, CliEnv& env) {
   // Made before any tensor is written, so that a model the config cannot
   // describe (K3's KDA and AttnRes) is known before and the folder gets
   // weights only: serving engines cannot run those anyway.
-  Result<std::string> config = Status::NotFound("the save records no model (made before saves did)");
+  Result<ModelSpec> model = Status::NotFound("the save records no model (made before saves did)");
   if (!save.manifest().model.empty()) {
-    KP_ASSIGN_OR_RETURN(const ModelSpec model, ParseModelSpec(save.manifest().model));
-    config = HfConfigFromModelSpec(model, dtype == "bf16" ? "bfloat16" : "float32");
+    KP_ASSIGN_OR_RETURN(model, ParseModelSpec(save.manifest().model));
   }
-  KP_ASSIGN_OR_RETURN(const std::int64_t written, ExportHfFolder(save, env.fs, out, dtype == "bf16", max_bytes));
+  const std::string torch_dtype = dtype == "bf16" ? "bfloat16" : "float32";
+  Result<std::string> config = model.ok() ? HfConfigFromModelSpec(*model, torch_dtype) : model.status();
+  ExportOptions options;
+  options.bf16 = dtype == "bf16";
+  options.max_shard_bytes = max_bytes;
+  options.merge_lora = vm.count("merge-lora") > 0;
+  KP_ASSIGN_OR_RETURN(const ExportSummary summary, ExportHfFolder(save, env.fs, out, options));
+  if (config.ok() && summary.int4_experts) config = HfConfigFromModelSpec(*model, torch_dtype, /*int4_experts=*/true);
   if (config.ok()) KP_RETURN_IF_ERROR(env.fs.WriteFile(out + "/config.json", *config).WithContext("--out"));
   KP_ASSIGN_OR_RETURN(const CheckpointDir dir, CheckpointDir::Open(env.fs, out));
   std::uint64_t bytes = 0;
   for (const SafetensorsFile& f : dir.files())
     for (const TensorEntry& e : f.tensors()) bytes += e.end - e.begin;
+  const std::string adapters = summary.adapters == 0 ? "none"
+                               : summary.merged > 0  ? std::to_string(summary.adapters) + " folded into " +
+                                                          std::to_string(summary.merged) + " weights"
+                                                     : std::to_string(summary.adapters) +
+                                                          " left out (--merge-lora folds them in)";
   if (vm.count("json")) {
     env.out << json{{"save", save.folder()}, {"step", save.manifest().step}, {"layout", save.manifest().layout},
-                    {"out", out}, {"tensors", written}, {"files", dir.files().size()}, {"bytes", bytes},
+                    {"out", out}, {"tensors", summary.tensors}, {"files", dir.files().size()}, {"bytes", bytes},
+                    {"adapters", summary.adapters}, {"merged", summary.merged}, {"int4_experts", summary.int4_experts},
                     {"config", config.ok() ? json(out + "/config.json") : json(config.status().message())}}
                    .dump(2)
             << "\n";
     return Status::Ok();
   }
   Table t({"save", "step", "saved on", "tensors", "files", "bytes", "written to"});
-  t.AddRow({save.folder(), std::to_string(save.manifest().step), save.manifest().layout, std::to_string(written),
+  t.AddRow({save.folder(), std::to_string(save.manifest().step), save.manifest().layout, std::to_string(summary.tensors),
             std::to_string(dir.files().size()), std::to_string(bytes), out});
-  env.out << t.Render()
+  env.out << t.Render() << "LoRA adapters: " << adapters << (summary.int4_experts ? "; INT4 experts as saved" : "")
+          << "\n"
           << (config.ok() ? "config.json: DeepseekV3ForCausalLM\n" : "no config.json: " + config.status().message() + "\n");
   return Status::Ok();
 }

@@ -69,7 +69,8 @@ void AddCheckpointOptions(po::options_description& desc) {
        "steps between checkpoints (0: only at the end)")
       ("save", po::value<std::string>(),
        "write layout-free saves here (DIR/step-N, DIR/latest): the weights under the released names with the "
-       "optimizer's state, each rank its pieces; --resume DIR continues on any layout, checkpoint export serves it")
+       "optimizer's state (LoRA adapters beside them), each rank its pieces; --resume DIR continues on any layout, "
+       "checkpoint export serves it")
       ("save-every", IntFlag(0, limits::kMaxTrainSteps)->default_value(0),
        "steps between saves (0: only at the end)");
 }
@@ -78,8 +79,6 @@ Status ReadCheckpointFlags(const po::variables_map& vm, runtime::TrainConfig* co
   if (vm.count("resume")) config->resume = vm["resume"].as<std::string>();
   if (vm.count("init-from")) config->init_from = vm["init-from"].as<std::string>();
   KP_RETURN_IF_ERROR(FlagNeeds(vm, "save-every", vm.count("save") > 0, "--save"));
-  if (vm.count("save") && config->lora.enabled())
-    return Status::InvalidArgument("--save: a LoRA run saves its adapters (--save-adapters), not the whole model");
   return Status::Ok();
 }
 

@@ -158,7 +158,7 @@ Result<ModelSpec> ModelSpecFromHfConfig(const std::string& json_text, const std:
   return m;
 }
 
-Result<std::string> HfConfigFromModelSpec(const ModelSpec& m, const std::string& torch_dtype) {
+Result<std::string> HfConfigFromModelSpec(const ModelSpec& m, const std::string& torch_dtype, bool int4_experts) {
   if (m.count(AttentionKind::kMla) != m.layers)
     return Status::InvalidArgument("attention: a DeepSeek-V3 config needs MLA in every layer");
   if (m.tied_embeddings) return Status::InvalidArgument("tied_embeddings: a DeepSeek-V3 config is untied");
@@ -212,6 +212,17 @@ Result<std::string> HfConfigFromModelSpec(const ModelSpec& m, const std::string&
                          {"mscale", y.mscale}, {"mscale_all_dim", y.mscale_all_dim}};
   } else {
     j["rope_scaling"] = nullptr;
+  }
+  if (int4_experts) {
+    // The group of kimi-k2.6's weights/int4.h; ReadQuantization reads it back.
+    const json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
+                          {"group_size", 32}, {"dynamic", false}};
+    j["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "pack-quantized"},
+        {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr}}}}},
+        {"ignore",
+         {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}}};
   }
   return j.dump(2) + "\n";
 }

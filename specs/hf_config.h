@@ -38,8 +38,11 @@ Result<ModelSpec> ModelSpecFromHfConfig(const std::string& json_text, const std:
 /// rope_scaling), weights in `torch_dtype` ("bfloat16" or "float32"). Only
 /// for models ModelSpecFromHfConfig could have made: MLA in every layer,
 /// untied, gated, no attention residuals; else an InvalidArgument naming the
-/// field.
-Result<std::string> HfConfigFromModelSpec(const ModelSpec& m, const std::string& torch_dtype);
+/// field. With `int4_experts`, the routed experts are declared compressed-
+/// tensors pack-quantized INT4 in groups of 32 (quantization_config, every
+/// other linear in its ignore list), as Kimi K2.6 releases them.
+Result<std::string> HfConfigFromModelSpec(const ModelSpec& m, const std::string& torch_dtype,
+                                          bool int4_experts = false);
 
 }  // namespace kp
 

@@ -8,6 +8,7 @@
 # released names; a save that never completed is not read; bad input is one
 # line, exit 2, nothing written. A kimi-k3-debug run (KDA and AttnRes
 # tensors, which keep their runtime names) saves on dp 2 and resumes on pp 2.
+# LoRA on the INT4 base saves, resumes and exports (merged or not).
 set -u
 bin="$1"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -100,9 +101,57 @@ check "kimi-k3-debug: resumed on pp 2, steps 3-4 within 1e-6 of dp 2's" continue
 
 refused "--save-every without --save" steps "kimi-plan run: --save-every: needs --save" \
   run --nproc 2 --dp 2 "${sv[@]}" --save-every 5
-refused "--save with LoRA" steps "kimi-plan train: --save: a LoRA run saves its adapters (--save-adapters), not the whole model" \
-  train "${k26[@]}" --steps 2 --lora-rank 4 --save x
-check "--save with LoRA: no save folder" test ! -e x
+# LoRA on the INT4 base, warm-started from the exported folder (bf16
+# experts, quantised on load): saved on pp 2, resumed on dp 2; exported
+# with the INT4 base as saved (adapters left out) and with the adapters
+# folded in; the exported INT4 folder, read as released INT4 bytes, starts
+# where the same folder dequantized does.
+lq=("${k26[@]}" --batch 4 --seq-len 8 --steps 6 --lora-rank 4 --lora-native-base --db lq.db)
+"$bin" run --nproc 2 --pp 2 "${lq[@]}" --init-from hf --save lq --save-every 3 > /dev/null 2> lq1.err
+check "LoRA on the INT4 base: --init-from and --save on pp 2, exit 0" test $? -eq 0
+check "LoRA on the INT4 base: the save holds the packed base and the adapters" python3 -c "
+import json, struct
+names = set()
+for r in (0, 1):
+    b = open('lq/step-6/rank-%d.safetensors' % r, 'rb').read()
+    names |= set(json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]]))
+assert 'model/model.layers.1.mlp.experts.0.gate_proj.weight_packed' in names, names
+assert 'model/layers.1.moe.experts.gate_lora_a' in names and 'exp_avg/layers.0.attention.q_a.lora_b' in names, names"
+"$bin" run --nproc 2 --dp 2 "${lq[@]}" --resume lq/step-3 > /dev/null 2> lq2.err
+check "LoRA on the INT4 base: resumed on dp 2, steps 4-6 within 1e-6 of pp 2's" continues lq.db 3 3
+"$bin" checkpoint export lq --out lq-int4 --json > lq-int4.json 2> lq-int4.err
+json_check "export of the INT4 base: adapters left out, INT4 experts as saved" lq-int4.json \
+  "d['adapters'] > 0 and d['merged'] == 0 and d['int4_experts']"
+check "export of the INT4 base: config.json declares compressed-tensors pack-quantized INT4 in groups of 32" \
+  python3 -c "import json; q = json.load(open('lq-int4/config.json'))['quantization_config']; assert q['format'] == 'pack-quantized' and q['config_groups']['group_0']['weights']['group_size'] == 32"
+"$bin" checkpoint inspect lq-int4 --json > lq-inspect.json
+json_check "export of the INT4 base: packed, scale and shape per expert, no adapter" lq-inspect.json \
+  "sum(t['name'].endswith('_shape') and t['dtype'] == 'I32' for t in d['tensors']) == 2 * 4 * 3 and not any('lora' in t['name'] for t in d['tensors'])"
+"$bin" checkpoint export lq --out lq-merged --merge-lora --json > lq-merged.json 2> lq-merged.err
+json_check "export --merge-lora: every adapted weight folded, no INT4 left" lq-merged.json \
+  "d['merged'] > 2 * 4 * 3 and not d['int4_experts']"
+"$bin" logits --model-file lq-merged/config.json --init-from lq-merged --tokens $tokens --json > lm1.json 2> lm1.err
+"$bin" logits --model-file lq-int4/config.json --init-from lq-int4 --tokens $tokens --json > lm2.json 2> lm2.err
+check "export --merge-lora: the folded model serves, and its logits are not the base's" \
+  python3 -c "import json; a, b = (json.load(open(f))['logits'] for f in ('lm1.json', 'lm2.json')); assert len(a) == 8 and max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s)) > 1e-4"
+one=(--nproc 1 "${k26[@]}" --batch 4 --seq-len 8 --steps 1 --lora-rank 4 --db one.db --json)
+"$bin" run "${one[@]}" --init-from lq-int4 --lora-native-base --save n1 > n1.json 2> n1.err
+"$bin" run "${one[@]}" --init-from lq-int4 > n2.json 2> n2.err
+check "--init-from INT4 on the INT4 base: the released bytes kept bit for bit (the frozen base saved after a step)" \
+  python3 -c "
+import json, struct
+def tensors(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]] for k, v in h.items() if k != '__metadata__'}
+saved, released = tensors('n1/step-1/rank-0.safetensors'), tensors('lq-int4/model.safetensors')
+keys = [k for k in released if k.endswith(('_packed', '_scale'))]
+assert len(keys) == 2 * 2 * 4 * 3 and all(saved['model/' + k] == released[k] for k in keys), keys"
+# fp32 sums in another order (a fresh dequantized matrix, not a view of the
+# bank) move the loss by about 1e-6 of itself.
+check "--init-from INT4 on the INT4 base: the first loss of the dequantized model within 1e-4 of itself" \
+  python3 -c "import json; a, b = (json.load(open(f))['first_loss'] for f in ('n1.json', 'n2.json')); assert abs(a - b) <= 1e-4 * abs(b), (a, b)"
 "$bin" run --nproc 2 --dp 2 --model kimi-k2.6 --layers 3 --hidden 256 --heads 2 --experts 4 --vocab 128 --batch 4 \
   --seq-len 8 --steps 20 --db other.db --resume sv/step-10 > /dev/null 2> wide.err
 check "another width: exit 2" test $? -eq 2

@@ -1,7 +1,6 @@
 #include "weights/sharded_save.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -9,7 +8,6 @@
 
 #include "common/limits.h"
 #include "common/strict_json.h"
-#include "weights/int4.h"
 
 namespace kp {
 
@@ -261,82 +259,6 @@ Result<ShardedSave::Filled> ShardedSave::Fill(const std::string& key, const std:
       return Status::InvalidArgument(folder_ + ": " + key + ": element " + IndexText(i, offset, shape) +
                                      (covered[i] == 0 ? " is in no piece" : " is in two pieces"));
   return out;
-}
-
-namespace {
-
-// fp32 bytes rounded to bf16's, nearest even.
-std::string ToBf16Bytes(const std::string& f32) {
-  const std::size_t n = f32.size() / 4;
-  std::string out(n * 2, '\0');
-  for (std::size_t i = 0; i < n; ++i) {
-    float x;
-    std::memcpy(&x, f32.data() + 4 * i, 4);
-    const std::uint16_t b = ToBf16(x);
-    std::memcpy(out.data() + 2 * i, &b, 2);
-  }
-  return out;
-}
-
-std::string ShardName(int k, int n) {
-  char name[64];
-  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k, n);
-  return name;
-}
-
-}  // namespace
-
-Result<std::int64_t> ExportHfFolder(const ShardedSave& save, const FileSystem& fs, const std::string& out, bool bf16,
-                                    std::int64_t max_shard_bytes) {
-  // The shards are planned from the stored shapes first, so each file's
-  // name can say how many there are; then filled one at a time, so no more
-  // than one shard is ever held.
-  struct Planned {
-    std::string name;
-    TensorDType dtype;
-    std::vector<std::int64_t> shape;
-  };
-  std::vector<std::vector<Planned>> shards(1);
-  std::int64_t in_shard = 0, total = 0;
-  const std::string prefix = "model/";
-  for (const auto& [key, pieces] : save.pieces()) {
-    if (key.compare(0, prefix.size(), prefix) != 0) continue;
-    const TensorDType stored = pieces.front().entry->dtype;
-    const TensorDType dtype = bf16 && stored == TensorDType::kF32 ? TensorDType::kBF16 : stored;
-    const std::vector<std::int64_t>& whole = pieces.front().box.whole;
-    const std::int64_t bytes = Elements(whole) * DTypeBytes(dtype);
-    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back({key.substr(prefix.size()), dtype, whole});
-    in_shard += bytes;
-    total += bytes;
-  }
-  if (shards.front().empty()) return Status::InvalidArgument(save.folder() + ": holds no model/ piece to export");
-  KP_RETURN_IF_ERROR(fs.CreateDirectories(out));
-  const int n = static_cast<int>(shards.size());
-  json weight_map = json::object();
-  std::int64_t written = 0;
-  for (int k = 0; k < n; ++k) {
-    const std::string file = n == 1 ? "model.safetensors" : ShardName(k + 1, n);
-    std::vector<std::string> bytes;
-    bytes.reserve(shards[k].size());
-    std::vector<TensorToWrite> tensors;
-    for (const Planned& p : shards[k]) {
-      KP_ASSIGN_OR_RETURN(ShardedSave::Filled f, save.Fill(prefix + p.name, std::vector<std::int64_t>(p.shape.size(), 0), p.shape));
-      bytes.push_back(p.dtype == f.dtype ? std::move(f.bytes) : ToBf16Bytes(f.bytes));
-      tensors.push_back({p.name, p.dtype, p.shape, bytes.back()});
-      weight_map[p.name] = file;
-      ++written;
-    }
-    KP_RETURN_IF_ERROR(WriteSafetensors(fs, out + "/" + file, tensors, {{"format", "pt"}}));
-  }
-  if (n > 1) {
-    const json index{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    KP_RETURN_IF_ERROR(fs.WriteFile(out + "/model.safetensors.index.json", index.dump(2) + "\n"));
-  }
-  return written;
 }
 
 }  // namespace kp

@@ -26,7 +26,7 @@
 // released tensor from any layout tile it: a reader fills any box of it
 // from every piece that overlaps the box, each element exactly once.
 // No LibTorch here: the runtime writes and reads tensors through it, and
-// `checkpoint export` assembles whole tensors with it.
+// `checkpoint export` (hf_export.h) assembles whole tensors with it.
 // Thread-safety: a ShardedSave is immutable once opened.
 #ifndef KIMI_PLAN_WEIGHTS_SHARDED_SAVE_H_
 #define KIMI_PLAN_WEIGHTS_SHARDED_SAVE_H_
@@ -125,15 +125,6 @@ class ShardedSave {
   std::vector<SafetensorsFile> files_;
   std::map<std::string, std::vector<Piece>> pieces_;
 };
-
-/// `checkpoint export`: every "model/" tensor of `save` assembled whole and
-/// written as a Hugging Face folder `out` (model-0000K-of-0000N.safetensors
-/// shards of at most `max_shard_bytes` each, and model.safetensors.index.json;
-/// one model.safetensors when it fits one shard), in bf16 when `bf16` (fp32
-/// rounded to nearest even), else as stored. Each shard is written aside,
-/// then renamed; the index last. Returns the tensors written.
-Result<std::int64_t> ExportHfFolder(const ShardedSave& save, const FileSystem& fs, const std::string& out, bool bf16,
-                                    std::int64_t max_shard_bytes);
 
 }  // namespace kp
 

@@ -6,8 +6,6 @@
 #include <deque>
 #include <filesystem>
 
-#include "weights/checkpoint_dir.h"
-#include "weights/int4.h"
 
 namespace kp {
 namespace {
@@ -141,42 +139,6 @@ TEST(ShardedSaveTest, PiecesThatDoNotAddUpAreRefusedNamingFileAndPiece) {
   ASSERT_TRUE(CommitSave(s.fs, s.dir, SaveManifest{1, 2, "", "{}", ""}).ok());
   EXPECT_EQ(ShardedSave::Open(s.fs, s.dir).status().message(),
             path1 + ": piece model/w: F32 [5, 6], where " + path + " has F32 [4, 6]");
-}
-
-TEST(ShardedSaveTest, ExportWritesAHuggingFaceFolderOfShardsInBf16) {
-  Save s;
-  ASSERT_TRUE(WriteThreeRanks(s, 1).ok());
-  // A second tensor, "b" of 3 fp32 values, so that a 100-byte shard bound
-  // needs two shards: w is 24 x 2 = 48 bytes in bf16, b 6.
-  const std::string b_bytes("\0\0\x80\x3f\0\0\0\x40\0\0\x40\x40", 12);  // 1, 2, 3
-  const std::string folder = StepFolder(s.dir, 2);
-  ASSERT_TRUE(WriteThreeRanks(s, 2).ok());
-  ASSERT_TRUE(WriteRankFile(s.fs, folder + "/rank-2.safetensors",
-                            {s.Piece("model/w", {2, 0}, {2, 6}, 5, 12),
-                             PieceToWrite{"model/b", TensorDType::kF32, PieceBox{{3}, {0}, {3}, 0, 3, 0}, b_bytes}})
-                  .ok());
-  const Result<ShardedSave> save = ShardedSave::Open(s.fs, s.dir);
-  ASSERT_TRUE(save.ok()) << save.status().message();
-  const std::string out = s.dir + "/hf";
-  const Result<std::int64_t> n = ExportHfFolder(*save, s.fs, out, /*bf16=*/true, 50);
-  ASSERT_TRUE(n.ok()) << n.status().message();
-  EXPECT_EQ(*n, 2);
-  EXPECT_TRUE(std::filesystem::exists(out + "/model-00001-of-00002.safetensors"));
-  const Result<CheckpointDir> hf = CheckpointDir::Open(s.fs, out);
-  ASSERT_TRUE(hf.ok()) << hf.status().message();
-  const auto w = hf->Find("w");
-  ASSERT_TRUE(w.ok());
-  EXPECT_EQ(w->second->dtype, TensorDType::kBF16);
-  EXPECT_EQ(w->second->shape, (std::vector<std::int64_t>{4, 6}));
-  const std::string_view bytes = w->first->Bytes(*w->second);
-  for (std::int64_t f = 0; f < 24; ++f) {
-    std::uint16_t b;
-    std::memcpy(&b, bytes.data() + 2 * f, 2);
-    EXPECT_EQ(b, ToBf16(W(f / 6, f % 6))) << f;
-  }
-  const auto b = hf->Find("b");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->second->shape, (std::vector<std::int64_t>{3}));
 }
 
 }  // namespace

@@ -197,13 +197,29 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeSpec& rope, std::int64
 }
 
 torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeSpec& rope, const torch::Tensor& positions) {
+  return ApplyRopeAt(x, RopeFrequencies(rope, x.size(-1)), positions);
+}
+
+// The frequencies in double on the host, then in the activations' float
+// type, as the reference computes them in fp32 from the same formula.
+RopeFrequencies::RopeFrequencies(const RopeSpec& rope, std::int64_t d)
+    : rope_(rope), host_(torch::tensor(RopeInverseFrequencies(rope, static_cast<int>(d)), torch::kDouble)) {}
+
+torch::Tensor RopeFrequencies::On(const torch::TensorOptions& options) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!kept_.defined() || kept_.device() != options.device() || kept_.scalar_type() != options.dtype().toScalarType())
+    kept_ = host_.to(options);
+  return kept_;
+}
+
+torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeFrequencies& freq, const torch::Tensor& positions) {
+  const RopeSpec& rope = freq.spec();
   const std::int64_t t = x.size(1), d = x.size(-1), half = d / 2;
   const torch::Tensor xf = Upcast(x);
   const auto fopts = xf.options();
-  // The frequencies in double on the host, then fp32, as the reference
-  // computes them in fp32 from the same formula.
-  const std::vector<double> freq = RopeInverseFrequencies(rope, static_cast<int>(d));
-  const torch::Tensor inv_freq = torch::tensor(freq, torch::kDouble).to(fopts);
+  const torch::Tensor inv_freq = freq.On(fopts);
+  TORCH_CHECK(inv_freq.size(0) == half, "ApplyRopeAt: the table has ", inv_freq.size(0), " frequencies, x has ", half,
+              " pairs");
   const torch::Tensor angles = torch::outer(positions.to(fopts), inv_freq).view({1, t, 1, half});
   const double scale = RopeCosSinScale(rope);
   const torch::Tensor cos = torch::cos(angles) * scale, sin = torch::sin(angles) * scale;
@@ -374,6 +390,7 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
 MlaImpl::MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
     : heads_(spec.heads), nope_(spec.mla.qk_nope_head_dim), rope_(spec.mla.qk_rope_head_dim),
       v_dim_(spec.mla.v_head_dim), kv_rank_(spec.mla.kv_lora_rank), rope_spec_(spec.rope),
+      rope_freq_(rope_ > 0 ? std::make_shared<RopeFrequencies>(spec.rope, rope_) : nullptr),
       recompute_up_(options.recompute_mla_up_proj) {
   const std::int64_t d = spec.hidden, qk = nope_ + rope_, q_rank = spec.mla.q_lora_rank;
   auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std) {
@@ -417,7 +434,7 @@ std::vector<torch::Tensor> MlaImpl::UpProject(const std::vector<torch::Tensor>& 
   if (rope_ == 0) return {q, kv_up};
   const torch::Tensor q_heads = q.view({b, t, heads_, nope_ + rope_});
   const torch::Tensor q_full =
-      torch::cat({q_heads.narrow(-1, 0, nope_), ApplyRopeAt(q_heads.narrow(-1, nope_, rope_), rope_spec_, q_pos)}, -1);
+      torch::cat({q_heads.narrow(-1, 0, nope_), ApplyRopeAt(q_heads.narrow(-1, nope_, rope_), *rope_freq_, q_pos)}, -1);
   const torch::Tensor k_full = torch::cat({kv_up.view({b, s, heads_, nope_ + v_dim_}).narrow(-1, 0, nope_),
                                            in[2].unsqueeze(2).expand({b, s, heads_, rope_})},
                                           -1);
@@ -445,7 +462,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const auto longs = x.options().dtype(torch::kLong);
   const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
   torch::Tensor k_rope;  // [B, T, rope]
-  if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), rope_spec_, q_pos).squeeze(2);
+  if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), *rope_freq_, q_pos).squeeze(2);
   if (cache) {
     latent = AppendTime(cache->latent, latent);
     if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
@@ -485,7 +502,8 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
 // ------------------------------------------------------------------ MHA
 
 MhaImpl::MhaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
-    : heads_(spec.heads), kv_heads_(spec.kv_heads), head_dim_(spec.head_dim), rope_spec_(spec.rope) {
+    : heads_(spec.heads), kv_heads_(spec.kv_heads), head_dim_(spec.head_dim),
+      rope_freq_(std::make_shared<RopeFrequencies>(spec.rope, spec.head_dim)) {
   const std::int64_t d = spec.hidden;
   q_ = register_module("q", std::make_shared<ProjImpl>(d, heads_ * head_dim_, init_std, init));
   k_ = register_module("k", std::make_shared<ProjImpl>(d, kv_heads_ * head_dim_, init_std, init));
@@ -515,8 +533,8 @@ torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
   const auto longs = x.options().dtype(torch::kLong);
   const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
-  const torch::Tensor q = ApplyRopeAt(q_->forward(x).view({b, t, heads_, head_dim_}), rope_spec_, q_pos);
-  torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), rope_spec_, q_pos);
+  const torch::Tensor q = ApplyRopeAt(q_->forward(x).view({b, t, heads_, head_dim_}), *rope_freq_, q_pos);
+  torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), *rope_freq_, q_pos);
   torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
   if (cache) {
     k = AppendTime(cache->key, k);

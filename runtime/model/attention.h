@@ -13,6 +13,8 @@
 #include <functional>
 #include <memory>
 
+#include <mutex>
+
 #include <torch/torch.h>
 
 #include "common/status.h"
@@ -109,6 +111,27 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeSpec& rope, std::int64
 /// ApplyRope at the given positions [T] (long) along dim 1 instead.
 torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeSpec& rope, const torch::Tensor& positions);
 
+/// A rotary embedding's inverse frequencies, RopeInverseFrequencies(rope,
+/// d), made once on the host (in double) and kept on the device and in the
+/// dtype last asked for: an attention module's table, so that no call
+/// computes it on the host and copies it over again. Thread-safe.
+class RopeFrequencies {
+ public:
+  RopeFrequencies(const RopeSpec& rope, std::int64_t d);
+  const RopeSpec& spec() const { return rope_; }
+  /// [d / 2] with `options`' device and dtype.
+  torch::Tensor On(const torch::TensorOptions& options) const;
+
+ private:
+  RopeSpec rope_;
+  torch::Tensor host_;  // double, on the CPU
+  mutable std::mutex mu_;
+  mutable torch::Tensor kept_;  // host_ on the device and in the dtype last asked for
+};
+
+/// ApplyRopeAt with the module's table.
+torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeFrequencies& freq, const torch::Tensor& positions);
+
 /// softmax(q k^T * scale + causal mask) v with q [B, H, T, d], k [B, H, S, d],
 /// v [B, H, S, dv], S >= T: the queries are the last T of the S positions
 /// (query i sees keys 0..S-T+i). The softmax in fp32; on a CUDA device with
@@ -160,6 +183,7 @@ class MlaImpl : public TokenMixer {
   std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
   std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
   RopeSpec rope_spec_;
+  std::shared_ptr<RopeFrequencies> rope_freq_;  // null without rotary dimensions
   bool recompute_up_;  // Megatron's mla_up_proj (ModelOptions::recompute_mla_up_proj)
   // The up-projections and the rotary embedding: (the queries' source, the
   // latent, the rotated key, the positions) -> rotated queries [B, T, H,
@@ -180,7 +204,7 @@ class MhaImpl : public TokenMixer {
   torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
   std::shared_ptr<ProjImpl> q_, k_, v_, o_proj_;
   std::int64_t heads_, kv_heads_, head_dim_;
-  RopeSpec rope_spec_;
+  std::shared_ptr<RopeFrequencies> rope_freq_;
 };
 
 }  // namespace kp::runtime

@@ -23,6 +23,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/tensor_parallel.h"
 #include "weights/checkpoint_dir.h"
+#include "weights/hf_names.h"
 
 namespace kp::runtime {
 
@@ -30,7 +31,9 @@ namespace kp::runtime {
 /// to `dir`/model.safetensors (fp32 tensors as F32, bf16 as BF16; with
 /// `int4_experts`, every routed expert as compressed-tensors INT4), and,
 /// for a DeepSeek-V3-architecture model, its config.json
-/// (specs/hf_config.h; with the INT4 experts' quantization_config).
+/// (specs/hf_config.h; with the INT4 experts' quantization_config). An INT4
+/// base (ExpertBankImpl::QuantizeBase) is written as its bytes, whatever
+/// `int4_experts` says.
 Status SaveHfCheckpoint(StageModelImpl& model, const FileSystem& fs, const std::string& dir, bool int4_experts);
 
 /// When `dir` holds a Hugging Face config.json, that its architecture is
@@ -63,16 +66,26 @@ struct ReleasedPiece {
   std::int64_t first_element = 0;    ///< `local`'s first element in `tensor` (expert e: e x its elements)
   bool expert = false;               ///< of a routed-expert bank
   bool sliced = false;               ///< a TP slice: the other TP ranks hold the rest, not copies
+  /// kWhole, or for an INT4 base (ExpertBankImpl::QuantizeBase) one of its
+  /// released INT4 tensors: `name` ends in _packed / _scale, and `whole`,
+  /// `offset` and `local` count that tensor's columns (8 or 32 weights each).
+  HfForm form = HfForm::kWhole;
+  bool adapter = false;              ///< a LoRA adapter, under its runtime name, whole
 };
 
-/// Every released tensor's box the stage holds (LoRA adapters left out), in
-/// the runtime names' order and, in a bank, expert order. A tensor the
-/// released names lack (K3's KDA and AttnRes) is NotFound naming it, or with
-/// `own_names` a box under its runtime name.
-Result<std::vector<ReleasedPiece>> ReleasedPieces(StageModelImpl& model, const StageSlices& slices, bool own_names);
+/// Every released tensor's box the stage holds, in the runtime names' order
+/// and, in a bank, expert order; an INT4 base as its packed words and scales.
+/// A tensor the released names lack (K3's KDA and AttnRes) is NotFound
+/// naming it, or with `own_names` a box under its runtime name. LoRA
+/// adapters are left out, or with `adapters` each is one whole box under its
+/// runtime name.
+Result<std::vector<ReleasedPiece>> ReleasedPieces(StageModelImpl& model, const StageSlices& slices, bool own_names,
+                                                  bool adapters = false);
 
 /// Fills `model`'s parameters and router biases from `checkpoint`, each
-/// parameter from its slice (`slices`) of the released tensor.
+/// parameter from its slice (`slices`) of the released tensor. An INT4 base
+/// takes the released INT4 experts' bytes as they are, or quantises
+/// released bf16 / fp32 experts (int4_linear.h); LoRA adapters are untouched.
 Status LoadHfCheckpoint(StageModelImpl& model, const CheckpointDir& checkpoint, const StageSlices& slices = {});
 
 }  // namespace kp::runtime

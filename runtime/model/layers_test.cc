@@ -10,6 +10,7 @@
 
 #include "runtime/model/attention.h"
 #include "runtime/model/layers.h"
+#include "specs/rope.h"
 
 namespace kp::runtime {
 namespace {
@@ -342,6 +343,27 @@ TEST(RopeTest, InterleavedPairsAreAdjacentChannels) {
   const torch::Tensor perm = torch::tensor({0, 2, 4, 1, 3, 5}, torch::kLong);
   const torch::Tensor halves = ApplyRope(x.index_select(-1, perm), RopeSpec{});
   EXPECT_LT(MaxAbsDiff(halves, y.index_select(-1, perm)), 1e-12);
+}
+
+// An attention module's table: made once, kept (the same storage) while the
+// dtype and device stay, remade in another dtype; the values are
+// RopeInverseFrequencies' (specs/rope.h), rounded once to the dtype.
+TEST(RopeTest, AModulesFrequenciesAreMadeOnceAndKeptPerDtype) {
+  RopeSpec rope;
+  rope.theta = 50000;
+  const RopeFrequencies table(rope, 8);
+  const std::vector<double> want = RopeInverseFrequencies(rope, 8);
+  const torch::Tensor f32 = table.On(torch::TensorOptions().dtype(torch::kFloat));
+  EXPECT_EQ(table.On(torch::TensorOptions().dtype(torch::kFloat)).data_ptr(), f32.data_ptr());
+  const torch::Tensor f64 = table.On(torch::TensorOptions().dtype(torch::kDouble));
+  ASSERT_EQ(f64.numel(), 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(f64[i].item<double>(), want[i]);
+    EXPECT_EQ(f32[i].item<float>(), static_cast<float>(want[i]));
+  }
+  // The module's table gives what the spec's own computation gives.
+  const torch::Tensor x = RandomDouble({1, 5, 2, 8}, 82), positions = torch::arange(3, 8, torch::kLong);
+  EXPECT_TRUE(torch::equal(ApplyRopeAt(x, table, positions), ApplyRopeAt(x, rope, positions)));
 }
 
 }  // namespace

@@ -15,10 +15,13 @@ int SizeOf(const Communicator* g) { return g != nullptr ? g->size() : 1; }
 Result<TensorDType> FileDType(const torch::Tensor& t, const std::string& key) {
   if (t.scalar_type() == torch::kFloat) return TensorDType::kF32;
   if (t.scalar_type() == torch::kBFloat16) return TensorDType::kBF16;
-  return Status::InvalidArgument(key + ": only fp32 and bf16 tensors are saved");
+  if (t.scalar_type() == torch::kInt) return TensorDType::kI32;  // an INT4 base's packed words
+  return Status::InvalidArgument(key + ": only fp32, bf16 and int32 tensors are saved");
 }
 
-torch::ScalarType TorchDType(TensorDType t) { return t == TensorDType::kBF16 ? torch::kBFloat16 : torch::kFloat; }
+torch::ScalarType TorchDType(TensorDType t) {
+  return t == TensorDType::kBF16 ? torch::kBFloat16 : t == TensorDType::kI32 ? torch::kInt : torch::kFloat;
+}
 
 // The roles of one rank in writing a box, from the groups holding it.
 struct Writer {
@@ -101,7 +104,7 @@ std::set<const void*> Trainable(const GradientReducer& reducer) {
 Result<std::vector<ReleasedPiece>> PiecesOfStage(const PipelineContext& ctx, int s, const std::string& what) {
   StageModelImpl* model = ModelOfStage(*ctx.modules.at(s));
   if (model == nullptr) return Status::InvalidArgument(what + ": stage " + std::to_string(s) + " is a stand-in");
-  return ReleasedPieces(*model, RankSlices(ctx, s), /*own_names=*/true);
+  return ReleasedPieces(*model, RankSlices(ctx, s), /*own_names=*/true, /*adapters=*/true);
 }
 
 }  // namespace
@@ -141,9 +144,9 @@ namespace {
 Result<std::pair<torch::Tensor, std::int64_t>> FillBox(const ShardedSave& save, const std::string& key,
                                                       const ReleasedPiece& p) {
   KP_ASSIGN_OR_RETURN(ShardedSave::Filled f, save.Fill(key, p.offset, p.local.sizes().vec()));
-  if (f.dtype != TensorDType::kF32 && f.dtype != TensorDType::kBF16)
+  if (f.dtype != TensorDType::kF32 && f.dtype != TensorDType::kBF16 && f.dtype != TensorDType::kI32)
     return Status::InvalidArgument(save.folder() + ": " + key + ": " + std::string(DTypeName(f.dtype)) +
-                                   ", where F32 or BF16 is read");
+                                   ", where F32, BF16 or I32 is read");
   torch::Tensor t = torch::from_blob(f.bytes.data(), p.local.sizes(), torch::TensorOptions().dtype(TorchDType(f.dtype)))
                         .clone();
   return std::make_pair(t, f.step);

@@ -12,7 +12,9 @@
 // (ParameterShards), again TP rank 0 alone where TP does not split it.
 // Training consumes no random numbers after the model is built, so the
 // weights, the fp32 masters, AdamW's moments and update counts and the step
-// are the whole state: a resume on another layout continues the run.
+// are the whole state: a resume on another layout continues the run. LoRA
+// adapters are saved whole under their runtime names with their state; an
+// INT4 base as its packed words and scales (never re-quantised).
 // Internal to runtime/train/. Thread-safety: one thread.
 #ifndef KIMI_PLAN_RUNTIME_TRAIN_SHARDED_CHECKPOINT_H_
 #define KIMI_PLAN_RUNTIME_TRAIN_SHARDED_CHECKPOINT_H_

@@ -6,7 +6,8 @@
 // resumed on tp 2 x ep 2, on dp 4 with ep 2 x etp 2 and in one process
 // they continue it within fp32 rounding of sums taken in another order.
 // The same with bf16 weights and the distributed optimizer, where each DP
-// rank writes the part of the moments and masters it owns.
+// rank writes the part of the moments and masters it owns. LoRA on the
+// INT4 base resumes bit for bit in one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -155,6 +156,38 @@ TEST(ShardedCheckpoint, Fp32SavedOnPp2Dp2ResumesOnEveryLayout) {
 TEST(ShardedCheckpoint, Bf16WithTheDistributedOptimizerResumesOnEveryLayout) {
   if (IsRankProcess()) GTEST_SKIP();
   SaveThenResumeEverywhere("bf16", true, 1e-3);
+}
+
+// LoRA on the INT4 base: the adapters and their moments are saved beside
+// the base's packed words and scales, and a resume repeats the
+// uninterrupted steps bit for bit.
+TEST(ShardedCheckpoint, LoraOnTheInt4BaseResumesBitForBit) {
+  if (IsRankProcess()) GTEST_SKIP();
+  RealFileSystem fs;
+  const std::string dir = SaveFolder("lora_int4");
+  std::filesystem::remove_all(dir);
+  TrainConfig c = ScaledK26Config(false);
+  c.lora = LoraOptions{4, 8.0};
+  c.options.int4_expert_base = true;
+  auto whole = TrainSession::Create(c, fs);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  const std::vector<double> want = Train(**whole, dir);
+  ASSERT_EQ(want.size(), std::size_t{kSteps});
+  const Result<ShardedSave> save = ShardedSave::Open(fs, dir);
+  ASSERT_TRUE(save.ok()) << save.status().message();
+  for (const char* key : {"model/model.layers.1.mlp.experts.0.gate_proj.weight_packed",
+                          "model/model.layers.1.mlp.experts.0.gate_proj.weight_scale",
+                          "model/layers.1.moe.experts.gate_lora_a", "exp_avg/layers.1.moe.experts.gate_lora_b",
+                          "exp_avg_sq/layers.0.attention.q_a.lora_a"})
+    EXPECT_TRUE(save->Has(key)) << key;
+  EXPECT_FALSE(save->Has("exp_avg/model.layers.1.mlp.experts.0.gate_proj.weight_packed"));
+  c.resume = dir;
+  auto resumed = TrainSession::Create(c, fs);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  EXPECT_EQ((*resumed)->step(), kSaveAt);
+  const std::vector<double> got = Train(**resumed, "");
+  ASSERT_EQ(got.size(), std::size_t{kSteps - kSaveAt});
+  for (int i = 0; i < kSteps - kSaveAt; ++i) EXPECT_EQ(got[i], want[kSaveAt + i]) << "step " << kSaveAt + i + 1;
 }
 
 // A save that never completed (its step folder has rank files but no

@@ -357,8 +357,6 @@ Status TrainSession::Impl::Resume(const std::string& base) {
 // A save of any layout: every rank's file complete before rank 0's
 // manifest names them, so a failed rank leaves the last good save current.
 Status TrainSession::Impl::SavePieces(const std::string& dir) const {
-  if (config.lora.enabled())
-    return Status::InvalidArgument("--save: a LoRA run saves its adapters (--save-adapters), not the whole model");
   const int step = pipeline->step();
   const std::string folder = StepFolder(dir, step);
   const Status made = fs->CreateDirectories(folder);

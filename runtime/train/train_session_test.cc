@@ -95,6 +95,20 @@ TEST(TrainSessionInitFrom, OneProcessStartsFromTheWrittenModel) {
   EXPECT_GT(std::abs(own - want), 1e-3) << "the session's own initialisation gives the checkpoint's loss";
 }
 
+// LoRA on the INT4 base (--lora-native-base) takes the released INT4
+// experts' bytes: its first loss is the written model's (the adapters start
+// at B = 0), computed apart from the session on dequantized weights.
+TEST(TrainSessionInitFrom, TheInt4BaseStartsFromTheWrittenModel) {
+  if (IsRankProcess()) GTEST_SKIP();
+  RealFileSystem fs;
+  TrainConfig c = ScaledK26Config();
+  c.lora = LoraOptions{4, 8.0};
+  c.options.int4_expert_base = true;
+  c.init_from = CheckpointFolder("int4_base");
+  WriteCheckpoint(c, c.init_from);
+  EXPECT_NEAR(FirstLoss(TrainSession::Create(c, fs)), ForwardLoss(c), kLossTolerance);
+}
+
 TEST(TrainSessionInitFrom, ThreeLayoutsOfFourRanksEachStartFromTheWrittenModel) {
   if (IsRankProcess()) GTEST_SKIP();
   TrainConfig c = ScaledK26Config();

@@ -99,9 +99,6 @@ Status ValidateTrainConfig(const TrainConfig& c) {
                                    std::to_string(c.options.checkpoint_group_layers));
   if (c.options.int4_expert_base && !c.lora.enabled())
     return Status::InvalidArgument("--lora-native-base: the INT4 base is the frozen base of LoRA; give --lora-rank");
-  if (c.options.int4_expert_base && !c.init_from.empty())
-    return Status::InvalidArgument("--lora-native-base: not with --init-from yet (the released INT4 bytes would be "
-                                   "re-quantised, not copied)");
   if (!c.init_from.empty() && !c.resume.empty())
     return Status::InvalidArgument("--init-from: not with --resume (the run's checkpoint holds its weights)");
   if (c.options.checkpoint_group_layers > 1 &&
