@@ -86,6 +86,9 @@ po::options_description SdpoOptions() {
       ("schedule", po::value<std::string>()->default_value("1f1b"), "the actor's pipeline schedule (as `simulate pipeline`)")
       ("attnres-cache", po::value<std::string>()->default_value("off"), "on | off: the actor pipeline's cached AttnRes transport")
       ("sync-bucket-mb", NumberFlag(0, 1048576, /*min_open=*/true)->default_value(16), "weight-sync bucket size, MiB")
+      ("rollout-experts", po::value<std::string>()->default_value("same"),
+       "same | int4: the rollouts' routed experts as the actor holds them, or as released INT4 (groups of 32,\n"
+       "bf16 scales; full syncs quantise them on the actor)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 (activations; fp32 master weights)")
       ("deterministic", po::value<std::string>()->default_value("on"), "on | off: deterministic algorithms")
       ("backend", po::value<std::string>()->default_value("auto"), "split: auto | gloo | nccl")
@@ -139,6 +142,10 @@ Result<SdpoConfig> BuildSdpoConfig(const po::variables_map& vm, const CliEnv& en
   const double bucket_mb = vm["sync-bucket-mb"].as<double>();
   if (!(bucket_mb > 0)) return Status::InvalidArgument("--sync-bucket-mb: must be positive");
   c.sync_bucket_bytes = static_cast<std::int64_t>(bucket_mb * 1024 * 1024);
+  const std::string rollout_experts = vm["rollout-experts"].as<std::string>();
+  if (rollout_experts != "same" && rollout_experts != "int4")
+    return Status::InvalidArgument("--rollout-experts: must be same or int4, got \"" + rollout_experts + "\"");
+  c.rollout_int4_experts = rollout_experts == "int4";
   KP_RETURN_IF_ERROR(runtime::ValidateSdpoConfig(c));
   // A bad task file is refused here, before the store records a run.
   KP_RETURN_IF_ERROR(runtime::MakeTaskSource(env.fs, c.task, c.task_options).status());

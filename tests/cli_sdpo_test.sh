@@ -42,6 +42,29 @@ check "colocated: the sdpo loss logged, no pg loss" test "$(q "select count(dist
 # model's bytes each time (fp32 parameters and router biases).
 check "colocated: syncs 0 1 2, full" test "$(q "select group_concat(version || mode, ' ') from weight_syncs where run_id = 1")" = "0full 1full 2full"
 check "colocated: sync bytes equal" test "$(q "select count(distinct bytes) from weight_syncs where run_id = 1")" = 1
+# --- colocated, the rollout serving its routed experts as released INT4
+# (a scaled kimi-k2.6: whole groups of 32): every full sync moves them
+# quantised, 0.5625 bytes a weight instead of 4.
+k26=(--model kimi-k2.6 --layers 3 --hidden 224 --heads 2 --experts 4 --vocab 260 --task addition --reprompt compact
+     --min-digits 1 --max-digits 1 --prompts 4 --samples 4 --max-new-tokens 4 --db int4.db)
+"$bin" sdpo "${k26[@]}" --steps 2 > /dev/null 2> same.err
+"$bin" sdpo "${k26[@]}" --steps 2 --rollout-experts int4 --json > int4.json 2> int4.err
+check "INT4 rollout: exits 0" test $? -eq 0
+json_check "INT4 rollout: the loop ran both steps" int4.json "d['steps'] == 2"
+# The saving is the closed form: 2 MoE layers x 4 experts x 3 matrices of
+# 64 x 224 weights, each at 4 - 0.5625 bytes less.
+check "INT4 rollout: syncs 0 and 1 full, each smaller than the fp32 rollout's by the experts' 4 - 0.5625 bytes a weight" test \
+  "$(sqlite3 int4.db "select group_concat(version || mode || ':' || ((select bytes from weight_syncs where run_id = 1 and version = 0) - bytes), ' ') from weight_syncs where run_id = 2")" = \
+  "0full:$((2 * 4 * 3 * 64 * 224 * 55 / 16)) 1full:$((2 * 4 * 3 * 64 * 224 * 55 / 16))"
+"$bin" sdpo "${k26[@]}" --steps 3 --placement split --pp 2 --microbatches 2 --lora-rank 4 --loss grpo --rollout-experts int4 \
+  --timeout-s 60 > /dev/null 2> int4s.err
+check "INT4 rollout, split over pp 2 with LoRA: the pipeline's parts make the colocated sync; then LoRA syncs" test \
+  "$(sqlite3 int4.db "select group_concat(version || mode || ':' || bytes, ' ') from weight_syncs where run_id = 3")" = \
+  "0full:$(sqlite3 int4.db "select bytes from weight_syncs where run_id = 2 and version = 0") 1lora:$(sqlite3 int4.db "select bytes from weight_syncs where run_id = 3 and version = 1")"
+refused "INT4 rollout of experts narrower than a group" runs \
+  "^kimi-plan sdpo: --rollout-experts: int4 groups of 32 need expert widths that are multiples of 32, got 24 and 48$" \
+  sdpo --model kimi-k3-debug --layers 3 --hidden 48 --heads 2 --experts 4 --vocab 260 --task addition --steps 1 \
+  --rollout-experts int4
 "$bin" sdpo "${small[@]}" --steps 2 > colo.txt 2> /dev/null
 check "colocated: table shows the simulated step" grep -q "s simulated (ratio" colo.txt
 "$bin" report --run 1 > report.txt 2>&1

@@ -341,7 +341,10 @@ void ExpertBankImpl::KeepFfnShard(std::int64_t first, std::int64_t count) {
 
 void ExpertBankImpl::AddLoraTo(Matrix& m, const char* name, bool shared_a, bool shared_b, std::int64_t rank,
                                Init& init) {
-  const std::int64_t out = m.weight.size(1), in = m.weight.size(2);
+  // On an INT4 base the shape is the packed words' (eight weights a column).
+  const bool int4 = m.int4.packed.defined();
+  const std::int64_t out = int4 ? m.int4.packed.size(1) : m.weight.size(1);
+  const std::int64_t in = int4 ? m.int4.packed.size(2) * 8 : m.weight.size(2);
   const auto opts = AdapterOptions(m.weight);
   torch::Tensor a = shared_a ? init.Normal({rank, in}, 1.0 / std::sqrt(double(in)))
                              : init.Normal({num_experts_, rank, in}, 1.0 / std::sqrt(double(in)));

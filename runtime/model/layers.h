@@ -214,7 +214,8 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   /// Keeps the frozen base as released INT4 (int4_linear.h): gate, up and
   /// down become the buffers NAME_packed and NAME_scale, the float
   /// parameters shrink to empty, and every product dequantizes inside
-  /// Int4Linear. After sharding, with LoRA on (the base frozen). Merge then
+  /// Int4Linear. After sharding; the base is then frozen (LoRA may come
+  /// before or after: an INT4 rollout takes its adapters later). Merge then
   /// throws: the packed base cannot take the adapters' update. An
   /// InvalidArgument when an input width is not a multiple of 32.
   Status QuantizeBase();

@@ -219,7 +219,7 @@ class StageModelImpl : public torch::nn::Module {
   /// parameter. Adapter initialisation depends on (seed, module name) only.
   void EnableLora(const LoraOptions& lora, std::uint64_t seed);
   /// Every routed-expert bank's frozen base as released INT4
-  /// (ExpertBankImpl::QuantizeBase); after EnableLora.
+  /// (ExpertBankImpl::QuantizeBase); before or after EnableLora.
   Status QuantizeExpertBase();
   void MergeLora();
   void UnmergeLora();

@@ -27,7 +27,11 @@ SyncStats CopyWeights(const std::vector<NamedTensor>& from, const std::vector<Na
                       std::int64_t version) {
   Stopwatch watch;
   torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < from.size(); ++i) to[i].tensor.copy_(from[i].tensor);
+  TORCH_CHECK(from.size() == to.size(), "CopyWeights: ", from.size(), " tensors into ", to.size());
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    TORCH_CHECK(from[i].name == to[i].name, "CopyWeights: ", from[i].name, " into ", to[i].name);
+    to[i].tensor.copy_(from[i].tensor);
+  }
   SyncStats s;
   s.version = version;
   s.bytes = PayloadBytes(from);
@@ -48,7 +52,8 @@ Status RunColocated(const SdpoConfig& config, const FileSystem& fs, LoopObserver
   KP_RETURN_IF_ERROR(observer.OnStart(counts.first, counts.second, actor->tasks().Describe()));
   KP_RETURN_IF_ERROR(actor->WarmStart(observer));
   LoopStepMetrics initial;
-  RecordSync(CopyWeights(actor->Synced(SyncMode::kFull), rollout->Synced(SyncMode::kFull), 0), SyncMode::kFull,
+  const bool int4 = config.rollout_int4_experts;
+  RecordSync(CopyWeights(actor->Synced(SyncMode::kFull, int4), rollout->Synced(SyncMode::kFull), 0), SyncMode::kFull,
              initial);
   if (teacher) KP_RETURN_IF_ERROR(teacher->Assign(actor->Synced(SyncMode::kFull)));
   KP_RETURN_IF_ERROR(observer.OnInitialSync(initial));
@@ -71,7 +76,7 @@ Status RunColocated(const SdpoConfig& config, const FileSystem& fs, LoopObserver
     KP_ASSIGN_OR_RETURN(LoopStepMetrics m, actor->Learn(batch, feedback, teacher_logits));
     if (teacher) KP_RETURN_IF_ERROR(teacher->Update(actor->Synced(mode)));
     if (step < config.train.steps)
-      RecordSync(CopyWeights(actor->Synced(mode), rollout->Synced(mode), step), mode, m);
+      RecordSync(CopyWeights(actor->Synced(mode, int4), rollout->Synced(mode), step), mode, m);
     RecordBatch(batch, feedback, teacher_s, watch.Seconds(), m);
     KP_RETURN_IF_ERROR(observer.OnStep(m));
   }

@@ -186,12 +186,12 @@ Result<LoopStepMetrics> ActorRank::Learn(const RolloutBatch& batch, const Feedba
   return m;
 }
 
-std::vector<NamedTensor> ActorRank::Synced(SyncMode mode) {
+std::vector<NamedTensor> ActorRank::Synced(SyncMode mode, bool int4_experts) {
   std::vector<NamedTensor> out;
   for (int s : rank_->stages()) {
     StageModelImpl* model = ModelOfStage(rank_->stage_module(s));
     if (model == nullptr) continue;
-    for (NamedTensor& t : SyncedTensors(*model, mode)) out.push_back(std::move(t));
+    for (NamedTensor& t : SyncedTensors(*model, mode, int4_experts)) out.push_back(std::move(t));
   }
   return out;
 }
@@ -270,6 +270,8 @@ Result<std::unique_ptr<Rollout>> Rollout::Create(const SdpoConfig& c, const File
   KP_ASSIGN_OR_RETURN(r->tasks_, MakeTaskSource(fs, c.task, c.task_options));
   try {
     KP_ASSIGN_OR_RETURN(r->model_, BuildPolicy(c, r->device_));
+    // The widths were checked with the configuration (ValidateSdpoConfig).
+    if (c.rollout_int4_experts) KP_RETURN_IF_ERROR(r->model_->QuantizeExpertBase());
     r->engine_ = std::make_unique<RolloutEngine>(r->model_);
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("building the rollout: ") + e.what_without_backtrace());
@@ -277,7 +279,9 @@ Result<std::unique_ptr<Rollout>> Rollout::Create(const SdpoConfig& c, const File
   return r;
 }
 
-std::vector<NamedTensor> Rollout::Synced(SyncMode mode) { return SyncedTensors(*model_, mode); }
+std::vector<NamedTensor> Rollout::Synced(SyncMode mode) {
+  return SyncedTensors(*model_, mode, config_.rollout_int4_experts);
+}
 
 void Rollout::BeginLoop() {
   if (!config_.train.lora.enabled()) return;

@@ -111,6 +111,15 @@ Status ValidateSdpoConfig(const SdpoConfig& c) {
   if (!(c.sft_context_share >= 0 && c.sft_context_share <= 1))
     return Status::InvalidArgument("--sft-context-share: must be in [0, 1]");
   if (c.sync_bucket_bytes < 1) return Status::InvalidArgument("--sync-bucket-mb: must be positive");
+  if (c.rollout_int4_experts) {
+    const MoeShape& moe = c.train.model.moe;
+    const std::int64_t in = moe.latent_dim > 0 ? moe.latent_dim : c.train.model.hidden;
+    if (moe.num_experts == 0)
+      return Status::InvalidArgument("--rollout-experts: int4 needs routed experts; " + c.train.model.name + " has none");
+    if (in % 32 != 0 || moe.expert_ffn % 32 != 0)
+      return Status::InvalidArgument("--rollout-experts: int4 groups of 32 need expert widths that are multiples of 32, "
+                                     "got " + std::to_string(in) + " and " + std::to_string(moe.expert_ffn));
+  }
   KP_RETURN_IF_ERROR(ValidateActorPipeline(c));
   if (c.placement == Placement::kSplit) {
     if (c.rollout_ranks < 1) return Status::InvalidArgument("--rollout-ranks: must be at least 1");
@@ -183,6 +192,7 @@ std::string SdpoConfigJson(const SdpoConfig& c) {
   j["schedule"] = c.actor.schedule;
   j["attnres_cache"] = c.actor.attnres_cache;
   j["sync_bucket_bytes"] = c.sync_bucket_bytes;
+  if (c.rollout_int4_experts) j["rollout_experts"] = "int4";  // written only when set: older records read alike
   j["sync"] = c.train.lora.enabled() ? "lora" : "full";
   j["clip_ratio"] = c.clip.low;
   j["reprompt"] = {{"reprompt", c.reprompt.text.reprompt},
@@ -230,6 +240,11 @@ Status ReadLoopFields(Fields& f, SdpoConfig* c) {
   KP_RETURN_IF_ERROR(f.Bool("attnres_cache", &c->actor.attnres_cache));
   KP_RETURN_IF_ERROR(
       f.Int("sync_bucket_bytes", &c->sync_bucket_bytes, 1, std::numeric_limits<std::int64_t>::max()));
+  std::string rollout_experts = "same";
+  KP_RETURN_IF_ERROR(f.String("rollout_experts", &rollout_experts, /*required=*/false));
+  if (rollout_experts != "same" && rollout_experts != "int4")
+    return Status::InvalidArgument(f.Name("rollout_experts") + ": must be same or int4, got \"" + rollout_experts + "\"");
+  c->rollout_int4_experts = rollout_experts == "int4";
   KP_RETURN_IF_ERROR(f.String("sync", &name));
   if (name != (c->train.lora.enabled() ? "lora" : "full"))
     return Status::InvalidArgument(f.Name("sync") + ": \"" + name + "\" does not match lora.rank " +

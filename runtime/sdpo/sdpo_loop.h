@@ -106,6 +106,10 @@ struct SdpoConfig {
     bool attnres_cache = false;
   } actor;
   std::int64_t sync_bucket_bytes = 16ll << 20;
+  /// --rollout-experts int4: the rollouts serve the routed experts as
+  /// released INT4 (weights/int4.h, as K2.6's rollouts do); the actor
+  /// quantises them for every full sync.
+  bool rollout_int4_experts = false;
 };
 
 /// The split placement's ranks, in world order.

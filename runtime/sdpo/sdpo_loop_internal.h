@@ -139,8 +139,10 @@ class ActorRank {
   /// filled (the same on every rank), the rest is the caller's.
   Result<LoopStepMetrics> Learn(const RolloutBatch& batch, const Feedback& feedback,
                                 const torch::Tensor& teacher_logits);
-  /// This rank's tensors that a sync moves, its stages in order.
-  std::vector<NamedTensor> Synced(SyncMode mode);
+  /// This rank's tensors that a sync moves, its stages in order; with
+  /// `int4_experts`, a full sync's experts as an INT4 rollout holds them
+  /// (SyncedTensors).
+  std::vector<NamedTensor> Synced(SyncMode mode, bool int4_experts = false);
   /// The whole model's parameters and trainable ones (summed over the pipeline).
   Result<std::pair<std::int64_t, std::int64_t>> CountParameters();
   const TaskSource& tasks() const { return *tasks_; }
@@ -187,7 +189,9 @@ class Teacher {
   std::shared_ptr<StageModelImpl> model_;
 };
 
-/// The rollout: its own copy of the policy, fed by the weight sync.
+/// The rollout: its own copy of the policy, fed by the weight sync; with
+/// --rollout-experts int4 its routed experts are INT4 as released
+/// (QuantizeExpertBase at creation), and its syncs receive them so.
 class Rollout {
  public:
   static Result<std::unique_ptr<Rollout>> Create(const SdpoConfig& c, const FileSystem& fs);

@@ -334,6 +334,29 @@ TEST(SdpoConfigJsonTest, ReadsBackWhatTheRunRecordsFieldForField) {
   EXPECT_FALSE(back->train.deterministic);
 }
 
+// --rollout-experts int4 is recorded (only when on) and read back; it needs
+// expert widths of whole INT4 groups: kimi-k3-debug's LatentMoE width 16 is
+// not, a scaled kimi-k2.6's 224 and 64 are.
+TEST(SdpoConfigJsonTest, TheInt4RolloutIsRecordedAndCheckedAgainstTheExpertWidths) {
+  RealFileSystem fs;
+  const PresetCatalog catalog(fs, DefaultPresetDir());
+  SdpoConfig c = RecordedConfig();
+  EXPECT_EQ(SdpoConfigJson(c).find("rollout_experts"), std::string::npos);
+  c.rollout_int4_experts = true;
+  EXPECT_EQ(ValidateSdpoConfig(c).message(),
+            "--rollout-experts: int4 groups of 32 need expert widths that are multiples of 32, got 16 and 32");
+  ScaleFlags k26;
+  k26.layers = 3, k26.hidden = 224, k26.heads = 2, k26.experts = 4, k26.vocab = 260;
+  c.train.model = ScaleModel(*catalog.Model("kimi-k2.6"), k26).value();
+  ASSERT_TRUE(ValidateSdpoConfig(c).ok()) << ValidateSdpoConfig(c).message();
+  const std::string recorded = SdpoConfigJson(c);
+  EXPECT_NE(recorded.find("\"rollout_experts\":\"int4\""), std::string::npos);
+  Result<SdpoConfig> back = SdpoConfigFromJson(recorded, catalog);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->rollout_int4_experts);
+  EXPECT_EQ(SdpoConfigJson(*back), recorded);
+}
+
 TEST(SdpoConfigJsonTest, RefusesAFileThatIsNotARecordedConfigNamingTheField) {
   RealFileSystem fs;
   const PresetCatalog catalog(fs, DefaultPresetDir());

@@ -308,7 +308,7 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
   if (ranks.teacher >= 0)
     KP_RETURN_IF_ERROR(
         SendWeights(*g.to_teacher[p], actor->Synced(SyncMode::kFull), 0, SyncOptions(c, SyncMode::kFull)).status());
-  KP_ASSIGN_OR_RETURN(SyncStats first, SendWeights(*g.to_rollout[p], actor->Synced(SyncMode::kFull), 0,
+  KP_ASSIGN_OR_RETURN(SyncStats first, SendWeights(*g.to_rollout[p], actor->Synced(SyncMode::kFull, c.rollout_int4_experts), 0,
                                                    SyncOptions(c, SyncMode::kFull)));
   KP_ASSIGN_OR_RETURN(first, SumOverPipeline(*g.pipeline, first, device));
   LoopStepMetrics initial;
@@ -353,7 +353,8 @@ Status RunActorRank(const SdpoConfig& c, Communicator& world, SplitGroups& g, co
                              .WithContext(TeacherLost(ranks, step, false)));
     // Batch s + 2 is the next to need these weights (one step off-policy).
     if (step + 2 <= c.train.steps) {
-      Result<SyncStats> sent = SendWeights(*g.to_rollout[p], actor->Synced(mode), step, SyncOptions(c, mode));
+      Result<SyncStats> sent =
+          SendWeights(*g.to_rollout[p], actor->Synced(mode, c.rollout_int4_experts), step, SyncOptions(c, mode));
       if (!sent.ok()) return sent.status().WithContext(RolloutLost(ranks, step));
       SyncStats s = *sent;
       KP_ASSIGN_OR_RETURN(s, SumOverPipeline(*g.pipeline, s, device));

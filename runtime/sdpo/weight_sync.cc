@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "runtime/comm/device.h"
+#include "runtime/model/int4_linear.h"
 
 namespace kp::runtime {
 
@@ -230,14 +231,38 @@ const char* SyncModeName(SyncMode mode) { return mode == SyncMode::kFull ? "full
 
 double SyncStats::gbytes_per_s() const { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
 
-std::vector<NamedTensor> SyncedTensors(StageModelImpl& model, SyncMode mode) {
+namespace {
+
+// An expert bank's weight `w` (gate, up or down) as INT4: its buffers on an
+// INT4 base, else quantised now.
+void AddInt4(torch::nn::Module& bank, const std::string& prefix, const std::string& w, const torch::Tensor& weight,
+             std::vector<NamedTensor>& out) {
+  const auto buffers = bank.named_buffers(/*recurse=*/false);
+  if (const torch::Tensor* packed = buffers.find(w + "_packed")) {
+    out.push_back({prefix + w + "_packed", *packed});
+    out.push_back({prefix + w + "_scale", *buffers.find(w + "_scale")});
+    return;
+  }
+  const Int4Weight q = QuantizeInt4Weight(weight);
+  out.push_back({prefix + w + "_packed", q.packed});
+  out.push_back({prefix + w + "_scale", q.scales});
+}
+
+}  // namespace
+
+std::vector<NamedTensor> SyncedTensors(StageModelImpl& model, SyncMode mode, bool int4_experts) {
   std::unordered_set<std::string> adapters;
   for (const auto& [name, t] : model.LoraParameters()) adapters.insert(name);
   std::vector<NamedTensor> out;
   for (const auto& m : model.named_modules()) {
     const std::string prefix = m.key().empty() ? "" : m.key() + ".";
+    const bool int4_bank = int4_experts && mode == SyncMode::kFull && dynamic_cast<ExpertBankImpl*>(m.value().get());
     for (const auto& p : m.value()->named_parameters(/*recurse=*/false)) {
       const std::string name = prefix + p.key();
+      if (int4_bank && (p.key() == "gate" || p.key() == "up" || p.key() == "down")) {
+        AddInt4(*m.value(), prefix, p.key(), p.value(), out);
+        continue;
+      }
       if (mode == SyncMode::kFull || adapters.count(name)) out.push_back({name, p.value()});
     }
     if (auto* router = dynamic_cast<RouterImpl*>(m.value().get())) out.push_back({prefix + "bias", router->bias()});

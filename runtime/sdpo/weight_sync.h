@@ -67,7 +67,13 @@ struct NamedTensor {
 /// adapters (LoraParameters) and the router biases. Registration order: module
 /// by module (named_modules), each module's own parameters then its router
 /// bias. The tensors alias the model's, so a receive writes the model.
-std::vector<NamedTensor> SyncedTensors(StageModelImpl& model, SyncMode mode);
+/// kFull with `int4_experts` (a rollout serving the routed experts as
+/// released INT4, weights/int4.h): each expert bank's gate, up and down are
+/// NAME_packed and NAME_scale in their place: a bank on an INT4 base
+/// (ExpertBankImpl::QuantizeBase) gives its buffers, a float bank the bits
+/// of QuantizeInt4Weight made here (fresh tensors: the sender's side), so a
+/// bf16 / fp32 actor syncs into an INT4 rollout at 0.5625 bytes a weight.
+std::vector<NamedTensor> SyncedTensors(StageModelImpl& model, SyncMode mode, bool int4_experts = false);
 /// The bytes a sync of `tensors` moves: the sum of numel x element size.
 std::int64_t PayloadBytes(const std::vector<NamedTensor>& tensors);
 

@@ -12,6 +12,7 @@
 #include "runtime/comm/dist_test_util.h"
 #include "runtime/comm/in_process_communicator.h"
 #include "runtime/model/test_util.h"
+#include "weights/int4.h"
 
 namespace kp::runtime {
 namespace {
@@ -225,6 +226,61 @@ TEST(WeightSync, SyncedTensorsOfAModel) {
   EXPECT_EQ(full, want_full);
   EXPECT_EQ(lora, want_lora);
   EXPECT_EQ(SyncedTensors(*m, SyncMode::kFull).size(), want_full.size());
+}
+
+// A full sync into a rollout serving its routed experts as released INT4
+// (--rollout-experts int4): the actor's float banks are quantised on the
+// sender; the rollout holds the bits weights/int4.h's QuantizeInt4 gives the
+// actor's values, and the bytes are the closed form: each expert weight of
+// n values at n / 2 (packed) + n / 32 x 2 (bf16 scales), everything else at
+// its element size.
+TEST(WeightSync, AFullSyncIntoAnInt4RolloutMovesTheReleasedBits) {
+  std::vector<Status> st = RunRanks(2, [](Communicator& c) -> Status {
+    ModelOptions o;
+    o.seed = c.rank() == 0 ? 1 : 2;
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> m, BuildModel(ScaledKimiK26Spec(224), o));
+    if (c.rank() == 1) KP_RETURN_IF_ERROR(m->QuantizeExpertBase());
+    std::int64_t want = 0;
+    for (const NamedTensor& t : SyncedTensors(*m, SyncMode::kFull)) {
+      const bool expert = t.name.find(".moe.experts.") != std::string::npos;
+      want += expert ? t.tensor.numel() / 2 + t.tensor.numel() / 32 * 2 : t.tensor.numel() * t.tensor.element_size();
+    }
+    WeightSyncOptions opt;
+    opt.bucket_bytes = 4096;
+    const std::vector<NamedTensor> ts = SyncedTensors(*m, SyncMode::kFull, /*int4_experts=*/true);
+    KP_ASSIGN_OR_RETURN(SyncStats s, c.rank() == 0 ? SendWeights(c, ts, 1, opt) : ReceiveWeights(c, ts, 1, opt));
+    if (c.rank() == 0) {  // the receiver's own float weights are empty: the sender counts
+      EXPECT_EQ(s.bytes, want);
+      return Status::Ok();
+    }
+    ModelOptions sender;
+    sender.seed = 1;
+    KP_ASSIGN_OR_RETURN(std::shared_ptr<StageModelImpl> actor, BuildModel(ScaledKimiK26Spec(224), sender));
+    const auto actor_params = actor->named_parameters();
+    const auto got = m->named_buffers();
+    int checked = 0;
+    for (const char* w : {"gate", "up", "down"}) {
+      const std::string bank = std::string("layers.2.moe.experts.") + w;
+      const torch::Tensor values = actor_params[bank].detach();
+      for (std::int64_t e = 0; e < values.size(0); ++e) {
+        const torch::Tensor one = values[e].contiguous();
+        KP_ASSIGN_OR_RETURN(const PackedInt4 ref,
+                            QuantizeInt4(std::vector<float>(one.data_ptr<float>(), one.data_ptr<float>() + one.numel()),
+                                         static_cast<int>(one.size(0)), static_cast<int>(one.size(1)), bank));
+        const torch::Tensor packed = got[bank + "_packed"][e].contiguous(), scale = got[bank + "_scale"][e].contiguous();
+        EXPECT_EQ(std::vector<std::int32_t>(packed.data_ptr<std::int32_t>(), packed.data_ptr<std::int32_t>() + packed.numel()),
+                  ref.packed) << bank << " " << e;
+        const auto* bits = reinterpret_cast<const std::uint16_t*>(scale.data_ptr());
+        EXPECT_EQ(std::vector<std::uint16_t>(bits, bits + scale.numel()), ref.scales) << bank << " " << e;
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked, 3 * 4);
+    EXPECT_TRUE(torch::equal(m->named_parameters()["layers.1.attention.q_a.weight"],
+                             actor_params["layers.1.attention.q_a.weight"]));
+    return Status::Ok();
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.message();
 }
 
 // LoRA mode between two models: the adapters and router biases the trainer
