@@ -118,13 +118,9 @@ Result<double> GradientReducer::GradNorm(const PipelineContext& ctx, const Param
 // Only the last stage's rank has the losses; the others add zeros, which
 // is exact, and everyone sums the micro-batches in order; then the
 // replicas' means are averaged over DP (in DP-rank order in-process).
-Result<double> GradientReducer::Loss(const PipelineContext& ctx, const std::vector<double>& losses,
-                                     bool own_loss) const {
+Result<double> GradientReducer::Loss(const PipelineContext& ctx, const torch::Tensor& losses, bool own_loss) const {
   const int M = ctx.M();
-  torch::Tensor host = torch::zeros({M}, torch::kDouble);
-  if (ctx.RankOf(ctx.schedule.num_stages - 1) == ctx.rank())
-    for (int m = 0; m < M; ++m) host[m] = losses[m];
-  torch::Tensor l = host.to(ctx.device);
+  torch::Tensor l = losses.clone();  // zeros off the last stage: the executor wrote none
   KP_RETURN_IF_ERROR(ctx.comm->AllReduceSum(l));
   l = l.cpu();
   double sum = 0;

@@ -40,7 +40,7 @@ class GradientReducer {
   Result<double> GradNorm(const PipelineContext& ctx, const ParameterShards* shards) const;
   /// The step's loss from the last stage's micro-batch `losses`: their sum
   /// (their mean when not `own_loss`), averaged over the replicas.
-  Result<double> Loss(const PipelineContext& ctx, const std::vector<double>& losses, bool own_loss) const;
+  Result<double> Loss(const PipelineContext& ctx, const torch::Tensor& losses, bool own_loss) const;
 
   const std::vector<torch::Tensor>& params() const { return params_; }
   const SplitParameters& split() const { return split_; }

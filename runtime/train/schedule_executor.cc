@@ -164,7 +164,7 @@ void ScheduleExecutor::Reset() {
   saved_.clear(), fwd_inbox_.clear(), bwd_inbox_.clear(), fwd_outbox_.clear(), bwd_outbox_.clear();
   store_.Clear();
   traffic_.clear();
-  losses_.assign(ctx_.M(), 0.0);
+  losses_ = torch::zeros({ctx_.M()}, ctx_.OnDevice(torch::kDouble));
 }
 
 // ---------------------------------------------------------------- actions
@@ -275,7 +275,7 @@ Status ScheduleExecutor::Forward(int s, int m, bool training) {
   if (ctx_.IsLast(s)) {
     const torch::Tensor loss =
         step_loss_ != nullptr ? step_loss_->Share(module.Logits(out), m) : module.Loss(out, ctx_.OwnTokens(mb.narrow(1, 1, ctx_.seq_len)));
-    losses_[m] = loss.item<double>();
+    losses_.select(0, m).copy_(loss.detach());
     // A step's own loss is already its share of the batch.
     if (training) st.scaled_loss = step_loss_ != nullptr ? loss : loss.div(static_cast<double>(ctx_.M()));
   } else {

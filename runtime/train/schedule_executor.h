@@ -100,12 +100,13 @@ class ScheduleExecutor {
   /// `training` the backwards, which leave the gradients accumulated in the
   /// stages' parameters. `loss` (may be null: the language-model loss) is
   /// the step's own loss. Afterwards losses() holds the last stage's
-  /// micro-batch losses (zeros on other ranks) and traffic() this rank's
+  /// micro-batch losses, [M] fp64 on the step's device, never read by the
+  /// host during the actions (zeros on other ranks), and traffic() this rank's
   /// sends. An action out of order, or a schedule that leaves anything
   /// behind, is Internal; a failed exchange IoError.
   Status Run(const torch::Tensor& tokens, MicroBatchLoss* loss, bool training);
 
-  const std::vector<double>& losses() const { return losses_; }
+  const torch::Tensor& losses() const { return losses_; }
   std::vector<PipelineTraffic> traffic() const;
   void set_faults(const ExecutorFaults& faults) { faults_ = faults; }
 
@@ -130,7 +131,7 @@ class ScheduleExecutor {
   // Per step.
   torch::Tensor tokens_;
   MicroBatchLoss* step_loss_ = nullptr;
-  std::vector<double> losses_;
+  torch::Tensor losses_;  // [M] fp64 on the device: a host read would wait for the GPU mid-step
   pipeline_internal::RankStore store_;
   std::map<pipeline_internal::Key, pipeline_internal::ForwardState> saved_;
   std::map<pipeline_internal::Key, pipeline_internal::Payload> fwd_inbox_, bwd_inbox_, fwd_outbox_, bwd_outbox_;
