@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: builds the runtime-only tree (scripts/gpu_build.sh)
 # and runs issue 33's GPU checks and two benchmarks, within BUDGET_S seconds:
-#   1. kp_kernel_tests' CudaCheckpoint tests: a scaled kimi-k2.6 saved and
-#      resumed on CUDA, and LoRA on the INT4 base from a released INT4
-#      checkpoint (runtime/train/cuda_checkpoint_test.cc);
+#   1. kp_kernel_tests: the kernels against their references, every entry's
+#      input checks (issue 34), and the CudaCheckpoint tests: a scaled
+#      kimi-k2.6 saved and resumed on CUDA, and LoRA on the INT4 base from a
+#      released INT4 checkpoint (runtime/train/cuda_checkpoint_test.cc);
 #   2. kimi-plan-int4-bench: the INT4 expert product against bf16 at K2.6's
 #      expert shapes;
 #   3. kimi-plan-decode-bench: the rollout's decoding of kimi-1b, 64 rows
@@ -27,9 +28,9 @@ targets=(kimi-plan-int4-bench kimi-plan-decode-bench)
 [ -f "$root/.gpu-carry/googletest/CMakeLists.txt" ] && targets+=(kp_kernel_tests)
 gpu_build "$out" "$json_inc" 16 "${targets[@]}"
 if [ -x "$build/kp_kernel_tests" ] && [ "$(left)" -gt 60 ]; then
-  echo "== CudaCheckpoint"
-  timeout 120 "$build/kp_kernel_tests" --gtest_filter='CudaCheckpoint*' 2>&1 | tee "$out/cuda_checkpoint.txt" |
-    grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure|Expected|Which is|actual|bitwise|apart"
+  echo "== kp_kernel_tests (the kernels, their input checks, CudaCheckpoint)"
+  timeout 240 "$build/kp_kernel_tests" 2>&1 | tee "$out/kernel_tests.txt" |
+    grep -E "^\[ +(FAILED|SKIPPED|PASSED) |^\[ +OK \] (CudaCheckpoint|KernelInputs)|Failure|Expected|Which is|actual|bitwise|apart" | head -40
 fi
 if [ -x "$build/kimi-plan-int4-bench" ] && [ "$(left)" -gt 90 ]; then
   echo "== INT4 against bf16"

@@ -87,7 +87,12 @@ bool AttnResKernelApplies(const std::vector<torch::Tensor>& values) {
 
 torch::Tensor AttnResReadKernel(const std::vector<torch::Tensor>& values, const torch::Tensor& norm_weight,
                                 const torch::Tensor& query, double eps) {
-  TORCH_CHECK(AttnResKernelApplies(values), "AttnResReadKernel: unsupported values");
+  TORCH_CHECK(AttnResKernelApplies(values), "AttnResReadKernel: values: not 1 to 16 fp32 or bf16 tensors of one shape ",
+              "[..., D] (D a multiple of 32) on one Hopper or newer GPU");
+  const std::int64_t d = values[0].size(-1);
+  CheckKernelInputs("AttnResReadKernel", {{"values[0]", &values[0], {}, kFloats},
+                                          {"norm_weight", &norm_weight, {d}, kFloats},
+                                          {"query", &query, {d}, kFloats}});
   const torch::Tensor w = (norm_weight * query).to(torch::kFloat);
   return DepthReadFunction::apply(at::TensorList(values), w, eps)[0];
 }

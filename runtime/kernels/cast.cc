@@ -45,7 +45,8 @@ bool CastKernelApplies(const torch::Tensor& x, c10::ScalarType dtype) {
 }
 
 torch::Tensor CastKernel(const torch::Tensor& x, c10::ScalarType dtype) {
-  TORCH_CHECK(CastKernelApplies(x, dtype), "CastKernel: fp32 on a supported GPU to bf16 only");
+  TORCH_CHECK(CastKernelApplies(x, dtype), "CastKernel: x: ", c10::toString(x.scalar_type()), " on ", x.device(), " to ",
+              c10::toString(dtype), ", where fp32 on a Hopper or newer GPU to bf16 is cast");
   return CastFunction::apply(x)[0];
 }
 

@@ -104,9 +104,10 @@ bool CrossEntropyKernelApplies(const torch::Tensor& logits) {
 }
 
 torch::Tensor CrossEntropyKernel(const torch::Tensor& logits, const torch::Tensor& targets) {
-  TORCH_CHECK(CrossEntropyKernelApplies(logits) && targets.dim() == 1 && targets.size(0) == logits.size(0) &&
-                  targets.scalar_type() == torch::kLong && targets.device() == logits.device(),
-              "CrossEntropyKernel: logits [N, V] on a supported GPU and int64 targets [N] on it");
+  TORCH_CHECK(CrossEntropyKernelApplies(logits), "CrossEntropyKernel: logits ", logits.sizes(),
+              ": not fp32 or bf16 [N, V] on a Hopper or newer GPU");
+  CheckKernelInputs("CrossEntropyKernel", {{"logits", &logits, {logits.size(0), logits.size(1)}, kFloats},
+                                           {"targets", &targets, {logits.size(0)}, {torch::kLong}}});
   return CrossEntropyFunction::apply(logits, targets)[0];
 }
 
@@ -118,9 +119,12 @@ bool LinearCrossEntropyKernelApplies(const torch::Tensor& x, const torch::Tensor
 
 torch::Tensor LinearCrossEntropyKernel(const torch::Tensor& x, const torch::Tensor& weight,
                                        const torch::Tensor& targets, std::int64_t rows_per_chunk) {
-  TORCH_CHECK(LinearCrossEntropyKernelApplies(x, weight) && targets.dim() == 1 && targets.size(0) == x.size(0) &&
-                  targets.scalar_type() == torch::kLong && targets.device() == x.device(),
-              "LinearCrossEntropyKernel: rows [N, D] and an fp32 weight [V, D] on a supported GPU, int64 targets [N]");
+  TORCH_CHECK(FloatOrBf16OnCuda(x) && x.dim() == 2, "LinearCrossEntropyKernel: x ", x.sizes(),
+              ": not fp32 or bf16 [N, D] on a Hopper or newer GPU");
+  CheckKernelInputs("LinearCrossEntropyKernel", {{"x", &x, {x.size(0), x.size(1)}, kFloats},
+                                                 {"weight", &weight, {kAnySize, x.size(1)}, kFloats},
+                                                 {"targets", &targets, {x.size(0)}, {torch::kLong}}});
+  TORCH_CHECK(LinearCrossEntropyKernelApplies(x, weight), "LinearCrossEntropyKernel: weight: an empty vocabulary");
   return LinearCrossEntropyFunction::apply(x, weight, targets, rows_per_chunk)[0];
 }
 

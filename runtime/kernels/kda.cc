@@ -233,13 +233,14 @@ bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
 
 KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
                            const torch::Tensor& decay, const torch::Tensor& s0) {
-  const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
-  const std::vector<std::int64_t> decay_shape = {b, h, n, dk}, state_shape = {b, h, dk, dv};
-  const bool shapes_fit = k_to_end.sizes() == y.sizes() && decay.sizes() == at::IntArrayRef(decay_shape) &&
-                          s0.sizes() == at::IntArrayRef(state_shape);
-  TORCH_CHECK(KdaScanKernelApplies(w, y) && OnCudaInFp32(y) && OnCudaInFp32(k_to_end) && OnCudaInFp32(decay) &&
-                  OnCudaInFp32(s0) && shapes_fit,
-              "KdaStateScan: fp32 CUDA tensors of a supported shape");
+  TORCH_CHECK(KdaScanKernelApplies(w, y), "KdaStateScan: w ", w.sizes(), " and y ", y.sizes(),
+              ": not fp32 [B, H, n, C, d] of a supported shape on a Hopper or newer GPU");
+  const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), c = w.size(3), dk = y.size(4), dv = w.size(4);
+  CheckKernelInputs("KdaStateScan", {{"w", &w, {b, h, n, c, dv}, kFp32},
+                                     {"y", &y, {b, h, n, c, dk}, kFp32},
+                                     {"k_to_end", &k_to_end, {b, h, n, c, dk}, kFp32},
+                                     {"decay", &decay, {b, h, n, dk}, kFp32},
+                                     {"s0", &s0, {b, h, dk, dv}, kFp32}});
   const variable_list out = KdaScanFunction::apply(w, y, k_to_end, decay, s0);
   return {out[0], out[1], out[2]};
 }
@@ -251,9 +252,10 @@ bool KdaIntraKernelApplies(const torch::Tensor& q) {
 
 std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor& q, const torch::Tensor& k,
                                                       const torch::Tensor& g_cum) {
-  TORCH_CHECK(KdaIntraKernelApplies(q) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && k.sizes() == q.sizes() &&
-                  g_cum.sizes() == q.sizes(),
-              "KdaIntraChunk: q, k and g_cum must be equal-shaped fp32 CUDA tensors of a supported shape");
+  TORCH_CHECK(KdaIntraKernelApplies(q), "KdaIntraChunk: q ", q.sizes(),
+              ": not fp32 [..., C, dk] of a supported shape on a Hopper or newer GPU");
+  CheckKernelInputs("KdaIntraChunk",
+                    {{"q", &q, q.sizes().vec(), kFp32}, {"k", &k, q.sizes().vec(), kFp32}, {"g_cum", &g_cum, q.sizes().vec(), kFp32}});
   const variable_list out = KdaIntraFunction::apply(q, k, g_cum);
   return {out[0], out[1]};
 }
@@ -267,7 +269,19 @@ bool KdaRecurrentKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
 torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& g, const torch::Tensor& beta, const torch::Tensor& initial_state,
                                  torch::Tensor* final_state) {
-  TORCH_CHECK(KdaRecurrentKernelApplies(q, v), "KdaRecurrentKernel: unsupported tensors");
+  TORCH_CHECK(KdaRecurrentKernelApplies(q, v), "KdaRecurrentKernel: q ", q.sizes(), " and v ", v.sizes(),
+              ": not fp32 [B, T, H, d] of a supported shape on a Hopper or newer GPU, without autograd");
+  {
+    const std::int64_t b = q.size(0), t = q.size(1), h = q.size(2), dk = q.size(3), dv = v.size(3);
+    // A state of batch 1 is every row's (expanded below).
+    const std::int64_t state_batch = initial_state.defined() && initial_state.dim() == 4 && initial_state.size(0) == 1 ? 1 : b;
+    CheckKernelInputs("KdaRecurrentKernel", {{"q", &q, {b, t, h, dk}, kFp32},
+                                             {"k", &k, {b, t, h, dk}, kFp32},
+                                             {"v", &v, {b, t, h, dv}, kFp32},
+                                             {"g", &g, {b, t, h, dk}, kFp32},
+                                             {"beta", &beta, {b, t, h}, kFp32},
+                                             {"initial_state", &initial_state, {state_batch, h, dk, dv}, kFloats, true}});
+  }
   const c10::cuda::CUDAGuard guard(q.device());
   const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), gc = g.contiguous(),
                       bc = beta.contiguous();
@@ -283,6 +297,22 @@ torch::Tensor KdaRecurrentKernel(const torch::Tensor& q, const torch::Tensor& k,
   return o;
 }
 
+namespace {
+
+// The chunked inputs of the chunk products and core: q, k and g_cum [B, H,
+// n, C, dk], v [B, H, n, C, dv], beta [B, H, n, C, 1], fp32; q is 5-D.
+std::vector<KernelInput> ChunkedInputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       const torch::Tensor& g_cum, const torch::Tensor& beta) {
+  const std::vector<std::int64_t> qs = q.sizes().vec();
+  return {{"q", &q, qs, kFp32},
+          {"k", &k, qs, kFp32},
+          {"v", &v, {qs[0], qs[1], qs[2], qs[3], kAnySize}, kFp32},
+          {"g_cum", &g_cum, qs, kFp32},
+          {"beta", &beta, {qs[0], qs[1], qs[2], qs[3], 1}, kFp32}};
+}
+
+}  // namespace
+
 bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
   return OnCudaInFp32(q) && OnCudaInFp32(v) && q.dim() == 5 && v.dim() == 5 &&
          cuda::KdaChunkProductsSupports(static_cast<int>(q.size(3)), static_cast<int>(q.size(4)),
@@ -292,12 +322,9 @@ bool KdaChunkProductsKernelApplies(const torch::Tensor& q, const torch::Tensor& 
 std::vector<torch::Tensor> KdaChunkProductsKernel(const torch::Tensor& q, const torch::Tensor& k,
                                                   const torch::Tensor& v, const torch::Tensor& g_cum,
                                                   const torch::Tensor& beta) {
-  const bool shapes_fit = k.sizes() == q.sizes() && g_cum.sizes() == q.sizes() &&
-                          v.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.dim() == 5 &&
-                          beta.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.size(4) == 1;
-  TORCH_CHECK(KdaChunkProductsKernelApplies(q, v) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && OnCudaInFp32(beta) &&
-                  shapes_fit,
-              "KdaChunkProductsKernel: fp32 CUDA tensors of a supported shape");
+  TORCH_CHECK(KdaChunkProductsKernelApplies(q, v), "KdaChunkProductsKernel: q ", q.sizes(), " and v ", v.sizes(),
+              ": not fp32 [B, H, n, C, d] of a supported shape on a Hopper or newer GPU");
+  CheckKernelInputs("KdaChunkProductsKernel", ChunkedInputs(q, k, v, g_cum, beta));
   return ChunkProductsFunction::apply(q, k, v, g_cum, beta);
 }
 
@@ -309,16 +336,14 @@ std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& 
                                                            const torch::Tensor& v, const torch::Tensor& g_cum,
                                                            const torch::Tensor& beta, const torch::Tensor& inverse,
                                                            const torch::Tensor& qk, const torch::Tensor& s0) {
-  const std::int64_t b = q.size(0), h = q.size(1), dk = q.size(4), dv = v.size(4);
-  const std::vector<std::int64_t> state = {b, h, dk, dv};
-  const bool shapes_fit = q.dim() == 5 && k.sizes() == q.sizes() && g_cum.sizes() == q.sizes() &&
-                          v.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.dim() == 5 &&
-                          beta.sizes().slice(0, 4) == q.sizes().slice(0, 4) && beta.size(4) == 1 &&
-                          inverse.sizes() == at::IntArrayRef(SquareShape(q)) && qk.sizes() == inverse.sizes() &&
-                          s0.sizes() == at::IntArrayRef(state);
-  TORCH_CHECK(KdaChunkCoreKernelApplies(q, v) && OnCudaInFp32(k) && OnCudaInFp32(g_cum) && OnCudaInFp32(beta) &&
-                  OnCudaInFp32(inverse) && OnCudaInFp32(qk) && OnCudaInFp32(s0) && shapes_fit,
-              "KdaChunkCoreKernel: fp32 CUDA tensors of a supported shape");
+  TORCH_CHECK(KdaChunkCoreKernelApplies(q, v), "KdaChunkCoreKernel: q ", q.sizes(), " and v ", v.sizes(),
+              ": not fp32 [B, H, n, C, d] of a supported shape on a Hopper or newer GPU");
+  std::vector<KernelInput> inputs = ChunkedInputs(q, k, v, g_cum, beta);
+  const std::vector<std::int64_t> square = SquareShape(q), state = {q.size(0), q.size(1), q.size(4), v.size(4)};
+  inputs.push_back({"inverse", &inverse, square, kFp32});
+  inputs.push_back({"qk", &qk, square, kFp32});
+  inputs.push_back({"s0", &s0, state, kFp32});
+  CheckKernelInputs("KdaChunkCoreKernel", inputs);
   const variable_list out = KdaChunkCoreFunction::apply(q, k, v, g_cum, beta, inverse, qk, s0);
   return {out[0], out[1]};
 }

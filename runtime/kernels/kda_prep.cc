@@ -110,17 +110,24 @@ bool KdaPrepKernelsApply(const torch::Tensor& x, std::int64_t dim, std::int64_t 
 
 torch::Tensor KdaShortConvChunked(const torch::Tensor& x, const torch::Tensor& weight, std::int64_t heads,
                                   std::int64_t chunk, bool l2, double scale, double eps) {
-  TORCH_CHECK(heads > 0 && x.dim() == 3 && x.size(2) % heads == 0 && weight.dim() == 2 &&
-                  weight.size(0) == x.size(2) && chunk > 0 && KdaPrepKernelsApply(x, x.size(2) / heads, weight.size(1)),
-              "KdaShortConvChunked: unsupported input");
+  TORCH_CHECK(heads > 0 && chunk > 0 && x.dim() == 3 && x.size(2) % heads == 0, "KdaShortConvChunked: x ", x.sizes(),
+              " in ", heads, " heads, chunk ", chunk, ": not [B, T, heads x dim]");
+  CheckKernelInputs("KdaShortConvChunked",
+                    {{"x", &x, x.sizes().vec(), kFloats}, {"weight", &weight, {x.size(2), kAnySize}, kFloats}});
+  TORCH_CHECK(KdaPrepKernelsApply(x, x.size(2) / heads, weight.size(1)), "KdaShortConvChunked: x ", x.sizes(),
+              " with a convolution of width ", weight.size(1), ": not a supported shape on a Hopper or newer GPU");
   return ShortConvFunction::apply(x, weight.to(torch::kFloat), heads, chunk, l2, scale, eps)[0];
 }
 
 torch::Tensor KdaGateCumChunked(const torch::Tensor& f, const torch::Tensor& a_log, const torch::Tensor& dt_bias,
                                 std::int64_t heads, std::int64_t chunk) {
-  TORCH_CHECK(heads > 0 && f.dim() == 3 && f.size(2) % heads == 0 && a_log.numel() == heads &&
-                  dt_bias.numel() == f.size(2) && chunk > 0 && KdaPrepKernelsApply(f, f.size(2) / heads, 1),
-              "KdaGateCumChunked: unsupported input");
+  TORCH_CHECK(heads > 0 && chunk > 0 && f.dim() == 3 && f.size(2) % heads == 0, "KdaGateCumChunked: f ", f.sizes(),
+              " in ", heads, " heads, chunk ", chunk, ": not [B, T, heads x dim]");
+  CheckKernelInputs("KdaGateCumChunked", {{"f", &f, f.sizes().vec(), kFloats},
+                                          {"a_log", &a_log, {heads}, kFloats},
+                                          {"dt_bias", &dt_bias, {f.size(2)}, kFloats}});
+  TORCH_CHECK(KdaPrepKernelsApply(f, f.size(2) / heads, 1), "KdaGateCumChunked: f ", f.sizes(),
+              ": not a supported shape on a Hopper or newer GPU");
   return GateCumFunction::apply(f, a_log.to(torch::kFloat).reshape({heads}),
                                 dt_bias.to(torch::kFloat).reshape({f.size(2)}), heads, chunk)[0];
 }

@@ -1,6 +1,7 @@
 // What every kernel family's LibTorch face shares (only in a build with the
 // CUDA kernels, KIMI_PLAN_CUDA_KERNELS): the error check after a launch,
-// where the kernels run, and the raw fp32 pointers they take. Internal to
+// where the kernels run, the inputs' check before it (kernel_inputs.h) and
+// the raw fp32 pointers they take. Internal to
 // runtime/kernels/.
 #ifndef KIMI_PLAN_RUNTIME_KERNELS_KERNEL_SUPPORT_H_
 #define KIMI_PLAN_RUNTIME_KERNELS_KERNEL_SUPPORT_H_
@@ -11,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "runtime/comm/device.h"
+#include "runtime/kernels/kernel_inputs.h"
 
 namespace kp::runtime::kernel_support {
 
@@ -31,6 +33,10 @@ inline bool OnCudaInFp32(const torch::Tensor& t) { return OnKernelGpu(t) && t.sc
 inline bool FloatOrBf16OnCuda(const torch::Tensor& t) {
   return OnKernelGpu(t) && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
 }
+
+/// The dtypes a kernel reads (CheckKernelInputs).
+inline const std::vector<c10::ScalarType> kFp32 = {torch::kFloat};
+inline const std::vector<c10::ScalarType> kFloats = {torch::kFloat, torch::kBFloat16};
 
 inline const float* In(const torch::Tensor& t) { return t.data_ptr<float>(); }
 inline float* Out(torch::Tensor& t) { return t.data_ptr<float>(); }

@@ -576,5 +576,42 @@ TEST(GroupedExpertsTest, EqualThePerExpertLoopWithEmptyAndUnevenExperts) {
   }
 }
 
+// ------------------------------------------------------------------ bad inputs
+
+// The error's message, or "" when `fn` ran.
+template <typename Fn>
+std::string ErrorOf(Fn fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+// Every input is checked before a launch: a tensor of another shape, dtype
+// or device is an error naming the kernel and the input, never a launch.
+TEST(KernelInputsGpuTest, ABadInputIsAnErrorNamingItNotALaunch) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  torch::NoGradGuard no_grad;
+  const KdaInputs gpu = To(RandomKda(2, 5, 2, 128, 64, 1.0, 7), torch::kCUDA, torch::kFloat);
+  auto recurrent = [&](const torch::Tensor& k, const torch::Tensor& g, const torch::Tensor& beta) {
+    return ErrorOf([&] { KdaRecurrentKernel(gpu.q, k, gpu.v, g, beta, gpu.s0, nullptr); });
+  };
+  EXPECT_EQ(recurrent(gpu.k, gpu.g, gpu.beta), "");
+  EXPECT_EQ(recurrent(gpu.k.narrow(1, 0, 4), gpu.g, gpu.beta),
+            "KdaRecurrentKernel: k: sizes [2, 4, 2, 128], where [2, 5, 2, 128] is read");
+  EXPECT_EQ(recurrent(gpu.k, gpu.g.to(torch::kBFloat16), gpu.beta), "KdaRecurrentKernel: g: BFloat16, where Float is read");
+  EXPECT_EQ(recurrent(gpu.k, gpu.g, gpu.beta.cpu()), "KdaRecurrentKernel: beta: on cpu, where the kernel runs on cuda:0");
+  const torch::Tensor x = torch::randn({4, 64}, torch::kCUDA);
+  EXPECT_EQ(ErrorOf([&] { RmsNormKernel(x, torch::ones({32}, torch::kCUDA), 1e-6); }),
+            "RmsNormKernel: weight: sizes [32], where [64] is read");
+  const torch::Tensor rows = torch::randn({6, 64}, torch::kCUDA), weights = torch::rand({2, 3}, torch::kCUDA);
+  EXPECT_EQ(ErrorOf([&] { MoeCombineKernel(rows, torch::arange(6, torch::kCUDA).to(torch::kInt), weights); }),
+            "MoeCombineKernel: row_of: Int, where Long is read");
+  EXPECT_EQ(ErrorOf([&] { SwiGluKernel(x, torch::randn({4, 32}, torch::kCUDA)); }),
+            "SwiGluKernel: up: sizes [4, 32], where [4, 64] is read");
+}
+
 }  // namespace
 }  // namespace kp::runtime

@@ -61,11 +61,12 @@ bool MoeCombineKernelApplies(const torch::Tensor& rows, std::int64_t k) {
 }
 
 torch::Tensor MoeCombineKernel(const torch::Tensor& rows, const torch::Tensor& row_of, const torch::Tensor& weights) {
-  TORCH_CHECK(weights.dim() == 2 && MoeCombineKernelApplies(rows, weights.size(1)) &&
-                  rows.size(0) == weights.numel() && row_of.numel() == rows.size(0) &&
-                  row_of.scalar_type() == torch::kLong && weights.scalar_type() == torch::kFloat &&
-                  row_of.device() == rows.device() && weights.device() == rows.device(),
-              "MoeCombineKernel: rows [N k, D], int64 row_of [N k] and fp32 weights [N, k] on one supported GPU");
+  TORCH_CHECK(weights.dim() == 2 && MoeCombineKernelApplies(rows, weights.size(1)), "MoeCombineKernel: rows ",
+              rows.sizes(), " and weights ", weights.sizes(),
+              ": not fp32 or bf16 rows [N k, D] of a supported D and k on a Hopper or newer GPU and weights [N, k]");
+  CheckKernelInputs("MoeCombineKernel", {{"rows", &rows, {weights.numel(), rows.size(1)}, kFloats},
+                                         {"row_of", &row_of, {rows.size(0)}, {torch::kLong}},
+                                         {"weights", &weights, {weights.size(0), weights.size(1)}, kFp32}});
   return MoeCombineFunction::apply(rows, row_of, weights)[0];
 }
 

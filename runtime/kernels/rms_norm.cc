@@ -108,8 +108,10 @@ bool RmsNormKernelApplies(const torch::Tensor& x) {
 }
 
 torch::Tensor RmsNormKernel(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  TORCH_CHECK(RmsNormKernelApplies(x), "RmsNormKernel: unsupported input");
+  TORCH_CHECK(RmsNormKernelApplies(x), "RmsNormKernel: x ", x.sizes(),
+              ": not fp32 or bf16 [..., D] of a supported D on a Hopper or newer GPU");
   const std::int64_t dim = x.size(-1);
+  CheckKernelInputs("RmsNormKernel", {{"x", &x, {}, kFloats}, {"weight", &weight, {dim}, kFloats}});
   return RmsNormFunction::apply(x.reshape({-1, dim}), weight.to(torch::kFloat), eps)[0].view(x.sizes());
 }
 
@@ -122,8 +124,12 @@ bool GatedRmsNormKernelApplies(const torch::Tensor& x, const torch::Tensor& gate
 
 torch::Tensor GatedRmsNormKernel(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& weight,
                                  double eps) {
-  TORCH_CHECK(GatedRmsNormKernelApplies(x, gate) && weight.numel() == x.size(3),
-              "GatedRmsNormKernel: x [B, T, H, D] fp32, gate [B, T, H D] and weight [D] on a supported GPU");
+  TORCH_CHECK(OnCudaInFp32(x) && x.dim() == 4, "GatedRmsNormKernel: x ", x.sizes(),
+              ": not fp32 [B, T, H, D] on a Hopper or newer GPU");
+  CheckKernelInputs("GatedRmsNormKernel", {{"x", &x, x.sizes().vec(), kFp32},
+                                           {"gate", &gate, {x.size(0), x.size(1), x.size(2) * x.size(3)}, kFloats},
+                                           {"weight", &weight, {x.size(3)}, kFloats}});
+  TORCH_CHECK(GatedRmsNormKernelApplies(x, gate), "GatedRmsNormKernel: x: D ", x.size(3), " is not supported");
   return GatedRmsNormFunction::apply(x, gate, weight.to(torch::kFloat).reshape({x.size(3)}), eps)[0];
 }
 

@@ -55,7 +55,9 @@ bool SwiGluKernelApplies(const torch::Tensor& gate, const torch::Tensor& up) {
 }
 
 torch::Tensor SwiGluKernel(const torch::Tensor& gate, const torch::Tensor& up) {
-  TORCH_CHECK(SwiGluKernelApplies(gate, up), "SwiGluKernel: unsupported tensors");
+  TORCH_CHECK(FloatOrBf16OnCuda(gate), "SwiGluKernel: gate: not fp32 or bf16 on a Hopper or newer GPU");
+  CheckKernelInputs("SwiGluKernel", {{"gate", &gate, gate.sizes().vec(), kFloats},
+                                     {"up", &up, gate.sizes().vec(), {gate.scalar_type()}}});
   return SwiGluFunction::apply(gate, up)[0];
 }
 
