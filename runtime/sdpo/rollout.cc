@@ -64,8 +64,17 @@ SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& op
     return out;
   }
   const torch::Tensor logp = torch::log_softmax(z / options.temperature, -1);
-  const torch::Tensor probs = KeepNucleus(logp.exp(), options.top_p).to(torch::kCPU, torch::kDouble);
-  out.ids = torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1).to(logits.device());
+  // The inverse of the nucleus' cumulative distribution at one uniform per
+  // row: the first id whose cumulative mass exceeds u x the total (a
+  // zero-probability id never does, since the sum does not grow there). The
+  // uniforms come from the CPU generator, the rest stays on the device: no
+  // [rows, V] copy, and the host never waits for it.
+  const torch::Tensor cdf = KeepNucleus(logp.exp(), options.top_p).to(torch::kDouble).cumsum(-1);
+  const std::int64_t rows = logits.size(0), v = logits.size(-1);
+  const torch::Tensor u = torch::rand({rows, 1}, generator, torch::TensorOptions().dtype(torch::kDouble)).to(cdf.device());
+  out.ids = torch::searchsorted(cdf, u * cdf.narrow(-1, v - 1, 1), /*out_int32=*/false, /*right=*/true)
+                .squeeze(-1)
+                .clamp_max(v - 1);
   out.logprobs = logp.gather(-1, out.ids.unsqueeze(-1)).squeeze(-1);
   return out;
 }
@@ -110,6 +119,12 @@ Result<std::vector<Sample>> RolloutEngine::Generate(const std::vector<std::vecto
   return out;
 }
 
+// The responses stay on the device, one [rows] tensor of ids and of
+// log-probs a step; the host reads them, and so learns which rows stopped,
+// once every kStopCheckEvery steps and at the end. A row that stopped in
+// between is computed until then and its tokens after the stop are dropped
+// when read: the host waits for the GPU once per kStopCheckEvery tokens, not
+// once a token.
 void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<int>& group,
                                   const SamplingOptions& options, at::Generator& generator, std::vector<Sample>& out) {
   const int n = options.samples;
@@ -125,34 +140,48 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
   ++stats_.forward_calls;
   cache.Repeat(n);
   logits = logits.repeat_interleave(n, 0);
+  std::vector<torch::Tensor> ids, logprobs;  // the steps since the last read, [rows] each
   for (int step = 0;; ++step) {
     const SampledTokens drawn = SampleToken(logits, options, generator);
-    const torch::Tensor ids_cpu = drawn.ids.cpu(), logprobs_cpu = drawn.logprobs.to(torch::kCPU, torch::kFloat);
-    const auto ids = ids_cpu.accessor<std::int64_t, 1>();
-    const auto logprobs = logprobs_cpu.accessor<float, 1>();
-    std::vector<std::int64_t> keep;
-    std::vector<Sample*> kept_rows;
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-      const std::int64_t id = ids[static_cast<std::int64_t>(r)];
-      rows[r]->response.push_back(id);
-      rows[r]->logprobs.push_back(logprobs[static_cast<std::int64_t>(r)]);
-      rows[r]->stopped = IsStop(options, id);
-      if (rows[r]->stopped) continue;
-      keep.push_back(static_cast<std::int64_t>(r));
-      kept_rows.push_back(rows[r]);
-    }
-    stats_.generated_tokens += static_cast<std::int64_t>(rows.size());
-    if (keep.empty() || step + 1 == options.max_new_tokens) return;
+    ids.push_back(drawn.ids);
+    logprobs.push_back(drawn.logprobs.to(torch::kFloat));
+    const bool last = step + 1 == options.max_new_tokens;
     torch::Tensor next = drawn.ids;
-    if (keep.size() < rows.size()) {
-      const torch::Tensor index = torch::tensor(keep, torch::kLong).to(device_);
-      cache.Select(index);
-      next = next.index_select(0, index);
-      rows = std::move(kept_rows);
+    if (last || static_cast<int>(ids.size()) == kStopCheckEvery) {
+      const std::vector<std::int64_t> keep = ReadSteps(torch::stack(ids, 1), torch::stack(logprobs, 1), options, rows);
+      ids.clear(), logprobs.clear();
+      if (keep.empty() || last) return;
+      if (keep.size() < rows.size()) {
+        const torch::Tensor index = torch::tensor(keep, torch::kLong).to(device_);
+        cache.Select(index);
+        next = next.index_select(0, index);
+        std::vector<Sample*> kept;
+        for (const std::int64_t r : keep) kept.push_back(rows[static_cast<std::size_t>(r)]);
+        rows = std::move(kept);
+      }
     }
     logits = model_->ForwardIncremental(next.unsqueeze(1), cache).select(1, 0);
     ++stats_.forward_calls;
   }
+}
+
+std::vector<std::int64_t> RolloutEngine::ReadSteps(const torch::Tensor& ids, const torch::Tensor& logprobs,
+                                                   const SamplingOptions& options, std::vector<Sample*>& rows) {
+  const torch::Tensor ids_cpu = ids.cpu(), logprobs_cpu = logprobs.cpu();
+  const auto id = ids_cpu.accessor<std::int64_t, 2>();
+  const auto lp = logprobs_cpu.accessor<float, 2>();
+  std::vector<std::int64_t> keep;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    Sample& s = *rows[r];
+    for (std::int64_t t = 0; t < id.size(1) && !s.stopped; ++t) {
+      s.response.push_back(id[static_cast<std::int64_t>(r)][t]);
+      s.logprobs.push_back(lp[static_cast<std::int64_t>(r)][t]);
+      s.stopped = IsStop(options, s.response.back());
+      ++stats_.generated_tokens;
+    }
+    if (!s.stopped) keep.push_back(static_cast<std::int64_t>(r));
+  }
+  return keep;
 }
 
 }  // namespace kp::runtime

@@ -3,13 +3,16 @@
 // ForwardIncremental). Rules: docs/runtime.md §16.
 //
 // Invariants: prompts of equal length are decoded together, one prefill per
-// prompt repeated to its n sample rows, so no batch is ever padded; a row
-// that emits a stop id is dropped from the batch (DecodeCache::Select);
-// randomness comes only from one CPU generator seeded by Generate's `seed`,
-// so the same model, prompts, options and seed give the same samples on any
-// device that computes the same probabilities.
-// Device: the model's. Logits, temperature, masks, softmax and top-p stay on
-// it; only the small [rows, V] probabilities move to the CPU for the draw.
+// prompt repeated to its n sample rows, so no batch is ever padded; the rows
+// that emitted a stop id are dropped from the batch (DecodeCache::Select)
+// when the host next reads the tokens, every kStopCheckEvery steps;
+// randomness comes only from one CPU generator seeded by Generate's `seed`
+// (one uniform per row and step), so the same model, prompts, options and
+// seed give the same samples on any device that computes the same
+// probabilities (up to their cumulative sum's rounding).
+// Device: the model's. Logits, temperature, masks, softmax, top-p, the draw
+// and the responses stay on it; the host reads the sampled ids and
+// log-probs, [rows] a step, once every kStopCheckEvery steps.
 // Thread-safety: an engine and its model are used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_
 #define KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_
@@ -46,10 +49,12 @@ struct GenerationStats {
 ///   logp = log_softmax(z / temperature)  (temperature 0: log_softmax(z), ids = argmax z, lowest id on ties),
 ///   ids drawn from exp(logp) restricted to the nucleus (the most likely ids, ties by lower id, up to and
 ///   including the first whose cumulative mass reaches top_p) and renormalised.
-/// The draw uses `generator` (a CPU generator) on the probabilities moved to
-/// the CPU in fp64. Returns ids [B] (int64) and logp at ids [B] (logits'
-/// dtype), both on logits' device: the sampled id's log-probability before
-/// the top-p renormalisation.
+/// The draw is the inverse of the nucleus' cumulative distribution (fp64, on
+/// logits' device) at one uniform per row from `generator` (a CPU
+/// generator): the first id whose cumulative mass exceeds u x the nucleus'
+/// total. Returns ids [B] (int64) and logp at ids [B] (logits' dtype), both
+/// on logits' device: the sampled id's log-probability before the top-p
+/// renormalisation. Nothing is read back to the host.
 struct SampledTokens {
   torch::Tensor ids;
   torch::Tensor logprobs;
@@ -58,6 +63,8 @@ SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& op
 
 class RolloutEngine {
  public:
+  /// Steps between the host's reads of the sampled tokens (and stop checks).
+  static constexpr int kStopCheckEvery = 8;
   /// Uses `model` (a whole model: embedding, all layers, head) for inference only (NoGradGuard, eval).
   explicit RolloutEngine(std::shared_ptr<StageModelImpl> model);
   /// prompts[i] are token ids (BOS ... SEP from ByteTokenizer::EncodePrompt). Returns prompts.size() * samples
@@ -76,6 +83,10 @@ class RolloutEngine {
   void GenerateGroup(const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<int>& group,
                      const SamplingOptions& options, at::Generator& generator, std::vector<Sample>& out);
   Status CheckPrompts(const std::vector<std::vector<std::int64_t>>& prompts) const;
+  // Appends the steps' ids and log-probs ([rows, steps] on the device) to
+  // the rows' samples up to each one's stop; the rows that go on.
+  std::vector<std::int64_t> ReadSteps(const torch::Tensor& ids, const torch::Tensor& logprobs,
+                                      const SamplingOptions& options, std::vector<Sample*>& rows);
 
   std::shared_ptr<StageModelImpl> model_;
   torch::Device device_;

@@ -144,6 +144,35 @@ TEST(SampleTokenTest, VocabLimitMasksSampledAndGreedyIds) {
   EXPECT_NEAR(logprobs[1].item<double>(), 0.3 - std::log(z), 1e-12);  // over the allowed ids
 }
 
+// The draw is the inverse CDF at the generator's uniforms: the same ids as
+// a host loop over each row's softmax in fp64, with the uniforms a second
+// generator of the same seed gives.
+TEST(SampleTokenTest, TheDrawIsTheInverseCdfAtTheGeneratorsUniforms) {
+  const torch::Tensor logits = torch::tensor({1.0, 0.0, -0.5, 0.7, -2.0, 0.2, 3.0, -1.0}, torch::kDouble).reshape({2, 4});
+  const torch::Tensor rows = logits.repeat({50, 1});  // 100 rows
+  SamplingOptions o;
+  o.temperature = 0.8;
+  at::Generator gen = at::detail::createCPUGenerator(9);
+  const SampledTokens s = SampleToken(rows, o, gen);
+  at::Generator again = at::detail::createCPUGenerator(9);
+  const torch::Tensor u = torch::rand({rows.size(0), 1}, again, torch::TensorOptions().dtype(torch::kDouble));
+  for (std::int64_t r = 0; r < rows.size(0); ++r) {
+    std::vector<double> p(4);
+    double total = 0;
+    for (int i = 0; i < 4; ++i) total += p[i] = std::exp(rows[r][i].item<double>() / 0.8);
+    double cumulative = 0;
+    std::int64_t want = 3;
+    for (int i = 0; i < 4; ++i) {
+      cumulative += p[i] / total;
+      if (cumulative > u[r][0].item<double>()) {
+        want = i;
+        break;
+      }
+    }
+    EXPECT_EQ(s.ids[r].item<std::int64_t>(), want) << "row " << r;
+  }
+}
+
 TEST(SampleTokenTest, TemperatureSamplingFollowsTheSoftmax) {
   const std::vector<double> logits = {1.0, 0.0, -0.5, 0.7, -2.0, 0.2};
   const double temperature = 0.7;
@@ -212,6 +241,28 @@ TEST(RolloutTest, StopIdsEndRowsAndAreKept) {
   EXPECT_TRUE((*out)[0].stopped);
   EXPECT_EQ((*out)[1].response, want1);
   EXPECT_EQ((*out)[1].stopped, want1.size() < 8u);
+  EXPECT_EQ(engine.last_stats().generated_tokens, static_cast<std::int64_t>(want0.size() + want1.size()));
+}
+
+// Rows that stop between the host's reads (every kStopCheckEvery steps) end
+// at their stop, the tokens computed after it dropped; the others go on.
+TEST(RolloutTest, RowsThatStopBetweenReadsEndAtTheirStop) {
+  auto model = TinyModel(/*fp64=*/true);
+  const auto prompts = Prompts({6, 6}, TinyKimiSpec().vocab);
+  const int steps = 2 * RolloutEngine::kStopCheckEvery + 3;
+  const auto free_run = NaiveGreedy(*model, prompts[0], steps, {});
+  SamplingOptions o = Greedy(steps);
+  o.stop_ids = {free_run[RolloutEngine::kStopCheckEvery + 2]};  // inside the second read's steps
+  const auto want0 = NaiveGreedy(*model, prompts[0], steps, o.stop_ids);
+  const auto want1 = NaiveGreedy(*model, prompts[1], steps, o.stop_ids);
+  ASSERT_LE(want0.size(), std::size_t(RolloutEngine::kStopCheckEvery + 3));
+  RolloutEngine engine(model);
+  auto out = engine.Generate(prompts, o, 1);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ((*out)[0].response, want0);
+  EXPECT_TRUE((*out)[0].stopped);
+  EXPECT_EQ((*out)[0].logprobs.size(), want0.size());
+  EXPECT_EQ((*out)[1].response, want1);
   EXPECT_EQ(engine.last_stats().generated_tokens, static_cast<std::int64_t>(want0.size() + want1.size()));
 }
 
