@@ -56,6 +56,13 @@ Status ValidateSamplingOptions(const SamplingOptions& o) {
 }
 
 SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator) {
+  if (options.temperature == 0) return SampleTokenAt(logits, options, torch::Tensor());
+  const torch::Tensor u = torch::rand({logits.size(0)}, generator, torch::TensorOptions().dtype(torch::kDouble));
+  return SampleTokenAt(logits, options, u.to(logits.device()));
+}
+
+SampledTokens SampleTokenAt(const torch::Tensor& logits, const SamplingOptions& options,
+                            const torch::Tensor& uniforms) {
   const torch::Tensor z = MaskVocab(logits, options.vocab_limit);
   SampledTokens out;
   if (options.temperature == 0) {
@@ -66,12 +73,11 @@ SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& op
   const torch::Tensor logp = torch::log_softmax(z / options.temperature, -1);
   // The inverse of the nucleus' cumulative distribution at one uniform per
   // row: the first id whose cumulative mass exceeds u x the total (a
-  // zero-probability id never does, since the sum does not grow there). The
-  // uniforms come from the CPU generator, the rest stays on the device: no
-  // [rows, V] copy, and the host never waits for it.
+  // zero-probability id never does, since the sum does not grow there). All
+  // on the device: no [rows, V] copy, and the host never waits for it.
   const torch::Tensor cdf = KeepNucleus(logp.exp(), options.top_p).to(torch::kDouble).cumsum(-1);
-  const std::int64_t rows = logits.size(0), v = logits.size(-1);
-  const torch::Tensor u = torch::rand({rows, 1}, generator, torch::TensorOptions().dtype(torch::kDouble)).to(cdf.device());
+  const std::int64_t v = logits.size(-1);
+  const torch::Tensor u = uniforms.to(torch::kDouble).unsqueeze(-1);
   out.ids = torch::searchsorted(cdf, u * cdf.narrow(-1, v - 1, 1), /*out_int32=*/false, /*right=*/true)
                 .squeeze(-1)
                 .clamp_max(v - 1);
@@ -140,9 +146,18 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
   ++stats_.forward_calls;
   cache.Repeat(n);
   logits = logits.repeat_interleave(n, 0);
+  // Every row's uniforms for the whole group, drawn at once and moved once:
+  // a copy from pageable host memory waits for the device's queue, so one a
+  // step would make the host wait for every step.
+  torch::Tensor uniforms;
+  if (options.temperature > 0)
+    uniforms = torch::rand({static_cast<std::int64_t>(rows.size()), options.max_new_tokens}, generator,
+                           torch::TensorOptions().dtype(torch::kDouble))
+                   .to(device_);
   std::vector<torch::Tensor> ids, logprobs;  // the steps since the last read, [rows] each
   for (int step = 0;; ++step) {
-    const SampledTokens drawn = SampleToken(logits, options, generator);
+    const SampledTokens drawn =
+        SampleTokenAt(logits, options, uniforms.defined() ? uniforms.select(1, step) : torch::Tensor());
     ids.push_back(drawn.ids);
     logprobs.push_back(drawn.logprobs.to(torch::kFloat));
     const bool last = step + 1 == options.max_new_tokens;
@@ -155,6 +170,7 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
         const torch::Tensor index = torch::tensor(keep, torch::kLong).to(device_);
         cache.Select(index);
         next = next.index_select(0, index);
+        if (uniforms.defined()) uniforms = uniforms.index_select(0, index);
         std::vector<Sample*> kept;
         for (const std::int64_t r : keep) kept.push_back(rows[static_cast<std::size_t>(r)]);
         rows = std::move(kept);

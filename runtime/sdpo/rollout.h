@@ -7,7 +7,8 @@
 // that emitted a stop id are dropped from the batch (DecodeCache::Select)
 // when the host next reads the tokens, every kStopCheckEvery steps;
 // randomness comes only from one CPU generator seeded by Generate's `seed`
-// (one uniform per row and step), so the same model, prompts, options and
+// (one uniform per row and step, a group's [rows, max_new_tokens] drawn at
+// its start and moved to the device once), so the same model, prompts, options and
 // seed give the same samples on any device that computes the same
 // probabilities (up to their cumulative sum's rounding).
 // Device: the model's. Logits, temperature, masks, softmax, top-p, the draw
@@ -60,6 +61,10 @@ struct SampledTokens {
   torch::Tensor logprobs;
 };
 SampledTokens SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);
+/// SampleToken with the uniforms given: `uniforms` [B] in [0, 1) on logits'
+/// device (undefined when greedy); the same ids as SampleToken drawing them.
+SampledTokens SampleTokenAt(const torch::Tensor& logits, const SamplingOptions& options,
+                            const torch::Tensor& uniforms);
 
 class RolloutEngine {
  public:
