@@ -73,6 +73,10 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
       ("grad-clip", NumberFlag(0, 1e9)->default_value(d.grad_clip, FormatShortest(d.grad_clip)), "max global gradient norm")
       ("kda-chunk", IntFlag(0, limits::kMaxSequence)->default_value(d.options.kda_chunk),
        "KDA scan chunk length (0: token-by-token recurrence)")
+      ("fp8", po::value<std::string>(),
+       "none | experts: the routed experts' products in FP8 as DeepSeek-V3 trains them (e4m3, 1x128 activation "
+       "and 128x128 weight scales, fp32 accumulation: the planner's fp8-blockwise, on the experts; default none, "
+       "for run --plan the plan's)")
       ("device", po::value<std::string>()->default_value(d.device),
        "cpu | cuda | cuda:N (ranks of run and sdpo take cuda:LOCAL_RANK)")
       ("seed", SeedFlag()->default_value(d.seed), "initialisation, data and sampling seed (0 to 2^63 - 1)")
@@ -99,6 +103,12 @@ Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c) {
   c->options.kda_chunk = vm["kda-chunk"].as<int>();
   c->device = vm["device"].as<std::string>();
   c->seed = vm["seed"].as<std::uint64_t>();
+  if (vm.count("fp8")) {
+    const std::string fp8 = vm["fp8"].as<std::string>();
+    if (fp8 != "none" && fp8 != "experts")
+      return Status::InvalidArgument("--fp8: must be none or experts, got \"" + fp8 + "\"");
+    c->options.fp8_experts = fp8 == "experts";
+  }
   return Status::Ok();
 }
 

@@ -59,6 +59,10 @@ bad "zero heads" "--heads: must be >= 1" "${base[@]}" --steps 1 --heads 0
 bad "top-k above experts" "moe.top_k: must be <= moe.num_experts (4)" "${small[@]}" --steps 1 --top-k 5
 bad "too many layers" "--layers: at most the preset's 17" "${base[@]}" --steps 1 --layers 30
 bad "bad dtype" "--dtype: must be fp32 or bf16" "${small[@]}" --steps 1 --dtype fp8
+bad "bad fp8" "--fp8: must be none or experts, got \"all\"" "${small[@]}" --steps 1 --fp8 all
+"$bin" train "${small[@]}" --steps 2 --fp8 experts --db fp8.db > fp8.txt 2>&1
+check "FP8 experts train" test $? -eq 0
+check "FP8 experts are recorded" bash -c "sqlite3 fp8.db 'select config_json from runs' | grep -q '\"fp8_experts\":\"blockwise\"'"
 bad "missing token file" "--data: nope.bin: no such file" "${small[@]}" --steps 1 --data nope.bin
 head -c 401 tokens.bin > odd.bin
 bad "truncated token file" "--data: odd.bin is truncated" "${small[@]}" --steps 1 --data odd.bin

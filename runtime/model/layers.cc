@@ -9,6 +9,7 @@
 #include "runtime/comm/device.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/expert_parallel.h"
+#include "runtime/model/fp8_linear.h"
 #include "runtime/model/recompute.h"
 
 // at::_grouped_mm (bf16, sm90+, with autograd) arrived in PyTorch 2.8.
@@ -225,7 +226,9 @@ ExpertBankImpl::Views ExpertBankImpl::Split(const Matrix& m, c10::ScalarType dty
 }
 
 torch::Tensor ExpertBankImpl::Apply(const Views& m, std::int64_t e, const torch::Tensor& x) const {
-  torch::Tensor y = m.int4.empty() ? torch::linear(x, m.weight[e]) : Int4Linear(x, m.int4[e]);
+  torch::Tensor y = !m.int4.empty() ? Int4Linear(x, m.int4[e])
+                   : fp8_          ? Fp8Linear(x, m.weight[e])
+                                   : torch::linear(x, m.weight[e]);
   if (!m.lora_a.empty()) {
     const torch::Tensor& a = m.lora_a.size() == 1 ? m.lora_a[0] : m.lora_a[e];
     const torch::Tensor& b = m.lora_b.size() == 1 ? m.lora_b[0] : m.lora_b[e];
@@ -265,7 +268,7 @@ bool ExpertBankImpl::GroupedApplies(const torch::Tensor& x_sorted) const {
   // The grouped GEMM takes bf16 on a Hopper or newer GPU; an unmerged LoRA
   // keeps the loop.
   return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 && !(gate_.lora_a.defined() && !merged_) &&
-         !int4_base() &&
+         !int4_base() && !fp8_ &&
          ComputeCapabilityMajor(x_sorted.device()) >= 9;
 #else
   return false;
@@ -415,6 +418,7 @@ MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init
   experts_ = register_module("experts", std::make_shared<ExpertBankImpl>(num_experts_, latent > 0 ? latent : d,
                                                                          spec.moe.expert_ffn, init_std, out_std, init));
   experts_->set_recompute_act(options.recompute_moe_act && !options.recompute_moe);
+  experts_->set_fp8(options.fp8_experts);
   if (latent > 0) {
     latent_down_ = register_module("latent_down", std::make_shared<ProjImpl>(d, latent, init_std, init, false));
     latent_up_ = register_module("latent_up", std::make_shared<ProjImpl>(latent, d, out_std, init, false));

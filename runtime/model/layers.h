@@ -226,6 +226,9 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   /// Megatron's moe_act: the loop frees each expert's SwiGLU product after
   /// the down projection and remakes it for the backward.
   void set_recompute_act(bool on) { recompute_act_ = on; }
+  /// The base products in FP8 (fp8_linear.h's Fp8Linear, through the loop
+  /// over experts); LoRA's adapters stay in the activation dtype.
+  void set_fp8(bool on) { fp8_ = on; }
 
  private:
   struct Matrix {
@@ -248,6 +251,7 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   double lora_scale_ = 0;
   bool merged_ = false;
   bool recompute_act_ = false;
+  bool fp8_ = false;
 };
 
 /// The mixture of experts (§7): sigmoid router, top-k routed SwiGLU experts

@@ -72,6 +72,11 @@ struct ModelOptions {
   /// (int4_linear.h, 0.5625 bytes a weight), dequantized inside each
   /// product; the planner's --lora-native-base.
   bool int4_expert_base = false;
+  /// The routed experts' products in FP8 as DeepSeek-V3 trains them
+  /// (fp8_linear.h: e4m3, 1x128 / 128x128 block scales, fp32 accumulation;
+  /// the planner's fp8-blockwise recipe, on the experts only). Not with
+  /// int4_expert_base.
+  bool fp8_experts = false;
   std::uint64_t seed = 0;                 ///< parameter initialisation seed
   /// Build the large weights as meta tensors, to be sharded and then made by
   /// StageModelImpl::Materialize (sharded construction, model.h).

@@ -357,6 +357,23 @@ TEST(SdpoConfigJsonTest, TheInt4RolloutIsRecordedAndCheckedAgainstTheExpertWidth
   EXPECT_EQ(SdpoConfigJson(*back), recorded);
 }
 
+TEST(SdpoConfigJsonTest, Fp8ExpertsAreRecordedAndReadBack) {
+  RealFileSystem fs;
+  const PresetCatalog catalog(fs, DefaultPresetDir());
+  SdpoConfig c = RecordedConfig();
+  EXPECT_EQ(SdpoConfigJson(c).find("fp8_experts"), std::string::npos);
+  c.train.options.fp8_experts = true;
+  const std::string recorded = SdpoConfigJson(c);
+  EXPECT_NE(recorded.find("\"fp8_experts\":\"blockwise\""), std::string::npos);
+  Result<SdpoConfig> back = SdpoConfigFromJson(recorded, catalog);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->train.options.fp8_experts);
+  nlohmann::json bad = nlohmann::json::parse(recorded);
+  bad["fp8_experts"] = "tensorwise";
+  const Status s = SdpoConfigFromJson(bad.dump(), catalog).status();
+  EXPECT_NE(s.message().find("fp8_experts: must be blockwise, got \"tensorwise\""), std::string::npos) << s.message();
+}
+
 TEST(SdpoConfigJsonTest, RefusesAFileThatIsNotARecordedConfigNamingTheField) {
   RealFileSystem fs;
   const PresetCatalog catalog(fs, DefaultPresetDir());

@@ -99,6 +99,12 @@ Status ValidateTrainConfig(const TrainConfig& c) {
                                    std::to_string(c.options.checkpoint_group_layers));
   if (c.options.int4_expert_base && !c.lora.enabled())
     return Status::InvalidArgument("--lora-native-base: the INT4 base is the frozen base of LoRA; give --lora-rank");
+  if (c.options.fp8_experts && !c.model.is_moe())
+    return Status::InvalidArgument("--fp8: experts puts the routed experts in FP8; " + c.model.name +
+                                   " has none (give --fp8 none)");
+  if (c.options.fp8_experts && c.options.int4_expert_base)
+    return Status::InvalidArgument("--fp8: the experts' base is INT4 (--lora-native-base); FP8 products are for "
+                                   "trained experts (give one of them)");
   if (!c.init_from.empty() && !c.resume.empty())
     return Status::InvalidArgument("--init-from: not with --resume (the run's checkpoint holds its weights)");
   if (c.options.checkpoint_group_layers > 1 &&
@@ -124,6 +130,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   if (c.options.recompute_moe_act) j["recompute_moe_act"] = true;
   if (c.options.recompute_mla_up_proj) j["recompute_mla_up_proj"] = true;
   if (c.options.int4_expert_base) j["int4_expert_base"] = true;
+  if (c.options.fp8_experts) j["fp8_experts"] = "blockwise";
   if (c.options.checkpoint_group_layers > 1) j["checkpoint_group_layers"] = c.options.checkpoint_group_layers;
   j["kda_chunk"] = c.options.kda_chunk;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -221,6 +228,11 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   KP_RETURN_IF_ERROR(f.Bool("recompute_moe_act", &c->options.recompute_moe_act));
   KP_RETURN_IF_ERROR(f.Bool("recompute_mla_up_proj", &c->options.recompute_mla_up_proj));
   KP_RETURN_IF_ERROR(f.Bool("int4_expert_base", &c->options.int4_expert_base));
+  std::string fp8_experts = "none";  // absent: none
+  KP_RETURN_IF_ERROR(f.String("fp8_experts", &fp8_experts, /*required=*/false));
+  if (fp8_experts != "none" && fp8_experts != "blockwise")
+    return Status::InvalidArgument(f.Name("fp8_experts") + ": must be blockwise, got \"" + fp8_experts + "\"");
+  c->options.fp8_experts = fp8_experts == "blockwise";
   KP_RETURN_IF_ERROR(f.Int("checkpoint_group_layers", &c->options.checkpoint_group_layers, 1, limits::kMaxLayers,
                            /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));

@@ -1,0 +1,97 @@
+#include "runtime/model/fp8_linear.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace kp::runtime {
+
+namespace {
+
+constexpr std::int64_t kFloatMantissaBits = 23;
+constexpr std::int64_t kFloatExponentBias = 127;
+constexpr std::int64_t kE4m3MantissaBits = 3;
+constexpr std::int64_t kE4m3MinExponent = -6;  // of the smallest normal, 2^-6; subnormals share its spacing
+
+// 2^e for integer e (int32 tensor, within fp32's normal range), built from
+// the exponent bits: exact, where pow or ldexp may round on some platforms.
+torch::Tensor PowerOfTwo(const torch::Tensor& e) {
+  return ((e + kFloatExponentBias) * (std::int64_t(1) << kFloatMantissaBits)).to(torch::kInt).view(torch::kFloat);
+}
+
+}  // namespace
+
+torch::Tensor RoundToE4m3(const torch::Tensor& v) {
+  const torch::Tensor x = v.to(torch::kFloat);
+  const torch::Tensor a = x.abs().clamp_max(kE4m3Max);
+  // a = m 2^e with m in [0.5, 1): the binade's exponent is e - 1, and the
+  // grid's spacing there 2^(e - 1 - 3), never finer than the subnormals'.
+  const torch::Tensor exponent = std::get<1>(torch::frexp(a)).sub(1).clamp_min(kE4m3MinExponent);
+  const torch::Tensor spacing = PowerOfTwo(exponent - kE4m3MantissaBits);
+  // a / spacing is exact (a power of two) and round() takes ties to even,
+  // which is the even mantissa: the spacing's multiples alternate parity.
+  const torch::Tensor q = torch::round(a / spacing).mul(spacing).clamp_max(kE4m3Max);
+  return torch::where(torch::isnan(x), x, torch::copysign(q, x));
+}
+
+torch::Tensor FakeQuantizeFp8Blocks(const torch::Tensor& x, std::int64_t tile_rows, std::int64_t tile_cols) {
+  if (x.dim() != 2 || tile_rows < 1 || tile_cols < 1)
+    throw std::invalid_argument("FakeQuantizeFp8Blocks: a 2-D tensor and positive tiles, got " +
+                                std::to_string(x.dim()) + "-D");
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  const std::int64_t pad_rows = (tile_rows - rows % tile_rows) % tile_rows;
+  const std::int64_t pad_cols = (tile_cols - cols % tile_cols) % tile_cols;
+  // Zero padding changes no tile's largest magnitude.
+  const torch::Tensor padded = torch::constant_pad_nd(x.to(torch::kFloat), {0, pad_cols, 0, pad_rows});
+  const std::int64_t tr = (rows + pad_rows) / tile_rows, tc = (cols + pad_cols) / tile_cols;
+  const torch::Tensor tiles = padded.view({tr, tile_rows, tc, tile_cols});
+  torch::Tensor scale = tiles.abs().amax({1, 3}, /*keepdim=*/true) / kE4m3Max;
+  scale = torch::where(scale > 0, scale, torch::ones_like(scale));
+  const torch::Tensor dequantized = RoundToE4m3(tiles / scale).mul(scale);
+  return dequantized.view({rows + pad_rows, cols + pad_cols}).narrow(0, 0, rows).narrow(1, 0, cols);
+}
+
+namespace {
+
+torch::Tensor Rows(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+
+class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    const torch::Tensor xq = FakeQuantizeFp8Blocks(Rows(x), 1, kFp8Block);
+    const torch::Tensor wq = FakeQuantizeFp8Blocks(w, kFp8Block, kFp8Block);
+    std::vector<std::int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    return {xq.mm(wq.t()).to(x.scalar_type()).view(shape)};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const torch::Tensor dy = Rows(grads[0]);
+    // Dgrad reduces over the output features: dy's tiles run along them, as
+    // x's do along the inputs in the forward; the weight's square blocks
+    // serve both products.
+    const torch::Tensor wq = FakeQuantizeFp8Blocks(w, kFp8Block, kFp8Block);
+    const torch::Tensor dx = FakeQuantizeFp8Blocks(dy, 1, kFp8Block).mm(wq).to(x.scalar_type()).view(x.sizes());
+    // Wgrad reduces over the tokens: both operands tiled along them.
+    const torch::Tensor dw = FakeQuantizeFp8Blocks(dy, kFp8Block, 1)
+                                 .t()
+                                 .mm(FakeQuantizeFp8Blocks(Rows(x), kFp8Block, 1))
+                                 .to(w.scalar_type());
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+torch::Tensor Fp8Linear(const torch::Tensor& x, const torch::Tensor& w) {
+  if (w.dim() != 2 || x.size(-1) != w.size(1))
+    throw std::invalid_argument("Fp8Linear: x [..., " + std::to_string(x.size(-1)) + "] against a weight of " +
+                                std::to_string(w.dim()) + " dims, " + std::to_string(w.size(-1)) + " inputs");
+  return Fp8LinearFunction::apply(x, w)[0];
+}
+
+}  // namespace kp::runtime
