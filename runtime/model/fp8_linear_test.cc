@@ -151,5 +151,19 @@ TEST(Fp8Test, Bf16InputsGiveBf16Outputs) {
   EXPECT_THROW(Fp8Linear(x, torch::randn({32, 63})), std::invalid_argument);
 }
 
+// On a GPU the quantised operands are the CPU's bit for bit (the rounding
+// is elementwise IEEE arithmetic) and the products agree to fp32 rounding.
+TEST(Fp8Test, OnTheGpuTheQuantisationIsTheCpusBitForBit) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  torch::manual_seed(13);
+  const torch::Tensor x = torch::randn({300, 260}) * torch::linspace(0.01, 30, 260);
+  for (auto [tr, tc] : {std::pair<std::int64_t, std::int64_t>{1, 128}, {128, 128}, {128, 1}})
+    EXPECT_TRUE(torch::equal(FakeQuantizeFp8Blocks(x.cuda(), tr, tc).cpu(), FakeQuantizeFp8Blocks(x, tr, tc)))
+        << tr << " x " << tc;
+  const torch::Tensor w = torch::randn({150, 260}) * 0.05;
+  const torch::Tensor cpu = Fp8Linear(x, w), gpu = Fp8Linear(x.cuda(), w.cuda()).cpu();
+  EXPECT_LT(((gpu - cpu).abs().max() / cpu.abs().max()).item<double>(), 1e-5);
+}
+
 }  // namespace
 }  // namespace kp::runtime
