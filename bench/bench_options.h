@@ -6,6 +6,7 @@
 #define KIMI_PLAN_BENCH_BENCH_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -46,6 +47,30 @@ Result<Int> IntOption(const std::string& name, const std::string& text, Int min,
 inline Result<double> NumberOption(const std::string& name, const std::string& text, double min,
                                    double max = std::numeric_limits<double>::max(), bool min_open = false) {
   return ParseNumberInRange("--" + name, text, min, max, min_open);
+}
+
+/// An integer option's destination and least value.
+using IntOptions = std::map<std::string, std::pair<int*, int>>;
+using StringOptions = std::map<std::string, std::string*>;
+
+/// Sets each pair of `kv` whose name `ints` (checked against its least
+/// value) or `strings` holds; hands the others to `other`, which returns
+/// false for a name it does not take either (then an InvalidArgument
+/// "unknown option --NAME").
+inline Status ApplyOptions(const std::map<std::string, std::string>& kv, const IntOptions& ints,
+                           const StringOptions& strings,
+                           const std::function<Result<bool>(const std::string&, const std::string&)>& other) {
+  for (const auto& [k, v] : kv) {
+    if (auto it = ints.find(k); it != ints.end()) {
+      KP_ASSIGN_OR_RETURN(*it->second.first, IntOption(k, v, it->second.second));
+    } else if (auto s = strings.find(k); s != strings.end()) {
+      *s->second = v;
+    } else {
+      KP_ASSIGN_OR_RETURN(const bool taken, other(k, v));
+      if (!taken) return Status::InvalidArgument("unknown option --" + k);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace kp::bench

@@ -68,25 +68,19 @@ Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
   // Each integer option and its least value.
-  const std::map<std::string, std::pair<int*, int>> ints = {
+  const kp::bench::IntOptions ints = {
       {"pp", {&a.pp, 2}},           {"vp", {&a.vp, 1}},         {"microbatches", {&a.microbatches, 1}},
       {"batch", {&a.batch, 1}},     {"seq-len", {&a.seq_len, 1}}, {"warmup", {&a.warmup, 0}},
       {"steps", {&a.steps, 1}},     {"timeout-s", {&a.timeout_s, 1}}};
-  const std::map<std::string, std::string*> strings = {{"shape", &a.shape},     {"device", &a.device},
-                                                       {"backend", &a.backend}, {"dtype", &a.dtype},
-                                                       {"schedule", &a.schedule}};
-  for (const auto& [k, v] : kv) {
-    if (auto it = ints.find(k); it != ints.end()) {
-      KP_ASSIGN_OR_RETURN(*it->second.first, kp::bench::IntOption(k, v, it->second.second));
-    } else if (strings.count(k)) {
-      *strings.at(k) = v;
-    } else if (k == "attnres-cache") {
-      if (v != "on" && v != "off") return Status::InvalidArgument("--attnres-cache: on or off, got " + v);
-      a.cache = v == "on";
-    } else {
-      return Status::InvalidArgument("unknown option --" + k);
-    }
-  }
+  const kp::bench::StringOptions strings = {{"shape", &a.shape},     {"device", &a.device},
+                                            {"backend", &a.backend}, {"dtype", &a.dtype},
+                                            {"schedule", &a.schedule}};
+  KP_RETURN_IF_ERROR(kp::bench::ApplyOptions(kv, ints, strings, [&](const std::string& k, const std::string& v) -> Result<bool> {
+    if (k != "attnres-cache") return false;
+    if (v != "on" && v != "off") return Status::InvalidArgument("--attnres-cache: on or off, got " + v);
+    a.cache = v == "on";
+    return true;
+  }));
   if (a.shape.empty()) return Status::InvalidArgument("--shape FILE is required");
   return a;
 }
