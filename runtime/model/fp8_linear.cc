@@ -44,7 +44,11 @@ torch::Tensor FakeQuantizeFp8Blocks(const torch::Tensor& x, std::int64_t tile_ro
   const torch::Tensor padded = torch::constant_pad_nd(x.to(torch::kFloat), {0, pad_cols, 0, pad_rows});
   const std::int64_t tr = (rows + pad_rows) / tile_rows, tc = (cols + pad_cols) / tile_cols;
   const torch::Tensor tiles = padded.view({tr, tile_rows, tc, tile_cols});
-  torch::Tensor scale = tiles.abs().amax({1, 3}, /*keepdim=*/true) / kE4m3Max;
+  // amax / 448 as an elementwise division by a tensor: CUDA divides by a
+  // scalar through its reciprocal, one ulp away at times, and the scale
+  // must be the same on every device.
+  const torch::Tensor amax = tiles.abs().amax({1, 3}, /*keepdim=*/true);
+  torch::Tensor scale = amax / torch::full_like(amax, kE4m3Max);
   scale = torch::where(scale > 0, scale, torch::ones_like(scale));
   const torch::Tensor dequantized = RoundToE4m3(tiles / scale).mul(scale);
   return dequantized.view({rows + pad_rows, cols + pad_cols}).narrow(0, 0, rows).narrow(1, 0, cols);
