@@ -79,4 +79,16 @@ for path in [os.path.join(out, "one.json")] + sorted(glob.glob(os.path.join(out,
     gap = max(abs(a - b) for a, b in zip(d["losses"], ref["losses"]))
     peaks = " ".join("%.2f" % (p / 1e9) for p in d["rank_peak_memory_bytes"])
     print("%-30s %12.2f %12.0f %22s %14.2e" % (layout(d), d["median_step_ms"], d["tokens_per_s"], peaks, gap))
+# The plan of each layout, to price here (kimi-plan is not built on the GPU
+# machine): the same model, batch, lengths, fp32 states and no recompute;
+# one sequence a micro-batch with a pipeline, a replica's share without.
+print("\nthe plans to set beside these (kimi-plan plan ... | grep actor):")
+for path in [os.path.join(out, "one.json")] + sorted(glob.glob(os.path.join(out, "layout*.json"))):
+    d = json.load(open(path))
+    micro = 1 if d["pp"] > 1 else d["batch"] // d["dp"]
+    dims = " ".join(f"--{k} {d[k]}" for k in ("tp", "cp", "ep", "etp", "pp", "vp", "dp"))
+    sched = f" --schedule {d['schedule']}" if d["pp"] > 1 else ""
+    print(f"  kimi-plan plan --model-file {d['shape']} --gpu h200 --nodes 1 --gpus-per-node {d['world']} --mode full "
+          f"{dims}{sched} --seq-len {d['seq_len']} --global-batch {d['batch']} --micro-batch {micro} "
+          f"--state-precision fp32 --recompute none")
 PY
