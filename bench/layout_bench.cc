@@ -147,7 +147,8 @@ Status Run(const Args& a) {
         {"schema", "kimi-plan.layout-bench/1"}, {"shape", a.shape}, {"device", a.device}, {"dtype", a.dtype},
         {"world", rv.world_size}, {"tp", a.tp}, {"cp", a.cp}, {"ep", a.ep}, {"etp", a.etp}, {"pp", a.pp},
         {"vp", a.vp}, {"dp", layout.dp}, {"sequence_parallel", a.sequence_parallel}, {"schedule", a.schedule},
-        {"attnres_cache", a.cache}, {"batch", a.batch}, {"seq_len", a.seq_len}, {"losses", losses},
+        {"attnres_cache", a.cache}, {"batch", a.batch}, {"micro_batch", a.micro_batch}, {"seq_len", a.seq_len},
+        {"losses", losses},
         {"steps_ms", step_ms}, {"median_step_ms", median}, {"tokens_per_s", tokens_per_s},
         {"rank_peak_memory_bytes", peaks}};
     std::cout << out.dump(2) << "\n";
