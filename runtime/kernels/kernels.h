@@ -9,6 +9,7 @@
 #include "runtime/kernels/attn_res.h"
 #include "runtime/kernels/cast.h"
 #include "runtime/kernels/cross_entropy.h"
+#include "runtime/kernels/int4_dequant.h"
 #include "runtime/kernels/kda.h"
 #include "runtime/kernels/kda_prep.h"
 #include "runtime/kernels/moe_combine.h"

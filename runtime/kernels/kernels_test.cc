@@ -482,6 +482,33 @@ TEST(CastKernelTest, EqualsTorchsCastBitForBitBothWays) {
   }
 }
 
+// The kernel against int4_linear.h's LibTorch form on the CPU, bit for bit:
+// words with the top nibble set (negative int32), groups of zeros, and a
+// 3-D bank; and bad inputs are errors naming them.
+TEST(Int4DequantKernelTest, EqualsTheTorchFormBitForBit) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  torch::Tensor w = Random({3, 6, 96}, 90) * 0.3;
+  w[0][0].narrow(0, 0, 32).zero_();
+  w[1][2].narrow(0, 32, 32).fill_(-1.0);  // the largest is -1: q = -8, nibble 0 ...
+  w[1][2][40] = 0.9375;                     // ... and 7.03 -> 7, nibble 15
+  const Int4Weight q = QuantizeInt4Weight(w);
+  ASSERT_TRUE((q.packed < 0).any().item<bool>());
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    const torch::Tensor got = Int4DequantKernel(q.packed.cuda(), q.scales.cuda(), dtype);
+    EXPECT_EQ(got.scalar_type(), dtype);
+    EXPECT_TRUE(torch::equal(got.cpu(), DequantizeInt4Weight(q, dtype))) << c10::toString(dtype);
+  }
+  const torch::Tensor bad_scales = q.scales.cuda().narrow(-1, 0, 2);
+  try {
+    Int4DequantKernel(q.packed.cuda(), bad_scales, torch::kBFloat16);
+    ADD_FAILURE() << "a scale of the wrong shape was taken";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("Int4DequantKernel: scales: sizes [3, 6, 2]"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 TEST(MoeCombineKernelTest, MatchesTheScatterAndWeightedSumInFp64) {
   SKIP_WITHOUT_CUDA_KERNELS();
   const std::int64_t n = 37, k = 3, d = 64;

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/kernels/int4_dequant.h"
+
 namespace kp::runtime {
 namespace {
 
@@ -66,6 +68,8 @@ Int4Weight QuantizeInt4Weight(const torch::Tensor& w) {
 }
 
 torch::Tensor DequantizeInt4Weight(const Int4Weight& w, c10::ScalarType dtype) {
+  // On the GPU one kernel pass, the same values (int4_dequant.h).
+  if (Int4DequantKernelApplies(w.packed, dtype)) return Int4DequantKernel(w.packed, w.scales, dtype);
   const std::int64_t words = w.packed.size(-1), cols = words * 8;
   // In int32: the arithmetic shift of a negative word brings in ones from
   // the left, which the mask drops, so each nibble comes out whole.
