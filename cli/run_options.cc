@@ -128,17 +128,6 @@ Result<bool> MixedPrecision(const po::variables_map& vm, const std::optional<Pla
   return s == "mixed";
 }
 
-// --fp8 as given (ReadTrainOptions read it), else the plan's FP8 recipe:
-// the runtime executes the blockwise recipe, on the routed experts.
-Result<bool> Fp8Experts(const po::variables_map& vm, const std::optional<PlanRequest>& plan, bool given) {
-  if (vm.count("fp8")) return given;
-  if (!plan || plan->recipe.fp8 == Fp8Recipe::kNone) return false;
-  if (plan->recipe.fp8 == Fp8Recipe::kBlockwise) return true;
-  return Status::InvalidArgument(std::string("--plan: its precision ") + Fp8RecipeName(plan->recipe.fp8) +
-                                 " is not one the runtime executes (fp8-blockwise, on the routed experts); give "
-                                 "--fp8 none to run it in bf16");
-}
-
 }  // namespace
 
 po::options_description RunOptions() {
@@ -260,7 +249,6 @@ Result<TrainConfig> BuildRunConfig(const po::variables_map& vm, const CliEnv& en
   KP_ASSIGN_OR_RETURN(c.options.int4_expert_base, runtime::Int4ExpertBase(c.model, native_base));
   KP_ASSIGN_OR_RETURN(c.options.dtype,
                       runtime::ParseDType(vm.count("dtype") ? vm["dtype"].as<std::string>() : plan ? "bf16" : "fp32"));
-  KP_ASSIGN_OR_RETURN(c.options.fp8_experts, Fp8Experts(vm, plan, c.options.fp8_experts));
   KP_ASSIGN_OR_RETURN(const bool mixed, MixedPrecision(vm, plan));
   if (mixed && !c.lora.enabled()) {
     if (c.options.dtype != runtime::DType::kBf16)

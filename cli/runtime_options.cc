@@ -75,8 +75,8 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
        "KDA scan chunk length (0: token-by-token recurrence)")
       ("fp8", po::value<std::string>(),
        "none | experts: the routed experts' products in FP8 as DeepSeek-V3 trains them (e4m3, 1x128 activation "
-       "and 128x128 weight scales, fp32 accumulation: the planner's fp8-blockwise, on the experts; default none, "
-       "for run --plan the plan's)")
+       "and 128x128 weight scales, fp32 accumulation: the planner's fp8-blockwise, on the experts alone; "
+       "default none)")
       ("device", po::value<std::string>()->default_value(d.device),
        "cpu | cuda | cuda:N (ranks of run and sdpo take cuda:LOCAL_RANK)")
       ("seed", SeedFlag()->default_value(d.seed), "initialisation, data and sampling seed (0 to 2^63 - 1)")

@@ -48,8 +48,12 @@ Result<LayerCheckpointing> CheckpointingOf(const PlanRequest& r) {
 
 Status CheckNativeExecutes(const PlanRequest& r) {
   KP_RETURN_IF_ERROR(CheckpointingOf(r).status());
+  // The runtime's FP8 (--fp8 experts) covers the routed experts only, where
+  // the planner's recipes price every linear layer in FP8.
   if (r.recipe.fp8 != Fp8Recipe::kNone)
-    return NotExecuted("--dtype", std::string("FP8 (") + Fp8RecipeName(r.recipe.fp8) + ")", "--dtype bf16");
+    return NotExecuted("--dtype", std::string("FP8 (") + Fp8RecipeName(r.recipe.fp8) +
+                                      ") on every linear layer (its --fp8 experts is the routed experts' alone)",
+                       "--dtype bf16 (and run it with --fp8 experts)");
   if (!r.bf16) return NotExecuted("--dtype", "fp16", "--dtype bf16");
   if (r.placement == Placement::kSplit)
     return NotExecuted("--placement", "the split placement (it trains the actor on every GPU it is given)",

@@ -98,6 +98,14 @@ runs = {f: json.load(open(f + ".json")) for f in ("megatron", "even", "counts", 
 assert runs["counts"]["layout"]["stage_layers"] == [1, 2] and runs["layout"]["layout"]["stage_layers"] == [0, 3], runs
 assert len({r["first_loss"] for r in runs.values()}) == 1, {f: r["first_loss"] for f, r in runs.items()}
 PY
+# FP8 (issue 34): a plan's FP8 recipe covers every linear layer, which the
+# runtime does not execute; --fp8 experts (the routed experts alone) runs
+# beside a bf16 plan and is recorded.
+"$bin" plan --model kimi-k3-debug --gpu h100 --nodes 1 --gpus-per-node 2 --tp 1 --pp 1 --ep 2 --global-batch 4 --seq-len 8 --micro-batch 2 "${native_states[@]}" --dtype fp8-blockwise > /dev/null
+refused "--plan in fp8-blockwise" steps "on every linear layer (its --fp8 experts is the routed experts' alone)" run --nproc 2 --plan "$(q 'select max(id) from plans')" "${tiny[@]}" --steps 1
+"$bin" run --nproc 2 --plan 1 "${tiny[@]}" --fp8 experts --steps 1 > /dev/null 2> fp8.err
+check "--plan with --fp8 experts: exits 0" test $? -eq 0
+check "--fp8 experts: recorded" bash -c "sqlite3 kimi-plan.db \"select config_json from runs order by id desc limit 1\" | grep -q '\"fp8_experts\":\"blockwise\"'"
 refused "--layer-split auto is the planner's choice" steps "--layer-split: auto is the planner's choice" run --nproc 2 --pp 2 --layer-split auto "${small[@]}" --steps 1
 refused "--layer-split counts that miss a layer" steps "--layer-split: " run --nproc 2 --pp 2 --layer-split 1,1 "${small[@]}" --steps 1
 
