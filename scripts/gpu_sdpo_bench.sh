@@ -9,7 +9,8 @@
 # command that prices them. Logs under OUTDIR.
 #
 #   scripts/gpu_sdpo_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
-# Environment: JOBS (16), RUN_TIMEOUT_S (150). The steps, the warm start and
+# Environment: JOBS (16), RUN_TIMEOUT_S (150), NODE (1: instead of the two
+# split runs, bench/sdpo-node.json on eight GPUs, issue 35's run 3). The steps, the warm start and
 # everything else the loop does are in the bench/sdpo-*.json files.
 set -u -o pipefail
 out=${1:?usage: gpu_sdpo_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
@@ -33,12 +34,12 @@ echo "== colocated SDPO on cuda:0"
 timeout "$RUN_TIMEOUT_S" "$bench" "${common[@]}" --config "$root/bench/sdpo-colocated.json" 2>&1 |
   tee "$out/colocated_sdpo.txt"
 
-split() {  # NAME CONFIG: the actor on cuda:0 (rank 0), the rollout on cuda:1
-  local name=$1 port=$((29600 + RANDOM % 1000)) pids=() rc=0
+split() {  # NAME CONFIG [WORLD]: rank r on cuda:r (the actor first, then the teacher and the rollouts)
+  local name=$1 world=${3:-2} port=$((29600 + RANDOM % 1000)) pids=() rc=0 r
   shift
-  echo "== split over NCCL: $name"
-  for r in 0 1; do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  echo "== split over NCCL: $name ($world ranks)"
+  for ((r = 0; r < world; ++r)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$world LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       timeout "$RUN_TIMEOUT_S" "$bench" "${common[@]}" --backend nccl --config "$root/bench/$1" \
       >"$out/$name.rank$r.txt" 2>&1 &
     pids+=($!)
@@ -48,6 +49,11 @@ split() {  # NAME CONFIG: the actor on cuda:0 (rank 0), the rollout on cuda:1
   [ $rc -ne 0 ] && { echo "$name: a rank failed:"; tail -5 "$out/$name.rank1.txt"; }
   return 0
 }
-split split_grpo sdpo-split-grpo.json
-split split_grpo_lora sdpo-split-grpo-lora.json
+if [ "${NODE:-0}" = 1 ]; then
+  # Issue 35's run 3: eight ranks, the actor's pp 4, the teacher, 3 rollouts.
+  split node_sdpo sdpo-node.json 8
+else
+  split split_grpo sdpo-split-grpo.json
+  split split_grpo_lora sdpo-split-grpo-lora.json
+fi
 echo "== done"

@@ -21,7 +21,7 @@ small=("${base[@]}" --vocab 260 --task addition)
 mkdir -p cfg
 bash "$here/../scripts/make_bench_configs.sh" "$bin" cfg
 check "print-config: exits 0" test $? -eq 0
-for f in sdpo-colocated sdpo-split-grpo sdpo-split-grpo-lora; do
+for f in sdpo-colocated sdpo-split-grpo sdpo-split-grpo-lora sdpo-node; do
   check "bench/$f.json is what scripts/make_bench_configs.sh writes" cmp -s "cfg/$f.json" "$here/../bench/$f.json"
 done
 json_check "print-config: the flags are in the configuration" cfg/sdpo-split-grpo-lora.json \
