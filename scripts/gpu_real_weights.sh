@@ -8,8 +8,8 @@
 #   2. kimi-plan-int4-bench: the INT4 expert product against bf16 at K2.6's
 #      expert shapes;
 #   3. kimi-plan-decode-bench: the rollout's decoding of kimi-1b, 64 rows
-#      (8 prompts x 8 samples) with the KV cache, sampled and greedy: issue
-#      34's "before".
+#      (8 prompts x 8 samples) with the KV cache, sampled and greedy (issue
+#      34's before / after table in docs/benchmarks.md).
 # docs/benchmarks.md has the results.
 #
 #   scripts/gpu_real_weights.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
