@@ -108,9 +108,9 @@ kp::Status Run(int argc, char** argv) {
     std::snprintf(label, sizeof label, greedy ? "greedy" : "T %.2g top-p %.2g", temperature, top_p);
     std::printf("%-22s %10.4f %12.0f %12.1f %14.3f\n", label, t.seconds, tokens, tokens / t.seconds,
                 1e3 * t.seconds / new_tokens);
-    std::printf("RESULT sampling=%s tokens_per_s=%.1f step_ms=%.4f rows=%d forward_calls=%lld\n",
+    std::printf("RESULT sampling=%s tokens_per_s=%.1f step_ms=%.4f rows=%d forward_calls=%lld host_reads=%lld\n",
                 greedy ? "greedy" : "sampled", tokens / t.seconds, 1e3 * t.seconds / new_tokens, prompts_n * samples,
-                static_cast<long long>(t.stats.forward_calls));
+                static_cast<long long>(t.stats.forward_calls), static_cast<long long>(t.stats.host_reads));
   }
   return kp::Status::Ok();
 }

@@ -183,6 +183,7 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
 
 std::vector<std::int64_t> RolloutEngine::ReadSteps(const torch::Tensor& ids, const torch::Tensor& logprobs,
                                                    const SamplingOptions& options, std::vector<Sample*>& rows) {
+  ++stats_.host_reads;
   const torch::Tensor ids_cpu = ids.cpu(), logprobs_cpu = logprobs.cpu();
   const auto id = ids_cpu.accessor<std::int64_t, 2>();
   const auto lp = logprobs_cpu.accessor<float, 2>();

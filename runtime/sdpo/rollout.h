@@ -43,6 +43,9 @@ struct GenerationStats {
   std::int64_t generated_tokens = 0;  ///< sum of the response lengths
   double seconds = 0;                 ///< wall time of the whole Generate call
   std::int64_t forward_calls = 0;     ///< ForwardIncremental calls: one prefill per length group plus the steps
+  /// Times the host read the sampled tokens back (and so waited for the
+  /// device): per length group, one per kStopCheckEvery steps and one at its end.
+  std::int64_t host_reads = 0;
 };
 
 /// One token per row of `logits` [B, V] (any device, fp32 or fp64):

@@ -219,9 +219,11 @@ TEST(RolloutTest, GreedyEqualsAFullForwardLoopInPromptOrder) {
       EXPECT_FALSE(s.stopped);
     }
   }
-  // Three length groups: one prefill and 5 steps each.
+  // Three length groups: one prefill and 5 steps each, and one read of the
+  // tokens each (6 steps, fewer than kStopCheckEvery).
   EXPECT_EQ(engine.last_stats().forward_calls, 3 * 6);
   EXPECT_EQ(engine.last_stats().generated_tokens, 8 * 6);
+  EXPECT_EQ(engine.last_stats().host_reads, 3);
 }
 
 TEST(RolloutTest, StopIdsEndRowsAndAreKept) {
@@ -264,6 +266,9 @@ TEST(RolloutTest, RowsThatStopBetweenReadsEndAtTheirStop) {
   EXPECT_EQ((*out)[0].logprobs.size(), want0.size());
   EXPECT_EQ((*out)[1].response, want1);
   EXPECT_EQ(engine.last_stats().generated_tokens, static_cast<std::int64_t>(want0.size() + want1.size()));
+  // The host waited once per kStopCheckEvery tokens, never once a token:
+  // at steps 8 and 16, and at the last (19) unless every row had stopped.
+  EXPECT_EQ(engine.last_stats().host_reads, want1.size() > std::size_t(2 * RolloutEngine::kStopCheckEvery) ? 3 : 2);
 }
 
 // The largest |reference - logprob| over every sampled id of every sample,

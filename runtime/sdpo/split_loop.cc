@@ -41,10 +41,11 @@ namespace kp::runtime {
 namespace {
 
 // ---- A batch on the wire: three tensors. ----
-// header int64 [4]: samples, response tokens, weight version, forward calls;
+// header int64 [kHeaderLength]: samples, response tokens, weight version, forward calls, host reads;
 // ints int64 [2 x samples + tokens]: (prompt, length) per sample, then ids;
 // reals float64 [1 + tokens]: generation seconds, then log-probabilities.
 constexpr int kTagsPerStep = 3;
+constexpr std::int64_t kHeaderLength = 5;
 
 struct WireBatch {
   torch::Tensor header, ints, reals;
@@ -64,7 +65,7 @@ WireBatch Encode(const RolloutBatch& b, torch::Device device) {
     ints.insert(ints.end(), s.response.begin(), s.response.end());
     reals.insert(reals.end(), s.logprobs.begin(), s.logprobs.end());
   }
-  return {torch::tensor({n, tokens, b.weight_version, b.stats.forward_calls}, torch::kLong).to(device),
+  return {torch::tensor({n, tokens, b.weight_version, b.stats.forward_calls, b.stats.host_reads}, torch::kLong).to(device),
           torch::tensor(ints, torch::kLong).to(device), torch::tensor(reals, torch::kDouble).to(device)};
 }
 
@@ -83,6 +84,7 @@ RolloutBatch Decode(const WireBatch& w, std::int64_t first_task) {
   b.first_task = first_task;
   b.weight_version = header[2].item<std::int64_t>();
   b.stats.forward_calls = header[3].item<std::int64_t>();
+  b.stats.host_reads = header[4].item<std::int64_t>();
   b.stats.generated_tokens = header[1].item<std::int64_t>();
   const auto* iv = ints.data_ptr<std::int64_t>();
   const auto* rv = reals.data_ptr<double>();
@@ -112,7 +114,7 @@ Status SendBatch(Communicator& world, const RolloutBatch& b, int step, torch::De
 
 Result<RolloutBatch> RecvBatch(Communicator& world, int src, int step, torch::Device device) {
   const int tag = step * kTagsPerStep;
-  torch::Tensor header = torch::zeros({4}, torch::dtype(torch::kLong).device(device));
+  torch::Tensor header = torch::zeros({kHeaderLength}, torch::dtype(torch::kLong).device(device));
   KP_RETURN_IF_ERROR(world.Recv(header, src, tag));
   WireBatch w = Buffers(header, device);
   KP_RETURN_IF_ERROR(world.Recv(w.ints, src, tag + 1));
@@ -136,6 +138,7 @@ Result<RolloutBatch> GatherBatch(Communicator& world, const SdpoConfig& c, int s
     all.stats.seconds = std::max(all.stats.seconds, part->stats.seconds);
     all.stats.generated_tokens += part->stats.generated_tokens;
     all.stats.forward_calls += part->stats.forward_calls;
+    all.stats.host_reads += part->stats.host_reads;
     for (Sample& s : part.value().samples) {
       s.prompt += i * per_rank;
       all.samples.push_back(std::move(s));
@@ -152,7 +155,7 @@ Result<RolloutBatch> ShareBatch(Communicator* learners, const RolloutBatch* mine
   if (learners->rank() == 0) {
     w = Encode(*mine, device);
   } else {
-    w.header = torch::zeros({4}, torch::dtype(torch::kLong).device(device));
+    w.header = torch::zeros({kHeaderLength}, torch::dtype(torch::kLong).device(device));
   }
   KP_RETURN_IF_ERROR(learners->Broadcast(w.header, 0));
   if (learners->rank() != 0) w = Buffers(w.header, device);
