@@ -49,6 +49,13 @@ inline Result<double> NumberOption(const std::string& name, const std::string& t
   return ParseNumberInRange("--" + name, text, min, max, min_open);
 }
 
+/// Option --`name`'s value "on" or "off" as a bool; anything else is an
+/// InvalidArgument naming the option.
+inline Result<bool> OnOffOption(const std::string& name, const std::string& text) {
+  if (text != "on" && text != "off") return Status::InvalidArgument("--" + name + ": on or off, got " + text);
+  return text == "on";
+}
+
 /// An integer option's destination and least value.
 using IntOptions = std::map<std::string, std::pair<int*, int>>;
 using StringOptions = std::map<std::string, std::string*>;

@@ -50,6 +50,15 @@ int BenchMain(const Result<Args>& args, const std::string& prefix, const std::fu
   }
 }
 
+/// A run's status as a benchmark's exit code: 0 when ok; else its message
+/// after `prefix` on stderr and 2 for bad arguments (InvalidArgument), 1
+/// for anything else.
+inline int RunExitCode(const Status& s, const std::string& prefix) {
+  if (s.ok()) return 0;
+  std::cerr << prefix << s.message() << "\n";
+  return s.code() == Status::Code::kInvalidArgument ? 2 : 1;
+}
+
 }  // namespace kp::bench
 
 #endif  // KIMI_PLAN_BENCH_BENCH_UTIL_H_

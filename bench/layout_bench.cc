@@ -50,11 +50,6 @@ struct Args {
   bool sequence_parallel = true, cache = false, json = false;
 };
 
-Result<bool> OnOff(const std::string& name, const std::string& v) {
-  if (v != "on" && v != "off") return Status::InvalidArgument("--" + name + ": on or off, got " + v);
-  return v == "on";
-}
-
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
   KP_ASSIGN_OR_RETURN(const auto kv, kp::bench::OptionPairs(argc, argv, "json", &a.json));
@@ -69,9 +64,9 @@ Result<Args> ParseArgs(int argc, char** argv) {
                                             {"schedule", &a.schedule}};
   KP_RETURN_IF_ERROR(kp::bench::ApplyOptions(kv, ints, strings, [&](const std::string& k, const std::string& v) -> Result<bool> {
     if (k == "attnres-cache") {
-      KP_ASSIGN_OR_RETURN(a.cache, OnOff(k, v));
+      KP_ASSIGN_OR_RETURN(a.cache, kp::bench::OnOffOption(k, v));
     } else if (k == "sequence-parallel") {
-      KP_ASSIGN_OR_RETURN(a.sequence_parallel, OnOff(k, v));
+      KP_ASSIGN_OR_RETURN(a.sequence_parallel, kp::bench::OnOffOption(k, v));
     } else {
       return false;
     }
@@ -165,10 +160,5 @@ Status Run(const Args& a) {
 
 int main(int argc, char** argv) {
   const std::string prefix = "kimi-plan-layout-bench: ";
-  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) {
-    const Status s = Run(a);
-    if (s.ok()) return 0;
-    std::cerr << prefix << s.message() << "\n";
-    return s.code() == Status::Code::kInvalidArgument ? 2 : 1;
-  });
+  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) { return kp::bench::RunExitCode(Run(a), prefix); });
 }

@@ -77,8 +77,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
                                             {"schedule", &a.schedule}};
   KP_RETURN_IF_ERROR(kp::bench::ApplyOptions(kv, ints, strings, [&](const std::string& k, const std::string& v) -> Result<bool> {
     if (k != "attnres-cache") return false;
-    if (v != "on" && v != "off") return Status::InvalidArgument("--attnres-cache: on or off, got " + v);
-    a.cache = v == "on";
+    KP_ASSIGN_OR_RETURN(a.cache, kp::bench::OnOffOption(k, v));
     return true;
   }));
   if (a.shape.empty()) return Status::InvalidArgument("--shape FILE is required");
@@ -319,10 +318,5 @@ Status Run(const Args& a) {
 
 int main(int argc, char** argv) {
   const std::string prefix = "kimi-plan-pipeline-bench: ";
-  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) {
-    const Status s = Run(a);
-    if (s.ok()) return 0;
-    std::cerr << prefix << s.message() << "\n";
-    return s.code() == Status::Code::kInvalidArgument ? 2 : 1;
-  });
+  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) { return kp::bench::RunExitCode(Run(a), prefix); });
 }

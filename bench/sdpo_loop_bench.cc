@@ -172,10 +172,5 @@ Status Run(const Args& a) {
 
 int main(int argc, char** argv) {
   const std::string prefix = "kimi-plan-sdpo-bench: ";
-  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) {
-    const Status s = Run(a);
-    if (s.ok()) return 0;
-    std::cerr << prefix << s.message() << "\n";
-    return s.code() == Status::Code::kInvalidArgument ? 2 : 1;
-  });
+  return kp::bench::BenchMain<Args>(ParseArgs(argc, argv), prefix, [&](const Args& a) { return kp::bench::RunExitCode(Run(a), prefix); });
 }
