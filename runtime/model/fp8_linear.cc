@@ -77,7 +77,11 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const torch::Tensor dy = Rows(grads[0]);
     // Dgrad reduces over the output features: dy's tiles run along them, as
     // x's do along the inputs in the forward; the weight's square blocks
-    // serve both products.
+    // serve both products. They are quantised again rather than kept from
+    // the forward: an fp32 copy of every expert's weight held until the
+    // backward would cost more than the pass (as Int4Linear's dequantization).
+    // The activations' 128x1 tiles differ from the forward's 1x128, so x is
+    // quantised afresh too.
     const torch::Tensor wq = FakeQuantizeFp8Blocks(w, kFp8Block, kFp8Block);
     const torch::Tensor dx = FakeQuantizeFp8Blocks(dy, 1, kFp8Block).mm(wq).to(x.scalar_type()).view(x.sizes());
     // Wgrad reduces over the tokens: both operands tiled along them.
