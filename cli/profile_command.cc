@@ -85,6 +85,7 @@ Status ProfileCommand(const std::vector<std::string>& args, CliEnv& env) {
     config.options.weight_dtype = runtime::DType::kBf16;  // the frozen base, as run stores it
   }
   config.options.seed = config.seed;
+  KP_RETURN_IF_ERROR(runtime::ValidateTrainConfig(config));  // e.g. --fp8 experts on a model without them
   PrepareDevice(config, env);
   KP_RETURN_IF_ERROR(CheckTrainMemory(config, env));
   KP_ASSIGN_OR_RETURN(const runtime::ActivationTrace t,

@@ -60,6 +60,11 @@ bad "top-k above experts" "moe.top_k: must be <= moe.num_experts (4)" "${small[@
 bad "too many layers" "--layers: at most the preset's 17" "${base[@]}" --steps 1 --layers 30
 bad "bad dtype" "--dtype: must be fp32 or bf16" "${small[@]}" --steps 1 --dtype fp8
 bad "bad fp8" "--fp8: must be none or experts, got \"all\"" "${small[@]}" --steps 1 --fp8 all
+"$bin" profile --model-file "$here/../bench/dense-2b.json" --layers 2 --hidden 64 --heads 2 --vocab 64 --batch 1 \
+  --seq-len 8 --fp8 experts --out dense-fp8.json > /dev/null 2> dense-fp8.err
+check "profile --fp8 experts on a dense model: exit 2" test $? -eq 2
+check "profile --fp8 experts on a dense model: says why" grep -q -- "--fp8: experts puts the routed experts in FP8; dense-2b-bench has none" dense-fp8.err
+check "profile --fp8 experts on a dense model: no profile written" test ! -e dense-fp8.json
 "$bin" train "${small[@]}" --steps 2 --fp8 experts --db fp8.db > fp8.txt 2>&1
 check "FP8 experts train" test $? -eq 0
 check "FP8 experts are recorded" bash -c "sqlite3 fp8.db 'select config_json from runs' | grep -q '\"fp8_experts\":\"blockwise\"'"
