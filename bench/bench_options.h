@@ -5,11 +5,13 @@
 #ifndef KIMI_PLAN_BENCH_BENCH_OPTIONS_H_
 #define KIMI_PLAN_BENCH_BENCH_OPTIONS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/range.h"
 #include "common/status.h"
@@ -40,6 +42,20 @@ Result<Int> IntOption(const std::string& name, const std::string& text, Int min,
                       Int max = std::numeric_limits<Int>::max()) {
   KP_ASSIGN_OR_RETURN(const std::int64_t v, ParseIntInRange("--" + name, text, min, max));
   return static_cast<Int>(v);
+}
+
+/// Option --`name`'s value as integers joined by commas, each in [min, max].
+inline Result<std::vector<std::int64_t>> IntListOption(const std::string& name, const std::string& text,
+                                                       std::int64_t min, std::int64_t max) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    KP_ASSIGN_OR_RETURN(const std::int64_t v, IntOption<std::int64_t>(name, text.substr(start, end - start), min, max));
+    out.push_back(v);
+    start = end + 1;
+  }
+  return out;
 }
 
 /// Option --`name`'s value as a finite number in [min, max], or (min, max]

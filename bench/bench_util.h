@@ -5,6 +5,7 @@
 #define KIMI_PLAN_BENCH_BENCH_UTIL_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -30,6 +31,22 @@ inline double Median(std::vector<double> v) {
 
 /// Waits for the work queued on a CUDA device; nothing on the CPU.
 using runtime::Synchronize;
+
+/// The median seconds of `fn` over `reps` runs after `warmup` untimed ones,
+/// the device synchronised around each run.
+template <typename Fn>
+double MedianSeconds(const torch::Device& device, int warmup, int reps, Fn fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    Synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    Synchronize(device);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return Median(t);
+}
 
 /// A benchmark's main: bad arguments print their message and exit 2; a
 /// LibTorch error prints it and exits 1; otherwise `run`'s exit code. Every

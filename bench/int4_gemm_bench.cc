@@ -9,10 +9,8 @@
 //   kimi-plan-int4-bench [--device cuda] [--tokens 128,512,2048,8192] [--reps 20] [--warmup 5]
 //
 // Exit codes: 0 success, 2 bad arguments.
-#include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,35 +23,14 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Median seconds of `fn` over `reps` runs after `warmup`.
-template <typename Fn>
-double Time(const torch::Device& device, int warmup, int reps, Fn fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    kp::bench::Synchronize(device);
-    const auto start = Clock::now();
-    fn();
-    kp::bench::Synchronize(device);
-    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return kp::bench::Median(t);
-}
-
 kp::Status Run(int argc, char** argv) {
   bool unused = false;
   KP_ASSIGN_OR_RETURN(auto kv, kp::bench::OptionPairs(argc, argv, "", &unused));
   KP_ASSIGN_OR_RETURN(const torch::Device device, kp::runtime::ParseDevice(kv.count("device") ? kv["device"] : "cuda"));
   KP_ASSIGN_OR_RETURN(const int reps, kp::bench::IntOption("reps", kv.count("reps") ? kv["reps"] : "20", 1, 10000));
   KP_ASSIGN_OR_RETURN(const int warmup, kp::bench::IntOption("warmup", kv.count("warmup") ? kv["warmup"] : "5", 0, 10000));
-  std::vector<std::int64_t> tokens;
-  std::stringstream list(kv.count("tokens") ? kv["tokens"] : "128,512,2048,8192");
-  for (std::string item; std::getline(list, item, ',');) {
-    KP_ASSIGN_OR_RETURN(const std::int64_t t, kp::bench::IntOption<std::int64_t>("tokens", item, 1, 1 << 20));
-    tokens.push_back(t);
-  }
+  KP_ASSIGN_OR_RETURN(const std::vector<std::int64_t> tokens,
+                      kp::bench::IntListOption("tokens", kv.count("tokens") ? kv["tokens"] : "128,512,2048,8192", 1, 1 << 20));
   torch::NoGradGuard outer;
   std::printf("%-10s %7s %12s %12s %10s %12s %12s %10s %12s\n", "matrix", "tokens", "bf16 ms", "int4 ms", "int4/bf16",
               "bf16 TF/s", "int4 TF/s", "dequant ms", "weight MB");
@@ -64,7 +41,8 @@ kp::Status Run(int argc, char** argv) {
     const torch::Tensor w = torch::randn({rows, cols}, opts.dtype(torch::kFloat)) * 0.02;
     const kp::runtime::Int4Weight q = kp::runtime::QuantizeInt4Weight(w);
     const torch::Tensor w_bf16 = kp::runtime::DequantizeInt4Weight(q, torch::kBFloat16);
-    const double dequant = Time(device, warmup, reps, [&] { kp::runtime::DequantizeInt4Weight(q, torch::kBFloat16); });
+    const double dequant =
+        kp::bench::MedianSeconds(device, warmup, reps, [&] { kp::runtime::DequantizeInt4Weight(q, torch::kBFloat16); });
     for (std::int64_t t : tokens) {
       const torch::Tensor x = torch::randn({t, cols}, opts.dtype(torch::kBFloat16));
       const torch::Tensor dy = torch::randn({t, rows}, opts.dtype(torch::kBFloat16));
@@ -74,8 +52,8 @@ kp::Status Run(int argc, char** argv) {
         const torch::Tensor y = int4 ? kp::runtime::Int4Linear(xi, q) : torch::linear(xi, w_bf16);
         y.backward(dy);
       };
-      const double bf16 = Time(device, warmup, reps, [&] { step(false); });
-      const double int4 = Time(device, warmup, reps, [&] { step(true); });
+      const double bf16 = kp::bench::MedianSeconds(device, warmup, reps, [&] { step(false); });
+      const double int4 = kp::bench::MedianSeconds(device, warmup, reps, [&] { step(true); });
       const double flops = 4.0 * t * rows * cols;  // forward and input gradient
       std::printf("%-10s %7lld %12.3f %12.3f %10.2f %12.1f %12.1f %10.3f %5.1f / %-5.1f\n", name,
                   static_cast<long long>(t), bf16 * 1e3, int4 * 1e3, int4 / bf16, flops / bf16 / 1e12,

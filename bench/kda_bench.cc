@@ -8,7 +8,6 @@
 //       [--dv 128] [--iters 10] [--device cuda]
 //
 // Output: a table, then one `RESULT` line per row. Exit 2 on bad arguments.
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -95,16 +94,9 @@ Timing Measure(const Row& row, const Inputs& in, const torch::Device& d, int ite
     f();  // warm-up (and the first call's allocations)
     Synchronize(d);
     kp::runtime::ResetPeakMemory(d);
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-      Synchronize(d);
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      Synchronize(d);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
+    const double ms = kp::bench::MedianSeconds(d, /*warmup=*/0, iters, f) * 1e3;
     *peak_gb = kp::runtime::PeakMemoryBytes(d, fs) / 1e9;
-    return Median(ms);
+    return ms;
   };
   Timing t{};
   t.forward_ms = time(
