@@ -9,6 +9,7 @@
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
 //       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
 //       [--recompute none|full|block:N|uniform:N|MODULE[,MODULE...]] [--states fp32|mixed]
+//       [--fp8 none|experts]
 //       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
@@ -75,6 +76,7 @@ struct Args {
   // (--recompute selective --recompute-modules MODULES): ApplyRecompute
   std::string recompute = "none";
   std::string states = "fp32";     // fp32 | mixed (kimi-plan run's --state-precision)
+  std::string fp8 = "none";        // none | experts (kimi-plan run's --fp8)
 };
 
 // Sets `o`'s recomputation from --recompute's value (Args::recompute).
@@ -127,7 +129,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
       {"profile", {&a.profile, 0, kMaxInt}},     {"memory-trace", {&a.memory_trace, 0, 2}}};
   const std::map<std::string, std::string*> strings = {
       {"shape", &a.shape},          {"device", &a.device},       {"dtype", &a.dtype}, {"dump-dir", &a.dump_dir},
-      {"profile-out", &a.profile_out}, {"recompute", &a.recompute}, {"states", &a.states}};
+      {"profile-out", &a.profile_out}, {"recompute", &a.recompute}, {"states", &a.states}, {"fp8", &a.fp8}};
   for (const auto& [k, v] : kv) {
     if (auto it = ints.find(k); it != ints.end()) {
       const auto [field, min, max] = it->second;
@@ -144,6 +146,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
   kp::runtime::ModelOptions checked;
   KP_RETURN_IF_ERROR(ApplyRecompute(a.recompute, &checked));
   if (a.states != "fp32" && a.states != "mixed") return Status::InvalidArgument("--states: must be fp32 or mixed");
+  if (a.fp8 != "none" && a.fp8 != "experts") return Status::InvalidArgument("--fp8: must be none or experts");
   return a;
 }
 
@@ -297,6 +300,7 @@ int Run(const Args& args) {
   }
   // Megatron's mixed precision: bf16 weights, fp32 main gradients and masters.
   if (args.states == "mixed") options.weight_dtype = kp::runtime::DType::kBf16;
+  options.fp8_experts = args.fp8 == "experts";
   if (!args.dump_dir.empty()) {
     if (Status s = DumpForCheck(fs, spec, options, args.dump_dir); !s.ok()) {
       std::cerr << s.message() << "\n";
@@ -374,9 +378,10 @@ int Run(const Args& args) {
               *std::max_element(seconds.begin(), seconds.end()) * 1e3, args.steps, tokens_per_s,
               flops_per_token * tokens_per_s / 1e12, mfu * 100, peak_mem / 1e9);
   std::printf("RESULT impl=cpp median_step_ms=%.3f tokens_per_s=%.1f mfu=%.4f flops_per_token=%.6e "
-              "peak_tflops=%.2f params=%lld last_loss=%.4f peak_gb=%.2f fused=%d\n",
+              "peak_tflops=%.2f params=%lld last_loss=%.4f peak_gb=%.2f fused=%d fp8=%s\n",
               median * 1e3, tokens_per_s, mfu, flops_per_token, peak,
-              static_cast<long long>((*session)->parameter_count()), last_loss, peak_mem / 1e9, args.fused);
+              static_cast<long long>((*session)->parameter_count()), last_loss, peak_mem / 1e9, args.fused,
+              args.fp8.c_str());
   if (args.profile > 0)
     if (const int rc = PrintProfile(**session, device, args.profile); rc != 0) return rc;
   if (!args.memory_trace) return 0;

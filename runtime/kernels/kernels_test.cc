@@ -2,8 +2,8 @@
 // the CPU: KDA's chunked form with the intra-chunk and chunk-scan kernels
 // (outputs, final state and every gradient), the recurrent decode kernel,
 // the attention-residual depth read, RMSNorm, KDA's preparation kernels
-// (alone and in the whole layer), SwiGLU, and the grouped expert GEMM
-// against the per-expert loop. Tests that need a GPU and this build's
+// (alone and in the whole layer), SwiGLU, the grouped expert GEMM
+// against the per-expert loop, and the FP8 quantisation and products. Tests that need a GPU and this build's
 // kernels skip with a message elsewhere; the CPU ones always run.
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 
 #include "runtime/model/attention.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/model/fp8_linear.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/model.h"
 
@@ -638,6 +639,55 @@ TEST(KernelInputsGpuTest, ABadInputIsAnErrorNamingItNotALaunch) {
             "MoeCombineKernel: row_of: Int, where Long is read");
   EXPECT_EQ(ErrorOf([&] { SwiGluKernel(x, torch::randn({4, 32}, torch::kCUDA)); }),
             "SwiGluKernel: up: sizes [4, 32], where [4, 64] is read");
+}
+
+// The FP8 quantisation against fp8_linear.h's LibTorch form, bit for bit
+// once dequantised (tiles and blocks, bf16 and fp32, magnitudes over six
+// decades, an all-zero block); the products against fp64 over the same
+// operands, for each pairing of tiles and blocks cuBLASLt takes.
+TEST(Fp8GemmKernelTest, QuantisesAsTheTorchFormAndMultipliesAsFp64) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  torch::Tensor x = (Random({256, 384}, 95) * torch::logspace(-3, 3, 384, 10, torch::kDouble)).to(torch::kFloat);
+  x.narrow(0, 128, 128).narrow(1, 0, 128).zero_();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor in = x.to(dtype);
+    for (const bool blocks : {false, true}) {
+      const Fp8Operand q = QuantizeFp8(in.cuda(), blocks);
+      EXPECT_EQ(q.scales.sizes(), (std::vector<std::int64_t>{blocks ? 2 : 256, 3}));
+      EXPECT_TRUE(torch::equal(DequantizeFp8(q).cpu(), FakeQuantizeFp8Blocks(in, blocks ? 128 : 1, 128)))
+          << c10::toString(dtype) << (blocks ? " blocks" : " tiles");
+      // Transposed by the kernel: x^T's tiles are x's 128 x 1 tiles (or its
+      // blocks), transposed.
+      const Fp8Operand t = QuantizeFp8(in.cuda(), blocks, /*transpose=*/true);
+      EXPECT_EQ(t.values.sizes(), (std::vector<std::int64_t>{384, 256}));
+      EXPECT_TRUE(torch::equal(DequantizeFp8(t).cpu(), FakeQuantizeFp8Blocks(in, 128, blocks ? 128 : 1).t()))
+          << c10::toString(dtype) << (blocks ? " blocks" : " tiles") << ", transposed";
+    }
+  }
+  const torch::Tensor a = Random({256, 512}, 96).to(torch::kCUDA, torch::kFloat);
+  const torch::Tensor b = Random({384, 512}, 97).to(torch::kCUDA, torch::kFloat);
+  for (auto [a_blocks, b_blocks] : {std::pair{false, true}, {false, false}, {true, false}}) {
+    const Fp8Operand qa = QuantizeFp8(a, a_blocks), qb = QuantizeFp8(b, b_blocks);
+    const torch::Tensor want = DequantizeFp8(qa).cpu().to(torch::kDouble).mm(DequantizeFp8(qb).cpu().to(torch::kDouble).t());
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const torch::Tensor got = Fp8Matmul(qa, qb, dtype);
+      EXPECT_EQ(got.scalar_type(), dtype);
+      // Reduced-precision sums inside each 128-wide slice (about 14 bits on
+      // Hopper), and bf16's rounding of the result where asked.
+      EXPECT_LT(RelativeError(got, want), dtype == torch::kFloat ? 1e-3 : 5e-3)
+          << a_blocks << b_blocks << c10::toString(dtype);
+    }
+  }
+  // A block operand's k of 384 would have cuBLASLt read its scales
+  // misaligned: refused, not run.
+  const torch::Tensor b384 = b.narrow(1, 0, 384);
+  EXPECT_EQ(ErrorOf([&] { Fp8Matmul(QuantizeFp8(a.narrow(1, 0, 384), false), QuantizeFp8(b384, true), torch::kFloat); }),
+            "Fp8Matmul: k 384 with an operand in blocks, where a multiple of 512 is read (each row of block scales "
+            "16-byte aligned)");
+  EXPECT_EQ(ErrorOf([&] { QuantizeFp8(a.narrow(1, 0, 100), false); }),
+            "QuantizeFp8 (1 x 128 tiles): x: sizes [256, 100], where [rows, cols] with cols a multiple of 128 is read");
+  EXPECT_EQ(ErrorOf([&] { QuantizeFp8(a.to(torch::kDouble), true); }),
+            "QuantizeFp8 (128 x 128 blocks): x: Double on cuda:0, where bf16 or fp32 on a Hopper or newer GPU is read");
 }
 
 }  // namespace

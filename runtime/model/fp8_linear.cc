@@ -1,5 +1,7 @@
 #include "runtime/model/fp8_linear.h"
 
+#include "runtime/kernels/fp8_gemm.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -93,12 +95,66 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   }
 };
 
-}  // namespace
+// The tensor-core form. cuBLASLt's FP8 GEMM wants the tokens in whole
+// tiles and the features in whole groups of four tiles (fp8_gemm.h): the
+// operands are zero-padded, which changes no tile's largest magnitude and
+// adds only zero products, and the results cut back. Every transpose is
+// written by the quantising kernel, in e4m3.
+class Fp8GemmLinearFunction : public torch::autograd::Function<Fp8GemmLinearFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    const torch::Tensor x2 = Rows(x);
+    const torch::Tensor y = Fp8Matmul(QuantizeFp8(Padded(x2, kTokens, kFeatures), false),
+                                      QuantizeFp8(Padded(w, kFeatures, kFeatures), true), x.scalar_type());
+    std::vector<std::int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    return {y.narrow(0, 0, x2.size(0)).narrow(1, 0, w.size(0)).reshape(shape)};
+  }
 
-torch::Tensor Fp8Linear(const torch::Tensor& x, const torch::Tensor& w) {
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const torch::Tensor x2 = Padded(Rows(x), kTokens, kFeatures);
+    const torch::Tensor dy = Padded(Rows(grads[0]).to(x.scalar_type()), kTokens, kFeatures);
+    // Dgrad: dy's 1x128 tiles run along the output features, the reduced
+    // dimension; w^T's blocks are w's, transposed. Wgrad reduces over the
+    // tokens: dy^T and x^T, their 1x128 tiles along them.
+    const torch::Tensor dx = Fp8Matmul(QuantizeFp8(dy, false), QuantizeFp8(Padded(w, kFeatures, kFeatures), true, true),
+                                       x.scalar_type());
+    const torch::Tensor dw = Fp8Matmul(QuantizeFp8(dy, false, true), QuantizeFp8(x2, false, true), w.scalar_type());
+    return {dx.narrow(0, 0, x.numel() / x.size(-1)).narrow(1, 0, x.size(-1)).reshape(x.sizes()),
+            dw.narrow(0, 0, w.size(0)).narrow(1, 0, w.size(1))};
+  }
+
+ private:
+  static constexpr std::int64_t kTokens = kFp8Block, kFeatures = 4 * kFp8Block;
+
+  static torch::Tensor Padded(const torch::Tensor& t, std::int64_t row_multiple, std::int64_t col_multiple) {
+    const std::int64_t rows = (row_multiple - t.size(0) % row_multiple) % row_multiple;
+    const std::int64_t cols = (col_multiple - t.size(1) % col_multiple) % col_multiple;
+    return rows == 0 && cols == 0 ? t : torch::constant_pad_nd(t, {0, cols, 0, rows});
+  }
+};
+
+void CheckShapes(const torch::Tensor& x, const torch::Tensor& w) {
   if (w.dim() != 2 || x.size(-1) != w.size(1))
     throw std::invalid_argument("Fp8Linear: x [..., " + std::to_string(x.size(-1)) + "] against a weight of " +
                                 std::to_string(w.dim()) + " dims, " + std::to_string(w.size(-1)) + " inputs");
+}
+
+}  // namespace
+
+torch::Tensor Fp8Linear(const torch::Tensor& x, const torch::Tensor& w) {
+  CheckShapes(x, w);
+  if (Fp8GemmApplies(x) && Fp8GemmApplies(w) && x.numel() > 0) return Fp8GemmLinearFunction::apply(x, w)[0];
+  return Fp8LinearFunction::apply(x, w)[0];
+}
+
+torch::Tensor Fp8LinearEmulated(const torch::Tensor& x, const torch::Tensor& w) {
+  CheckShapes(x, w);
   return Fp8LinearFunction::apply(x, w)[0];
 }
 

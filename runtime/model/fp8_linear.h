@@ -3,12 +3,12 @@
 // with one fp32 scale per 1x128 tile of the activations and per 128x128
 // block of the weights, products accumulated in fp32.
 //
-// What is computed here is the recipe's arithmetic, not its speed: each
-// operand is quantised to the e4m3 grid with its block scales and
-// dequantised to fp32 ("fake quantisation"), and the product runs in fp32,
-// so the result is an FP8 GEMM's with fp32 accumulation up to the order of
-// the sums. It runs on any device and LibTorch (1.13 has no float8 dtype);
-// a tensor-core FP8 GEMM would compute the same values faster.
+// On a Hopper GPU the products run on FP8 tensor cores (cuBLASLt's
+// blockwise-scaled GEMM over e4m3 operands quantised by this project's
+// kernel). Everywhere else (the CPU; LibTorch 1.13 has no float8 dtype)
+// each operand is quantised to the e4m3 grid with its block scales and
+// dequantised to fp32 ("fake quantisation") and the product runs in fp32:
+// the same operands, the sums in another order.
 // Thread-safety: pure functions.
 #ifndef KIMI_PLAN_RUNTIME_MODEL_FP8_LINEAR_H_
 #define KIMI_PLAN_RUNTIME_MODEL_FP8_LINEAR_H_
@@ -42,8 +42,16 @@ torch::Tensor FakeQuantizeFp8Blocks(const torch::Tensor& x, std::int64_t tile_ro
 ///   backward dx = Q(dy; 1x128) Q(w; 128x128)
 ///            dw = Q(dy; 128x1)^T Q(x; 128x1)     (tiles along the tokens)
 /// with Q(t; r x c) = FakeQuantizeFp8Blocks(t rows-major as [tokens, width],
-/// r, c) and every product in fp32. y and dx in x's dtype, dw in w's.
+/// r, c). y and dx in x's dtype, dw in w's. On a Hopper or newer GPU of a
+/// build with the CUDA kernels the products run on FP8 tensor cores
+/// (runtime/kernels/fp8_gemm.h: the same e4m3 operands, each 128-wide slice
+/// of a sum accumulated in fp32); elsewhere as Fp8LinearEmulated.
 torch::Tensor Fp8Linear(const torch::Tensor& x, const torch::Tensor& w);
+
+/// Fp8Linear's arithmetic on any device and LibTorch: the operands
+/// quantised and dequantised to fp32, every product an fp32 GEMM. The
+/// reference the tensor-core path is tested against.
+torch::Tensor Fp8LinearEmulated(const torch::Tensor& x, const torch::Tensor& w);
 
 }  // namespace kp::runtime
 

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/kernels/fp8_gemm.h"
+
 namespace kp::runtime {
 namespace {
 
@@ -77,9 +79,9 @@ TEST(Fp8Test, RoundsToTheNearestTiesToEvenAndSaturates) {
 }
 
 // The tiles' scales and values by a loop over the tiles, in fp32 as the
-// recipe computes them.
+// recipe computes them (a bf16 x read as fp32, which is exact).
 torch::Tensor ReferenceBlocks(const torch::Tensor& x, std::int64_t tr, std::int64_t tc) {
-  const torch::Tensor c = x.contiguous();
+  const torch::Tensor c = x.to(torch::kFloat).contiguous();
   const std::int64_t rows = c.size(0), cols = c.size(1);
   const float* in = c.data_ptr<float>();
   torch::Tensor out = torch::empty_like(c);
@@ -151,8 +153,9 @@ TEST(Fp8Test, Bf16InputsGiveBf16Outputs) {
   EXPECT_THROW(Fp8Linear(x, torch::randn({32, 63})), std::invalid_argument);
 }
 
-// On a GPU the quantised operands are the CPU's bit for bit (the rounding
-// is elementwise IEEE arithmetic) and the products agree to fp32 rounding.
+// On a GPU the emulation's quantised operands are the CPU's bit for bit
+// (the rounding is elementwise IEEE arithmetic) and its products agree to
+// fp32 rounding.
 TEST(Fp8Test, OnTheGpuTheQuantisationIsTheCpusBitForBit) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
   torch::manual_seed(13);
@@ -161,8 +164,47 @@ TEST(Fp8Test, OnTheGpuTheQuantisationIsTheCpusBitForBit) {
     EXPECT_TRUE(torch::equal(FakeQuantizeFp8Blocks(x.cuda(), tr, tc).cpu(), FakeQuantizeFp8Blocks(x, tr, tc)))
         << tr << " x " << tc;
   const torch::Tensor w = torch::randn({150, 260}) * 0.05;
-  const torch::Tensor cpu = Fp8Linear(x, w), gpu = Fp8Linear(x.cuda(), w.cuda()).cpu();
+  const torch::Tensor cpu = Fp8LinearEmulated(x, w), gpu = Fp8LinearEmulated(x.cuda(), w.cuda()).cpu();
   EXPECT_LT(((gpu - cpu).abs().max() / cpu.abs().max()).item<double>(), 1e-5);
+}
+
+// On a Hopper GPU Fp8Linear runs on FP8 tensor cores: the forward and both
+// gradients against the recipe's products in fp64 over the same quantised
+// operands (tokens and widths off the 128 grid, so the padding is crossed).
+// The tensor cores sum each 128-wide slice at reduced precision before the
+// fp32 scaling (DeepSeek-V3 reports about 14 bits on Hopper): 1e-3 of the
+// largest value bounds that, where one e4m3 step of an operand is 2^-4.
+TEST(Fp8Test, OnTensorCoresTheLinearIsTheRecipesProductsInFp64) {
+  if (!torch::cuda::is_available() || !Fp8GemmApplies(torch::zeros({1}, torch::kCUDA)))
+    GTEST_SKIP() << "needs a Hopper GPU and the CUDA kernels";
+  torch::manual_seed(17);
+  const std::int64_t in = 320, out = 200;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor x0 = (torch::randn({2, 150, in}) * torch::linspace(0.1, 4, in)).to(dtype);
+    const torch::Tensor w0 = (torch::randn({out, in}) * 0.05).to(dtype);
+    const torch::Tensor dy = torch::randn({2, 150, out}).to(dtype);
+    const torch::Tensor x = x0.cuda().requires_grad_(true), w = w0.cuda().requires_grad_(true);
+    const torch::Tensor y = Fp8Linear(x, w);
+    ASSERT_EQ(y.scalar_type(), dtype);
+    y.backward(dy.cuda());
+
+    const torch::Tensor x2 = x0.reshape({-1, in}), dy2 = dy.reshape({-1, out});
+    auto fp64 = [](const torch::Tensor& t) { return t.to(torch::kDouble); };
+    const torch::Tensor wq = fp64(ReferenceBlocks(w0, 128, 128));
+    const torch::Tensor want_y = fp64(ReferenceBlocks(x2, 1, 128)).mm(wq.t());
+    const torch::Tensor want_dx = fp64(ReferenceBlocks(dy2, 1, 128)).mm(wq);
+    const torch::Tensor want_dw = fp64(ReferenceBlocks(dy2, 128, 1)).t().mm(fp64(ReferenceBlocks(x2, 128, 1)));
+    // bf16 results round each value by up to 2^-9 of itself on top.
+    const double tolerance = dtype == torch::kFloat ? 1e-3 : 1e-3 + 1.0 / 256;
+    auto gap = [](const torch::Tensor& got, const torch::Tensor& want) {
+      return ((got.cpu().to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+    };
+    EXPECT_LT(gap(y.detach().reshape({-1, out}), want_y), tolerance) << c10::toString(dtype);
+    EXPECT_LT(gap(x.grad().reshape({-1, in}), want_dx), tolerance) << c10::toString(dtype);
+    EXPECT_LT(gap(w.grad(), want_dw), tolerance) << c10::toString(dtype);
+    EXPECT_EQ(x.grad().scalar_type(), dtype);
+    EXPECT_EQ(w.grad().scalar_type(), dtype);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+// kimi-plan-fp8-bench: a routed expert's product in the blockwise FP8 recipe
+// (runtime/model/fp8_linear.h: e4m3 on tensor cores where the CUDA kernels
+// are built) against the same product in bf16, forward and both gradients
+// (a trained expert's whole work), at Kimi K2.6's expert shapes and the
+// single-GPU benchmark models' (bench/kimi-1b.json, bench/kimi-wide.json),
+// for several token counts per expert; and the quantisation of one
+// operand's tiles and one weight's blocks alone. Each figure the median of
+// --reps after --warmup, the device synchronised around each run. Prints a
+// table; docs/benchmarks.md has the H100's and H200's.
+//
+//   kimi-plan-fp8-bench [--device cuda] [--tokens 512,2048,8192] [--reps 20] [--warmup 5]
+//
+// Exit codes: 0 success, 2 bad arguments, 1 a LibTorch error.
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "bench/bench_options.h"
+#include "bench/bench_util.h"
+#include "runtime/comm/device.h"
+#include "runtime/kernels/fp8_gemm.h"
+#include "runtime/model/fp8_linear.h"
+
+namespace {
+
+kp::Status Run(int argc, char** argv) {
+  bool unused = false;
+  KP_ASSIGN_OR_RETURN(auto kv, kp::bench::OptionPairs(argc, argv, "", &unused));
+  for (const auto& [k, v] : kv)
+    if (k != "device" && k != "reps" && k != "warmup" && k != "tokens")
+      return kp::Status::InvalidArgument("unknown option --" + k + " (allowed: --device, --tokens, --reps, --warmup)");
+  KP_ASSIGN_OR_RETURN(const torch::Device device, kp::runtime::ParseDevice(kv.count("device") ? kv["device"] : "cuda"));
+  KP_ASSIGN_OR_RETURN(const int reps, kp::bench::IntOption("reps", kv.count("reps") ? kv["reps"] : "20", 1, 10000));
+  KP_ASSIGN_OR_RETURN(const int warmup, kp::bench::IntOption("warmup", kv.count("warmup") ? kv["warmup"] : "5", 0, 10000));
+  KP_ASSIGN_OR_RETURN(const std::vector<std::int64_t> tokens,
+                      kp::bench::IntListOption("tokens", kv.count("tokens") ? kv["tokens"] : "512,2048,8192", 1, 1 << 20));
+  const auto opts = torch::TensorOptions().device(device).dtype(torch::kBFloat16);
+  const bool tensor_cores = kp::runtime::Fp8GemmApplies(torch::zeros({1}, opts));
+  std::printf("FP8 products: %s\n", tensor_cores ? "tensor cores (e4m3, cuBLASLt blockwise scaling)"
+                                                 : "emulated (fake quantisation, fp32 GEMMs)");
+  std::printf("%-16s %7s %10s %10s %9s %10s %10s %10s\n", "matrix", "tokens", "bf16 ms", "fp8 ms", "fp8/bf16",
+              "bf16 TF/s", "fp8 TF/s", "quant ms");
+  for (const auto& [name, rows, cols] : std::vector<std::tuple<const char*, std::int64_t, std::int64_t>>{
+           {"k2.6 gate/up", 2048, 7168},
+           {"k2.6 down", 7168, 2048},
+           {"kimi-1b gate/up", 1536, 512},
+           {"kimi-1b down", 512, 1536},
+           {"wide gate/up", 512, 4096},
+           {"wide down", 4096, 512}}) {
+    torch::manual_seed(1);
+    const torch::Tensor w = torch::randn({rows, cols}, opts) * 0.02;
+    for (std::int64_t t : tokens) {
+      const torch::Tensor x = torch::randn({t, cols}, opts), dy = torch::randn({t, rows}, opts);
+      auto step = [&](bool fp8) {
+        const torch::Tensor xi = x.detach().requires_grad_(true), wi = w.detach().requires_grad_(true);
+        const torch::Tensor y = fp8 ? kp::runtime::Fp8Linear(xi, wi) : torch::linear(xi, wi);
+        y.backward(dy);
+      };
+      const double bf16 = kp::bench::MedianSeconds(device, warmup, reps, [&] { step(false); });
+      const double fp8 = kp::bench::MedianSeconds(device, warmup, reps, [&] { step(true); });
+      double quant = 0;
+      if (tensor_cores) {
+        quant = kp::bench::MedianSeconds(device, warmup, reps, [&] {
+          kp::runtime::QuantizeFp8(x, false);
+          kp::runtime::QuantizeFp8(w, true);
+        });
+      }
+      const double flops = 6.0 * t * rows * cols;  // forward, input and weight gradients
+      std::printf("%-16s %7lld %10.3f %10.3f %9.2f %10.1f %10.1f %10.3f\n", name, static_cast<long long>(t),
+                  bf16 * 1e3, fp8 * 1e3, fp8 / bf16, flops / bf16 / 1e12, flops / fp8 / 1e12, quant * 1e3);
+    }
+  }
+  return kp::Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return kp::bench::RunExitCode(Run(argc, argv), "kimi-plan-fp8-bench: ");
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "kimi-plan-fp8-bench: LibTorch: %s\n", e.what_without_backtrace());
+    return 1;
+  }
+}
