@@ -34,9 +34,11 @@ kp::Status Run(int argc, char** argv) {
       return kp::Status::InvalidArgument("unknown option --" + k + " (allowed: --device, --tokens, --reps, --warmup)");
   KP_ASSIGN_OR_RETURN(const torch::Device device, kp::runtime::ParseDevice(kv.count("device") ? kv["device"] : "cuda"));
   KP_ASSIGN_OR_RETURN(const int reps, kp::bench::IntOption("reps", kv.count("reps") ? kv["reps"] : "20", 1, 10000));
-  KP_ASSIGN_OR_RETURN(const int warmup, kp::bench::IntOption("warmup", kv.count("warmup") ? kv["warmup"] : "5", 0, 10000));
+  KP_ASSIGN_OR_RETURN(const int warmup,
+                      kp::bench::IntOption("warmup", kv.count("warmup") ? kv["warmup"] : "5", 0, 10000));
+  const std::string token_list = kv.count("tokens") ? kv["tokens"] : "512,2048,8192";
   KP_ASSIGN_OR_RETURN(const std::vector<std::int64_t> tokens,
-                      kp::bench::IntListOption("tokens", kv.count("tokens") ? kv["tokens"] : "512,2048,8192", 1, 1 << 20));
+                      kp::bench::IntListOption("tokens", token_list, 1, 1 << 20));
   const auto opts = torch::TensorOptions().device(device).dtype(torch::kBFloat16);
   const bool tensor_cores = kp::runtime::Fp8GemmApplies(torch::zeros({1}, opts));
   std::printf("FP8 products: %s\n", tensor_cores ? "tensor cores (e4m3, cuBLASLt blockwise scaling)"

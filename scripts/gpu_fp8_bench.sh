@@ -15,7 +15,7 @@
 #
 #   scripts/gpu_fp8_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), STEPS (6),
-# BUDGET_S (560), PROBE (a Python file run first, if given).
+# BUDGET_S (560), PROBE (a Python file run first, e.g. scripts/gpu_fp8_probe.py).
 set -u -o pipefail
 out=${1:?usage: gpu_fp8_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}

@@ -5,7 +5,16 @@
 
 #include <string>
 
-#ifdef KIMI_PLAN_CUDA_KERNELS
+// cuBLASLt's blockwise-scaled FP8 GEMM through at::_scaled_mm: run and
+// tested with PyTorch 2.11 (CUDA 13); earlier LibTorch builds emulate.
+#if defined(KIMI_PLAN_CUDA_KERNELS) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11))
+#define KP_FP8_TENSOR_CORES 1
+#else
+#define KP_FP8_TENSOR_CORES 0
+#endif
+
+#if KP_FP8_TENSOR_CORES
 #include "runtime/kernels/fp8_gemm_cuda.h"
 #include "runtime/kernels/kernel_support.h"
 #else
@@ -14,7 +23,7 @@
 
 namespace kp::runtime {
 
-#ifdef KIMI_PLAN_CUDA_KERNELS
+#if KP_FP8_TENSOR_CORES
 
 using namespace kernel_support;
 
@@ -23,7 +32,9 @@ namespace {
 constexpr std::int64_t kTile = cuda::kFp8Tile;
 constexpr c10::ScalarType kE4m3 = c10::ScalarType::Float8_e4m3fn;
 // cuBLASLt reads a row of 128 x 128 block scales (k / 128 floats) 16-byte
-// aligned: k a multiple of 4 x 128 (a k of 384 reads garbage, measured).
+// aligned: k a multiple of 4 x 128 (with PyTorch 2.11 a k of 384 read
+// garbage on an H100; later PyTorch versions may pad the scales' stride
+// themselves, which would lift this).
 constexpr std::int64_t kBlockScaleK = 4 * kTile;
 
 // The tile's scale for every value of `values`: scales spread over their
@@ -35,9 +46,49 @@ torch::Tensor ScalesPerValue(const Fp8Operand& o) {
   return s.repeat_interleave(kTile, 1).narrow(0, 0, rows).narrow(1, 0, k);
 }
 
+// The operand's e4m3 values for `in` [rows, cols] (transposed when asked),
+// left to the caller's kernel to fill.
+Fp8Operand EmptyOperand(const torch::Tensor& in, bool blocks, bool transpose) {
+  Fp8Operand o;
+  o.blocks = blocks;
+  o.values = transpose ? torch::empty({in.size(1), in.size(0)}, in.options().dtype(kE4m3))
+                       : torch::empty(in.sizes(), in.options().dtype(kE4m3));
+  return o;
+}
+
+std::uint8_t* Bytes(Fp8Operand& o) { return static_cast<std::uint8_t*>(o.values.data_ptr()); }
+
+Fp8Operand QuantizedBlocks(const torch::Tensor& in, bool transpose) {
+  Fp8Operand o = EmptyOperand(in, /*blocks=*/true, transpose);
+  o.scales = torch::empty({o.values.size(0) / kTile, o.values.size(1) / kTile}, in.options().dtype(torch::kFloat));
+  Check(cuda::QuantizeFp8BlockTiles(in.size(0), in.size(1), in.data_ptr(), in.scalar_type() == torch::kBFloat16,
+                                    transpose, Bytes(o), Out(o.scales), c10::cuda::getCurrentCUDAStream()),
+        "FP8 quantisation (blocks)");
+  return o;
+}
+
+// 1 x 128 scales are column-major: allocated as their transpose.
+Fp8Operand QuantizedTiles(const torch::Tensor& in, bool transpose) {
+  Fp8Operand o = EmptyOperand(in, /*blocks=*/false, transpose);
+  torch::Tensor scales_t =
+      torch::empty({o.values.size(1) / kTile, o.values.size(0)}, in.options().dtype(torch::kFloat));
+  const bool bf16 = in.scalar_type() == torch::kBFloat16;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const std::int64_t rows = in.size(0), cols = in.size(1);
+  const auto quantize = transpose ? cuda::QuantizeFp8ColumnTilesTransposed : cuda::QuantizeFp8RowTiles;
+  Check(quantize(rows, cols, in.data_ptr(), bf16, Bytes(o), Out(scales_t), stream), "FP8 quantisation (tiles)");
+  o.scales = scales_t.t();
+  return o;
+}
+
 }  // namespace
 
-bool Fp8GemmApplies(const torch::Tensor& x) { return FloatOrBf16OnCuda(x); }
+// Hopper (sm_90) only: the blockwise-scaled FP8 GEMM has not been run on a
+// newer GPU here.
+bool Fp8GemmApplies(const torch::Tensor& x) {
+  return x.is_cuda() && ComputeCapabilityMajor(x.device()) == 9 &&
+         (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16);
+}
 
 Fp8Operand QuantizeFp8(const torch::Tensor& x, bool blocks, bool transpose) {
   const std::string name = std::string("QuantizeFp8 (") + (blocks ? "128 x 128 blocks" : "1 x 128 tiles") +
@@ -51,27 +102,7 @@ Fp8Operand QuantizeFp8(const torch::Tensor& x, bool blocks, bool transpose) {
   CheckKernelInputs(name, {{"x", &x, {kAnySize, kAnySize}, kFloats}});
   const c10::cuda::CUDAGuard guard(x.device());
   const torch::Tensor in = x.contiguous();
-  const std::int64_t rows = in.size(0), cols = in.size(1);
-  const std::int64_t out_rows = transpose ? cols : rows, k = transpose ? rows : cols;
-  Fp8Operand o;
-  o.blocks = blocks;
-  o.values = torch::empty({out_rows, k}, in.options().dtype(kE4m3));
-  auto* q = static_cast<std::uint8_t*>(o.values.data_ptr());
-  const bool bf16 = in.scalar_type() == torch::kBFloat16;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (blocks) {
-    o.scales = torch::empty({out_rows / kTile, k / kTile}, in.options().dtype(torch::kFloat));
-    Check(cuda::QuantizeFp8BlockTiles(rows, cols, in.data_ptr(), bf16, transpose, q, Out(o.scales), stream),
-          "FP8 quantisation (blocks)");
-    return o;
-  }
-  // 1 x 128 scales column-major: allocated as their transpose.
-  torch::Tensor scales_t = torch::empty({k / kTile, out_rows}, in.options().dtype(torch::kFloat));
-  Check(transpose ? cuda::QuantizeFp8ColumnTilesTransposed(rows, cols, in.data_ptr(), bf16, q, Out(scales_t), stream)
-                  : cuda::QuantizeFp8RowTiles(rows, cols, in.data_ptr(), bf16, q, Out(scales_t), stream),
-        "FP8 quantisation (tiles)");
-  o.scales = scales_t.t();
-  return o;
+  return blocks ? QuantizedBlocks(in, transpose) : QuantizedTiles(in, transpose);
 }
 
 torch::Tensor Fp8Matmul(const Fp8Operand& a, const Fp8Operand& b, c10::ScalarType out_dtype) {
@@ -81,8 +112,9 @@ torch::Tensor Fp8Matmul(const Fp8Operand& a, const Fp8Operand& b, c10::ScalarTyp
   const std::int64_t k = a.values.size(-1);
   CheckKernelInputs("Fp8Matmul", {{"a", &a.values, {kAnySize, k}, {kE4m3}},
                                   {"b", &b.values, {kAnySize, k}, {kE4m3}}});
-  TORCH_CHECK(k % kTile == 0 && b.values.size(0) % kTile == 0, "Fp8Matmul: b: sizes ", b.values.sizes(),
-              ", where k and n multiples of 128 are read");
+  for (const auto& [name, o] : {std::pair<const char*, const Fp8Operand*>{"a", &a}, {"b", &b}})
+    TORCH_CHECK(o->values.size(0) % kTile == 0 && k % kTile == 0, "Fp8Matmul: ", name, ": sizes ", o->values.sizes(),
+                ", where rows and k multiples of 128 are read");
   TORCH_CHECK(!(a.blocks || b.blocks) || k % kBlockScaleK == 0, "Fp8Matmul: k ", k,
               " with an operand in blocks, where a multiple of 512 is read (each row of block scales 16-byte aligned)");
   const c10::cuda::CUDAGuard guard(a.values.device());
@@ -94,7 +126,7 @@ torch::Tensor Fp8Matmul(const Fp8Operand& a, const Fp8Operand& b, c10::ScalarTyp
 
 torch::Tensor DequantizeFp8(const Fp8Operand& o) { return o.values.to(torch::kFloat) * ScalesPerValue(o); }
 
-#else  // no CUDA kernels in this build
+#else  // no CUDA kernels in this build, or a LibTorch before 2.11
 
 bool Fp8GemmApplies(const torch::Tensor&) { return false; }
 Fp8Operand QuantizeFp8(const torch::Tensor&, bool, bool) { kernel_support::NoCudaKernels("QuantizeFp8"); }

@@ -23,8 +23,9 @@ struct Fp8Operand {
   bool blocks = false;   ///< 128 x 128 blocks, else 1 x 128 tiles
 };
 
-/// True when the kernels take x: built, x bf16 or fp32 on a Hopper or
-/// newer GPU.
+/// True when the kernels take x: built (with PyTorch 2.11 or later's
+/// LibTorch), x bf16 or fp32 on a Hopper (sm_90) GPU, the only one the
+/// blockwise-scaled GEMM has run on here.
 bool Fp8GemmApplies(const torch::Tensor& x);
 
 /// x [rows, cols] (bf16 or fp32) as an FP8 operand: x itself, or x^T when
@@ -33,11 +34,10 @@ bool Fp8GemmApplies(const torch::Tensor& x);
 /// tile's scale is amax / 448 (1 for an all-zero tile) and its values
 /// e4m3(x / scale): FakeQuantizeFp8Blocks's bit for bit once dequantised.
 /// Read: cols a multiple of 128; rows too for blocks or a transpose.
-/// Another shape, dtype or device is an error
-/// naming x.
+/// Another shape, dtype or device is an error naming x.
 Fp8Operand QuantizeFp8(const torch::Tensor& x, bool blocks, bool transpose = false);
 
-/// a b^T for a [m, k] and b [n, k] (k and n multiples of 128, and k of 512
+/// a b^T for a [m, k] and b [n, k] (m, n and k multiples of 128, k of 512
 /// where an operand is in blocks: cuBLASLt reads each row of block scales
 /// 16-byte aligned; at most one of them in blocks), in `out_dtype` (bf16 or
 /// fp32): each 128-wide slice of k accumulated on the tensor cores and

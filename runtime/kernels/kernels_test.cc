@@ -654,6 +654,8 @@ TEST(Fp8GemmKernelTest, QuantisesAsTheTorchFormAndMultipliesAsFp64) {
     for (const bool blocks : {false, true}) {
       const Fp8Operand q = QuantizeFp8(in.cuda(), blocks);
       EXPECT_EQ(q.scales.sizes(), (std::vector<std::int64_t>{blocks ? 2 : 256, 3}));
+      // The layouts cuBLASLt reads: tiles' scales column-major, blocks' row-major.
+      EXPECT_EQ(q.scales.strides(), (std::vector<std::int64_t>{blocks ? 3 : 1, blocks ? 1 : 256}));
       EXPECT_TRUE(torch::equal(DequantizeFp8(q).cpu(), FakeQuantizeFp8Blocks(in, blocks ? 128 : 1, 128)))
           << c10::toString(dtype) << (blocks ? " blocks" : " tiles");
       // Transposed by the kernel: x^T's tiles are x's 128 x 1 tiles (or its
@@ -668,7 +670,11 @@ TEST(Fp8GemmKernelTest, QuantisesAsTheTorchFormAndMultipliesAsFp64) {
   const torch::Tensor b = Random({384, 512}, 97).to(torch::kCUDA, torch::kFloat);
   for (auto [a_blocks, b_blocks] : {std::pair{false, true}, {false, false}, {true, false}}) {
     const Fp8Operand qa = QuantizeFp8(a, a_blocks), qb = QuantizeFp8(b, b_blocks);
-    const torch::Tensor want = DequantizeFp8(qa).cpu().to(torch::kDouble).mm(DequantizeFp8(qb).cpu().to(torch::kDouble).t());
+    // The operands from the LibTorch form on the CPU, not from the kernels.
+    auto operand = [](const torch::Tensor& t, bool blocks) {
+      return FakeQuantizeFp8Blocks(t.cpu(), blocks ? 128 : 1, 128).to(torch::kDouble);
+    };
+    const torch::Tensor want = operand(a, a_blocks).mm(operand(b, b_blocks).t());
     for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
       const torch::Tensor got = Fp8Matmul(qa, qb, dtype);
       EXPECT_EQ(got.scalar_type(), dtype);
@@ -681,13 +687,15 @@ TEST(Fp8GemmKernelTest, QuantisesAsTheTorchFormAndMultipliesAsFp64) {
   // A block operand's k of 384 would have cuBLASLt read its scales
   // misaligned: refused, not run.
   const torch::Tensor b384 = b.narrow(1, 0, 384);
-  EXPECT_EQ(ErrorOf([&] { Fp8Matmul(QuantizeFp8(a.narrow(1, 0, 384), false), QuantizeFp8(b384, true), torch::kFloat); }),
+  EXPECT_EQ(ErrorOf([&] {
+              Fp8Matmul(QuantizeFp8(a.narrow(1, 0, 384), false), QuantizeFp8(b384, true), torch::kFloat);
+            }),
             "Fp8Matmul: k 384 with an operand in blocks, where a multiple of 512 is read (each row of block scales "
             "16-byte aligned)");
   EXPECT_EQ(ErrorOf([&] { QuantizeFp8(a.narrow(1, 0, 100), false); }),
             "QuantizeFp8 (1 x 128 tiles): x: sizes [256, 100], where [rows, cols] with cols a multiple of 128 is read");
   EXPECT_EQ(ErrorOf([&] { QuantizeFp8(a.to(torch::kDouble), true); }),
-            "QuantizeFp8 (128 x 128 blocks): x: Double on cuda:0, where bf16 or fp32 on a Hopper or newer GPU is read");
+            "QuantizeFp8 (128 x 128 blocks): x: Double on cuda:0, where bf16 or fp32 on a Hopper (sm_90) GPU is read");
 }
 
 }  // namespace

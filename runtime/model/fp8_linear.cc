@@ -1,9 +1,9 @@
 #include "runtime/model/fp8_linear.h"
 
-#include "runtime/kernels/fp8_gemm.h"
-
 #include <stdexcept>
 #include <string>
+
+#include "runtime/kernels/fp8_gemm.h"
 
 namespace kp::runtime {
 
@@ -95,8 +95,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   }
 };
 
-// The tensor-core form. cuBLASLt's FP8 GEMM wants the tokens in whole
-// tiles and the features in whole groups of four tiles (fp8_gemm.h): the
+// The tensor-core form. cuBLASLt's FP8 GEMM wants every dimension in
+// whole tiles and a reduced dimension beside a block operand in whole
+// groups of four (fp8_gemm.h): tokens to 128, features to 512. The
 // operands are zero-padded, which changes no tile's largest magnitude and
 // adds only zero products, and the results cut back. Every transpose is
 // written by the quantising kernel, in e4m3.
@@ -107,7 +108,7 @@ class Fp8GemmLinearFunction : public torch::autograd::Function<Fp8GemmLinearFunc
     ctx->save_for_backward({x, w});
     const torch::Tensor x2 = Rows(x);
     const torch::Tensor y = Fp8Matmul(QuantizeFp8(Padded(x2, kTokens, kFeatures), false),
-                                      QuantizeFp8(Padded(w, kFeatures, kFeatures), true), x.scalar_type());
+                                      QuantizeFp8(Padded(w, kTokens, kFeatures), true), x.scalar_type());
     std::vector<std::int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
     return {y.narrow(0, 0, x2.size(0)).narrow(1, 0, w.size(0)).reshape(shape)};
@@ -122,11 +123,19 @@ class Fp8GemmLinearFunction : public torch::autograd::Function<Fp8GemmLinearFunc
     // Dgrad: dy's 1x128 tiles run along the output features, the reduced
     // dimension; w^T's blocks are w's, transposed. Wgrad reduces over the
     // tokens: dy^T and x^T, their 1x128 tiles along them.
-    const torch::Tensor dx = Fp8Matmul(QuantizeFp8(dy, false), QuantizeFp8(Padded(w, kFeatures, kFeatures), true, true),
-                                       x.scalar_type());
-    const torch::Tensor dw = Fp8Matmul(QuantizeFp8(dy, false, true), QuantizeFp8(x2, false, true), w.scalar_type());
-    return {dx.narrow(0, 0, x.numel() / x.size(-1)).narrow(1, 0, x.size(-1)).reshape(x.sizes()),
-            dw.narrow(0, 0, w.size(0)).narrow(1, 0, w.size(1))};
+    torch::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      dx = Fp8Matmul(QuantizeFp8(dy, false), QuantizeFp8(Padded(w, kFeatures, kFeatures), true, true), x.scalar_type())
+               .narrow(0, 0, x.numel() / x.size(-1))
+               .narrow(1, 0, x.size(-1))
+               .reshape(x.sizes());
+    }
+    if (ctx->needs_input_grad(1)) {
+      dw = Fp8Matmul(QuantizeFp8(dy, false, true), QuantizeFp8(x2, false, true), w.scalar_type())
+               .narrow(0, 0, w.size(0))
+               .narrow(1, 0, w.size(1));
+    }
+    return {dx, dw};
   }
 
  private:
