@@ -85,10 +85,22 @@ torch::Tensor CausalDepthwiseConvStep(const torch::Tensor& x, const torch::Tenso
       .transpose(1, 2);
 }
 
-// `cached` followed by `fresh` along time (dim 1); stores and returns it.
-torch::Tensor AppendTime(torch::Tensor& cached, const torch::Tensor& fresh) {
-  cached = cached.defined() ? torch::cat({cached, fresh}, 1) : fresh;
-  return cached;
+// The first `used` positions of `storage` followed by `fresh` along time
+// (dim 1), written into `storage` and returned as a view of it. The
+// storage's capacity doubles when full, so a decode of n tokens copies the
+// cache O(log n) times, where a concatenation per token copied it n times
+// (O(n^2) bytes: at 8k tokens, hundreds of MB a layer a step).
+torch::Tensor AppendTime(torch::Tensor& storage, std::int64_t used, const torch::Tensor& fresh) {
+  const std::int64_t need = used + fresh.size(1);
+  if (!storage.defined() || storage.size(1) < need) {
+    std::vector<std::int64_t> sizes = fresh.sizes().vec();
+    sizes[1] = storage.defined() ? std::max(need, 2 * storage.size(1)) : need;
+    torch::Tensor grown = torch::empty(sizes, fresh.options());
+    if (used > 0) grown.narrow(1, 0, used).copy_(storage.narrow(1, 0, used));
+    storage = grown;
+  }
+  storage.narrow(1, used, fresh.size(1)).copy_(fresh);
+  return storage.narrow(1, 0, need);
 }
 
 // Under SP a mixer's input is a sequence shard; decoding appends whole
@@ -464,8 +476,8 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   torch::Tensor k_rope;  // [B, T, rope]
   if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), *rope_freq_, q_pos).squeeze(2);
   if (cache) {
-    latent = AppendTime(cache->latent, latent);
-    if (rope_ > 0) k_rope = AppendTime(cache->rope_key, k_rope);
+    latent = AppendTime(cache->latent, cache->length, latent);
+    if (rope_ > 0) k_rope = AppendTime(cache->rope_key, cache->length, k_rope);
     cache->length += t;
   }
   if (cp_.active()) {
@@ -474,6 +486,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
     if (rope_ > 0) k_rope = both.narrow(-1, kv_rank_, rope_);
   }
   const std::int64_t s = latent.size(1);  // key positions
+  if (cache && !cp_.active() && MlaAbsorbs(t, s)) return Output(x, AttendAbsorbed(q_source, latent, k_rope, q_pos));
   std::vector<torch::Tensor> up_in{q_source, latent};
   if (rope_ > 0) up_in.push_back(k_rope);
   up_in.push_back(q_pos);
@@ -495,8 +508,48 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const double scale = RopeSoftmaxScale(rope_spec_) / std::sqrt(static_cast<double>(nope_ + rope_));
   const torch::Tensor o = Attend(q_full, k_full, v, scale, q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
   if (recompute_up_) up.DiscardOutputs(o);
+  return Output(x, o);
+}
+
+torch::Tensor MlaImpl::Output(const torch::Tensor& x, const torch::Tensor& o) {
   const torch::Tensor gated = gate_ ? o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type()) : o;
   return region_.Exit(o_proj_->forward(gated));
+}
+
+bool MlaImpl::MlaAbsorbs(std::int64_t t, std::int64_t s) const {
+  const double r = static_cast<double>(kv_rank_), up = r * static_cast<double>(nope_ + v_dim_);
+  const double absorbed = t * (2 * r + rope_) + static_cast<double>(t) / s * up;
+  const double plain = up + t * static_cast<double>(nope_ + rope_ + v_dim_);
+  return absorbed < plain;
+}
+
+// With W_uk = kv_b's key rows and W_uv its value rows of each head:
+//   q_nope . (W_uk c_s) = (W_uk^T q_nope) . c_s  and  sum_s p_s W_uv c_s = W_uv (sum_s p_s c_s),
+// so the scores and the weighted sum run over the latents c_s as cached.
+// The heads share the latents: heads and queries fold into one dimension
+// of a batched product per row, which reads the cache in place (a product
+// broadcast over the heads would copy it once per head).
+torch::Tensor MlaImpl::AttendAbsorbed(const torch::Tensor& q_source, const torch::Tensor& latent,
+                                      const torch::Tensor& k_rope, const torch::Tensor& q_pos) const {
+  const std::int64_t b = q_source.size(0), t = q_source.size(1), s = latent.size(1);
+  const auto dt = q_source.scalar_type();
+  const torch::Tensor q = (q_ ? q_ : q_b_)->forward(q_source).view({b, t, heads_, nope_ + rope_}).transpose(1, 2);
+  const torch::Tensor w = kv_b_->EffectiveWeight(dt).view({heads_, nope_ + v_dim_, kv_rank_});
+  // [B, H, T, r] -> [B, H T, r]
+  const torch::Tensor q_latent = torch::matmul(q.narrow(-1, 0, nope_), w.narrow(1, 0, nope_)).reshape({b, -1, kv_rank_});
+  torch::Tensor scores = torch::bmm(q_latent, latent.transpose(1, 2));  // [B, H T, S]
+  if (rope_ > 0) {
+    const torch::Tensor q_rope = ApplyRopeAt(q.narrow(-1, nope_, rope_).transpose(1, 2), *rope_freq_, q_pos);
+    scores = scores + torch::bmm(q_rope.transpose(1, 2).reshape({b, -1, rope_}), k_rope.transpose(1, 2));
+  }
+  const double scale = RopeSoftmaxScale(rope_spec_) / std::sqrt(static_cast<double>(nope_ + rope_));
+  const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
+  const torch::Tensor p = torch::softmax(
+      (Upcast(scores).view({b, heads_, t, s}) * scale).masked_fill(future, -std::numeric_limits<double>::infinity()),
+      -1);
+  const torch::Tensor o_latent = torch::bmm(p.to(dt).view({b, -1, s}), latent).view({b, heads_, t, kv_rank_});
+  const torch::Tensor o = torch::matmul(o_latent, w.narrow(1, nope_, v_dim_).transpose(1, 2));  // [B, H, T, v]
+  return o.transpose(1, 2).reshape({b, t, heads_ * v_dim_});
 }
 
 // ------------------------------------------------------------------ MHA
@@ -537,8 +590,8 @@ torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), *rope_freq_, q_pos);
   torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
   if (cache) {
-    k = AppendTime(cache->key, k);
-    v = AppendTime(cache->value, v);
+    k = AppendTime(cache->key, cache->length, k);
+    v = AppendTime(cache->value, cache->length, v);
     cache->length += t;
   }
   if (cp_.active()) {

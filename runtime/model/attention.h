@@ -27,14 +27,16 @@ namespace kp::runtime {
 /// One layer's decode state (§16): what its token mixer must keep of the
 /// tokens it has seen. Dim 0 of every tensor is the batch row; a mixer uses
 /// only its own kind's fields and creates them on first use (an empty cache
-/// is the empty prefix).
+/// is the empty prefix). The per-token tensors (MLA's, MHA's) are storage
+/// along time (dim 1) of some capacity >= length, of which the first
+/// `length` positions are the prefix; the capacity doubles when full.
 struct LayerCache {
   std::int64_t length = 0;               ///< tokens appended so far: the absolute position of the next one
   torch::Tensor q_conv, k_conv, v_conv;  ///< KDA: the last K-1 inputs of each short convolution [B, K-1, C]
   torch::Tensor state;                   ///< KDA: the delta-rule state S [B, H, dk, dv]
-  torch::Tensor latent;                  ///< MLA: RMSNorm(c), the normalised latent [B, T, kv_lora_rank]
-  torch::Tensor rope_key;                ///< MLA: RoPE(k_rope) [B, T, qk_rope_head_dim]; undefined when 0
-  torch::Tensor key, value;              ///< MHA: RoPE(k) and v [B, T, kv_heads, head_dim]
+  torch::Tensor latent;                  ///< MLA: RMSNorm(c), the normalised latent [B, capacity, kv_lora_rank]
+  torch::Tensor rope_key;                ///< MLA: RoPE(k_rope) [B, capacity, qk_rope_head_dim]; undefined when 0
+  torch::Tensor key, value;              ///< MHA: RoPE(k) and v [B, capacity, kv_heads, head_dim]
   /// Replaces every defined tensor t by f(t).
   void Map(const std::function<torch::Tensor(const torch::Tensor&)>& f);
 };
@@ -172,13 +174,27 @@ class MlaImpl : public TokenMixer {
  public:
   MlaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init);
   torch::Tensor Mix(const torch::Tensor& x) override;
-  /// Caches the normalised latent and the rotated key, not absorbed: each
-  /// step re-applies kv_b to the whole cached latent (§16).
+  /// Caches the normalised latent and the rotated key (§16). Where
+  /// MlaAbsorbs(t, s) (a decode step), kv_b is absorbed: the queries move
+  /// into the latent space and attend over the cached latents themselves,
+  /// and only the t outputs are projected up, where the plain form
+  /// re-applies kv_b to all s cached latents each step.
   torch::Tensor MixIncremental(const torch::Tensor& x, LayerCache& cache) override;
   void ShardHeads(const TensorParallelRegion& region, TensorParallelSplit* split) override;
+  /// True when t queries over s keys cost fewer FLOPs absorbed than
+  /// through the up-projected keys and values: per head and key,
+  /// t (2 r + rope) + (t / s) r (nope + v) against r (nope + v) + t (nope +
+  /// rope + v), r the latent's width.
+  bool MlaAbsorbs(std::int64_t t, std::int64_t s) const;
 
  private:
   torch::Tensor Run(const torch::Tensor& x, LayerCache* cache);
+  // Attention of the queries' source over the cached latent [B, S, r] and
+  // rotated key [B, S, rope] with kv_b absorbed: [B, T, H * v].
+  torch::Tensor AttendAbsorbed(const torch::Tensor& q_source, const torch::Tensor& latent,
+                               const torch::Tensor& k_rope, const torch::Tensor& q_pos) const;
+  // The gate and the output projection of the heads' outputs [B, T, H * v].
+  torch::Tensor Output(const torch::Tensor& x, const torch::Tensor& o);
   std::shared_ptr<ProjImpl> q_, q_a_, q_b_, kv_a_, kv_b_, gate_, o_proj_;
   std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
   std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;

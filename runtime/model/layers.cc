@@ -52,6 +52,12 @@ torch::Tensor ProjImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
+torch::Tensor ProjImpl::EffectiveWeight(c10::ScalarType dtype) const {
+  const torch::Tensor w = CastWeight(weight_, dtype);
+  if (!has_lora() || merged_) return w;
+  return w + torch::matmul(lora_b_.to(dtype), lora_a_.to(dtype)) * lora_scale_;
+}
+
 void ProjImpl::AddLora(const LoraOptions& lora, Init& init) {
   if (!lora_target_ || has_lora()) return;
   const std::int64_t in = weight_.size(1), out = weight_.size(0);

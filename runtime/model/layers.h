@@ -54,6 +54,9 @@ class ProjImpl : public torch::nn::Module, public LoraAdaptable {
   bool lora_target() const { return lora_target_; }
   bool has_lora() const { return lora_a_.defined(); }
   torch::Tensor& weight() { return weight_; }
+  /// The [out, in] matrix forward applies, in `dtype`: W, plus (alpha/rank)
+  /// B A while LoRA is on and unmerged.
+  torch::Tensor EffectiveWeight(c10::ScalarType dtype) const;
 
  private:
   torch::Tensor weight_, lora_a_, lora_b_;

@@ -2,12 +2,14 @@
 // written here, stages that compose to the whole model, gradients against
 // finite differences in fp64, activation checkpointing, LoRA, and the
 // parameter count against the planner's independent count.
-#include <gtest/gtest.h>
-
 #include <cstdio>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
+#include "runtime/model/attention.h"
 #include "runtime/model/model.h"
 #include "runtime/model/test_util.h"
 #include "specs/param_count.h"
@@ -535,6 +537,71 @@ TEST(DecodeTest, APrefillInTwoChunksEqualsOneChunk) {
     const torch::Tensor next = Tokens(spec, 2, 1, 34);
     EXPECT_LT(MaxAbsDiff(model->ForwardIncremental(next, one), model->ForwardIncremental(next, two)), 1e-9);
   }
+}
+
+// The per-token caches are storage whose capacity doubles when full: a
+// prefill of 3 then one token a step holds 3, 6, 12, 24 positions, so 13
+// steps reallocate three times, not thirteen (and the values are the full
+// forward's, PrefillAndStepsEqualTheFullForward).
+TEST(DecodeTest, TheCacheGrowsByDoublingNotEveryToken) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [spec, opts] : DecodeSpecs()) {
+    auto model = BuildFp64(spec, opts);
+    const torch::Tensor tokens = Tokens(spec, 2, 16, 37);
+    DecodeCache cache;
+    model->ForwardIncremental(tokens.narrow(1, 0, 3), cache);
+    auto per_token = [&]() -> const torch::Tensor& {  // the first layer's per-token storage
+      for (const LayerCache& layer : cache.layers) {
+        if (layer.latent.defined()) return layer.latent;
+        if (layer.key.defined()) return layer.key;
+      }
+      throw std::logic_error("no attention layer with a per-token cache");
+    };
+    std::vector<std::int64_t> capacities = {per_token().size(1)};
+    int reallocations = 0;
+    for (std::int64_t t = 3; t < 16; ++t) {
+      const void* before = per_token().data_ptr();
+      model->ForwardIncremental(tokens.narrow(1, t, 1), cache);
+      reallocations += per_token().data_ptr() != before;
+      capacities.push_back(per_token().size(1));
+    }
+    const std::vector<std::int64_t> want = {3, 6, 6, 6, 12, 12, 12, 12, 12, 12, 24, 24, 24, 24};
+    EXPECT_EQ(capacities, want) << spec.name;
+    EXPECT_EQ(reallocations, 3) << spec.name;
+  }
+}
+
+// A decode step of MLA takes the absorbed form: the rule picks it for one
+// query over a prefix (the tiny spec's and K2.6's shapes) and not for a
+// long prefill of K2.6; with LoRA on kv_b (unmerged, non-zero) the absorbed
+// steps still equal the full forward, so the adapters are absorbed too.
+TEST(DecodeTest, MlaStepsAreAbsorbedAndKeepLora) {
+  ModelSpec k26 = TinyKimiSpec();
+  k26.heads = 64;
+  k26.mla.kv_lora_rank = 512;
+  k26.mla.qk_nope_head_dim = 128;
+  k26.mla.qk_rope_head_dim = 64;
+  k26.mla.v_head_dim = 128;
+  for (const ModelSpec& spec : {TinyKimiSpec(), k26}) {
+    Init init(1);
+    const MlaImpl mla(spec, ModelOptions{}, 0.02, 0.02, init);
+    EXPECT_TRUE(mla.MlaAbsorbs(1, 2)) << spec.heads;
+    EXPECT_TRUE(mla.MlaAbsorbs(1, 4096)) << spec.heads;
+  }
+  Init init(1);
+  // K2.6: r (nope + v) = 131072 against t (2 r - nope - v) = 768 t: a
+  // prefill of 1024 is cheaper up-projected, a step of 8 over 4096 absorbed.
+  EXPECT_FALSE(MlaImpl(k26, ModelOptions{}, 0.02, 0.02, init).MlaAbsorbs(1024, 1024));
+  EXPECT_TRUE(MlaImpl(k26, ModelOptions{}, 0.02, 0.02, init).MlaAbsorbs(8, 4096));
+
+  torch::NoGradGuard no_grad;
+  const ModelSpec spec = TinyKimiSpec();
+  auto model = BuildFp64(spec, ModelOptions{});
+  model->EnableLora(LoraOptions{4, 8.0, LoraExperts::kSharedOuter}, 7);
+  Init lora_init(8);
+  for (auto& [name, t] : model->LoraParameters()) t.copy_(lora_init.Normal(t.sizes(), 0.2).to(t.dtype()));
+  const torch::Tensor tokens = Tokens(spec, 2, 9, 38);
+  EXPECT_LT(MaxAbsDiff(DecodeStepwise(*model, tokens, 2), model->forward(tokens)), 1e-9);
 }
 
 TEST(DecodeTest, RepeatedAndSelectedRowsContinueTheirOwnSequences) {
