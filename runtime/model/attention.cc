@@ -535,8 +535,14 @@ torch::Tensor MlaImpl::AttendAbsorbed(const torch::Tensor& q_source, const torch
   const auto dt = q_source.scalar_type();
   const torch::Tensor q = (q_ ? q_ : q_b_)->forward(q_source).view({b, t, heads_, nope_ + rope_}).transpose(1, 2);
   const torch::Tensor w = kv_b_->EffectiveWeight(dt).view({heads_, nope_ + v_dim_, kv_rank_});
-  // [B, H, T, r] -> [B, H T, r]
-  const torch::Tensor q_latent = torch::matmul(q.narrow(-1, 0, nope_), w.narrow(1, 0, nope_)).reshape({b, -1, kv_rank_});
+  // Per head over all rows' queries, [H, B T, nope] x [H, nope, r] (a
+  // product broadcast over the rows would copy W once per row), then
+  // [B, H T, r].
+  const torch::Tensor q_nope = q.narrow(-1, 0, nope_).transpose(0, 1).reshape({heads_, b * t, nope_});
+  const torch::Tensor q_latent = torch::bmm(q_nope, w.narrow(1, 0, nope_))
+                                      .view({heads_, b, t, kv_rank_})
+                                      .transpose(0, 1)
+                                      .reshape({b, -1, kv_rank_});
   torch::Tensor scores = torch::bmm(q_latent, latent.transpose(1, 2));  // [B, H T, S]
   if (rope_ > 0) {
     const torch::Tensor q_rope = ApplyRopeAt(q.narrow(-1, nope_, rope_).transpose(1, 2), *rope_freq_, q_pos);
@@ -548,8 +554,9 @@ torch::Tensor MlaImpl::AttendAbsorbed(const torch::Tensor& q_source, const torch
       (Upcast(scores).view({b, heads_, t, s}) * scale).masked_fill(future, -std::numeric_limits<double>::infinity()),
       -1);
   const torch::Tensor o_latent = torch::bmm(p.to(dt).view({b, -1, s}), latent).view({b, heads_, t, kv_rank_});
-  const torch::Tensor o = torch::matmul(o_latent, w.narrow(1, nope_, v_dim_).transpose(1, 2));  // [B, H, T, v]
-  return o.transpose(1, 2).reshape({b, t, heads_ * v_dim_});
+  const torch::Tensor o = torch::bmm(o_latent.transpose(0, 1).reshape({heads_, b * t, kv_rank_}),
+                                     w.narrow(1, nope_, v_dim_).transpose(1, 2));  // [H, B T, v]
+  return o.view({heads_, b, t, v_dim_}).permute({1, 2, 0, 3}).reshape({b, t, heads_ * v_dim_});
 }
 
 // ------------------------------------------------------------------ MHA
