@@ -94,7 +94,7 @@ Fp8Operand QuantizeFp8(const torch::Tensor& x, bool blocks, bool transpose) {
   const std::string name = std::string("QuantizeFp8 (") + (blocks ? "128 x 128 blocks" : "1 x 128 tiles") +
                            (transpose ? ", transposed)" : ")");
   TORCH_CHECK(Fp8GemmApplies(x), name, ": x: ", c10::toString(x.scalar_type()), " on ", x.device(),
-              ", where bf16 or fp32 on a Hopper or newer GPU is read");
+              ", where bf16 or fp32 on a Hopper (sm_90) GPU is read");
   const bool rows_whole = blocks || transpose;
   TORCH_CHECK(x.dim() == 2 && x.size(1) % kTile == 0 && (!rows_whole || x.size(0) % kTile == 0), name,
               ": x: sizes ", x.sizes(), ", where [rows, cols] with cols", rows_whole ? " and rows" : "",
