@@ -247,6 +247,16 @@ torch::Tensor ApplyRopeAt(const torch::Tensor& x, const RopeFrequencies& freq, c
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
 }
 
+namespace {
+
+// The keys each of t queries may not see when they are the last t of s
+// positions: [t, s] bool, true above the shifted diagonal.
+torch::Tensor FutureMask(std::int64_t t, std::int64_t s, const torch::TensorOptions& options) {
+  return torch::ones({t, s}, options.dtype(torch::kBool)).triu(s - t + 1);
+}
+
+}  // namespace
+
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale) {
   const std::int64_t t = q.size(2), s = k.size(2);
@@ -259,7 +269,7 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, co
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);
 #endif
   const torch::Tensor scores = Upcast(torch::matmul(q, k.transpose(-1, -2))) * scale;
-  const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
+  const torch::Tensor future = FutureMask(t, s, q.options());
   const torch::Tensor p = torch::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
   return torch::matmul(p.to(v.scalar_type()), v);
 }
@@ -505,8 +515,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const torch::Tensor q_full = up_out[0].view({b, t, heads_, nope_ + rope_});
   const torch::Tensor k_full = rope_ > 0 ? up_out[2] : kv_up.narrow(-1, 0, nope_);
   const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
-  const double scale = RopeSoftmaxScale(rope_spec_) / std::sqrt(static_cast<double>(nope_ + rope_));
-  const torch::Tensor o = Attend(q_full, k_full, v, scale, q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
+  const torch::Tensor o = Attend(q_full, k_full, v, SoftmaxScale(), q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
   if (recompute_up_) up.DiscardOutputs(o);
   return Output(x, o);
 }
@@ -514,6 +523,10 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
 torch::Tensor MlaImpl::Output(const torch::Tensor& x, const torch::Tensor& o) {
   const torch::Tensor gated = gate_ ? o * torch::sigmoid(Upcast(gate_->forward(x))).to(x.scalar_type()) : o;
   return region_.Exit(o_proj_->forward(gated));
+}
+
+double MlaImpl::SoftmaxScale() const {
+  return RopeSoftmaxScale(rope_spec_) / std::sqrt(static_cast<double>(nope_ + rope_));
 }
 
 bool MlaImpl::MlaAbsorbs(std::int64_t t, std::int64_t s) const {
@@ -548,11 +561,9 @@ torch::Tensor MlaImpl::AttendAbsorbed(const torch::Tensor& q_source, const torch
     const torch::Tensor q_rope = ApplyRopeAt(q.narrow(-1, nope_, rope_).transpose(1, 2), *rope_freq_, q_pos);
     scores = scores + torch::bmm(q_rope.transpose(1, 2).reshape({b, -1, rope_}), k_rope.transpose(1, 2));
   }
-  const double scale = RopeSoftmaxScale(rope_spec_) / std::sqrt(static_cast<double>(nope_ + rope_));
-  const torch::Tensor future = torch::ones({t, s}, q.options().dtype(torch::kBool)).triu(s - t + 1);
-  const torch::Tensor p = torch::softmax(
-      (Upcast(scores).view({b, heads_, t, s}) * scale).masked_fill(future, -std::numeric_limits<double>::infinity()),
-      -1);
+  const torch::Tensor future = FutureMask(t, s, q.options());
+  const torch::Tensor scaled = Upcast(scores).view({b, heads_, t, s}) * SoftmaxScale();
+  const torch::Tensor p = torch::softmax(scaled.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
   const torch::Tensor o_latent = torch::bmm(p.to(dt).view({b, -1, s}), latent).view({b, heads_, t, kv_rank_});
   const torch::Tensor o = torch::bmm(o_latent.transpose(0, 1).reshape({heads_, b * t, kv_rank_}),
                                      w.narrow(1, nope_, v_dim_).transpose(1, 2));  // [H, B T, v]

@@ -195,6 +195,8 @@ class MlaImpl : public TokenMixer {
                                const torch::Tensor& k_rope, const torch::Tensor& q_pos) const;
   // The gate and the output projection of the heads' outputs [B, T, H * v].
   torch::Tensor Output(const torch::Tensor& x, const torch::Tensor& o);
+  // The scores' scale: YaRN's factor (RopeSoftmaxScale) over sqrt(nope + rope).
+  double SoftmaxScale() const;
   std::shared_ptr<ProjImpl> q_, q_a_, q_b_, kv_a_, kv_b_, gate_, o_proj_;
   std::shared_ptr<RmsNormImpl> q_norm_, kv_norm_;
   std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
