@@ -20,6 +20,14 @@ torch::Tensor PowerOfTwo(const torch::Tensor& e) {
   return ((e + kFloatExponentBias) * (std::int64_t(1) << kFloatMantissaBits)).to(torch::kInt).view(torch::kFloat);
 }
 
+// t [rows, cols] with zero rows and columns appended up to the next
+// multiples; t itself when it already has them.
+torch::Tensor ZeroPadded(const torch::Tensor& t, std::int64_t row_multiple, std::int64_t col_multiple) {
+  const std::int64_t rows = (row_multiple - t.size(0) % row_multiple) % row_multiple;
+  const std::int64_t cols = (col_multiple - t.size(1) % col_multiple) % col_multiple;
+  return rows == 0 && cols == 0 ? t : torch::constant_pad_nd(t, {0, cols, 0, rows});
+}
+
 }  // namespace
 
 torch::Tensor RoundToE4m3(const torch::Tensor& v) {
@@ -40,12 +48,10 @@ torch::Tensor FakeQuantizeFp8Blocks(const torch::Tensor& x, std::int64_t tile_ro
     throw std::invalid_argument("FakeQuantizeFp8Blocks: a 2-D tensor and positive tiles, got " +
                                 std::to_string(x.dim()) + "-D");
   const std::int64_t rows = x.size(0), cols = x.size(1);
-  const std::int64_t pad_rows = (tile_rows - rows % tile_rows) % tile_rows;
-  const std::int64_t pad_cols = (tile_cols - cols % tile_cols) % tile_cols;
   // Zero padding changes no tile's largest magnitude.
-  const torch::Tensor padded = torch::constant_pad_nd(x.to(torch::kFloat), {0, pad_cols, 0, pad_rows});
-  const std::int64_t tr = (rows + pad_rows) / tile_rows, tc = (cols + pad_cols) / tile_cols;
-  const torch::Tensor tiles = padded.view({tr, tile_rows, tc, tile_cols});
+  const torch::Tensor padded = ZeroPadded(x.to(torch::kFloat), tile_rows, tile_cols);
+  const std::int64_t padded_rows = padded.size(0), padded_cols = padded.size(1);
+  const torch::Tensor tiles = padded.reshape({padded_rows / tile_rows, tile_rows, padded_cols / tile_cols, tile_cols});
   // amax / 448 as an elementwise division by a tensor: CUDA divides by a
   // scalar through its reciprocal, one ulp away at times, and the scale
   // must be the same on every device.
@@ -53,7 +59,7 @@ torch::Tensor FakeQuantizeFp8Blocks(const torch::Tensor& x, std::int64_t tile_ro
   torch::Tensor scale = amax / torch::full_like(amax, kE4m3Max);
   scale = torch::where(scale > 0, scale, torch::ones_like(scale));
   const torch::Tensor dequantized = RoundToE4m3(tiles / scale).mul(scale);
-  return dequantized.view({rows + pad_rows, cols + pad_cols}).narrow(0, 0, rows).narrow(1, 0, cols);
+  return dequantized.view({padded_rows, padded_cols}).narrow(0, 0, rows).narrow(1, 0, cols);
 }
 
 namespace {
@@ -107,8 +113,8 @@ class Fp8GemmLinearFunction : public torch::autograd::Function<Fp8GemmLinearFunc
                                                 const torch::Tensor& w) {
     ctx->save_for_backward({x, w});
     const torch::Tensor x2 = Rows(x);
-    const torch::Tensor y = Fp8Matmul(QuantizeFp8(Padded(x2, kTokens, kFeatures), false),
-                                      QuantizeFp8(Padded(w, kTokens, kFeatures), true), x.scalar_type());
+    const torch::Tensor y = Fp8Matmul(QuantizeFp8(ZeroPadded(x2, kTokens, kFeatures), false),
+                                      QuantizeFp8(ZeroPadded(w, kTokens, kFeatures), true), x.scalar_type());
     std::vector<std::int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
     return {y.narrow(0, 0, x2.size(0)).narrow(1, 0, w.size(0)).reshape(shape)};
@@ -118,19 +124,20 @@ class Fp8GemmLinearFunction : public torch::autograd::Function<Fp8GemmLinearFunc
                                                  torch::autograd::variable_list grads) {
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &w = saved[1];
-    const torch::Tensor x2 = Padded(Rows(x), kTokens, kFeatures);
-    const torch::Tensor dy = Padded(Rows(grads[0]).to(x.scalar_type()), kTokens, kFeatures);
+    const torch::Tensor dy = ZeroPadded(Rows(grads[0]).to(x.scalar_type()), kTokens, kFeatures);
     // Dgrad: dy's 1x128 tiles run along the output features, the reduced
     // dimension; w^T's blocks are w's, transposed. Wgrad reduces over the
     // tokens: dy^T and x^T, their 1x128 tiles along them.
     torch::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
-      dx = Fp8Matmul(QuantizeFp8(dy, false), QuantizeFp8(Padded(w, kFeatures, kFeatures), true, true), x.scalar_type())
+      const Fp8Operand w_t = QuantizeFp8(ZeroPadded(w, kFeatures, kFeatures), true, /*transpose=*/true);
+      dx = Fp8Matmul(QuantizeFp8(dy, false), w_t, x.scalar_type())
                .narrow(0, 0, x.numel() / x.size(-1))
                .narrow(1, 0, x.size(-1))
                .reshape(x.sizes());
     }
     if (ctx->needs_input_grad(1)) {
+      const torch::Tensor x2 = ZeroPadded(Rows(x), kTokens, kFeatures);
       dw = Fp8Matmul(QuantizeFp8(dy, false, true), QuantizeFp8(x2, false, true), w.scalar_type())
                .narrow(0, 0, w.size(0))
                .narrow(1, 0, w.size(1));
@@ -140,12 +147,6 @@ class Fp8GemmLinearFunction : public torch::autograd::Function<Fp8GemmLinearFunc
 
  private:
   static constexpr std::int64_t kTokens = kFp8Block, kFeatures = 4 * kFp8Block;
-
-  static torch::Tensor Padded(const torch::Tensor& t, std::int64_t row_multiple, std::int64_t col_multiple) {
-    const std::int64_t rows = (row_multiple - t.size(0) % row_multiple) % row_multiple;
-    const std::int64_t cols = (col_multiple - t.size(1) % col_multiple) % col_multiple;
-    return rows == 0 && cols == 0 ? t : torch::constant_pad_nd(t, {0, cols, 0, rows});
-  }
 };
 
 void CheckShapes(const torch::Tensor& x, const torch::Tensor& w) {
