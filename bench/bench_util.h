@@ -48,6 +48,31 @@ double MedianSeconds(const torch::Device& device, int warmup, int reps, Fn fn) {
   return Median(t);
 }
 
+/// The options of the benches that time one product over token counts
+/// (kimi-plan-int4-bench, kimi-plan-fp8-bench).
+struct ProductBenchOptions {
+  torch::Device device = torch::kCUDA;
+  int reps = 20, warmup = 5;
+  std::vector<std::int64_t> tokens;
+};
+
+/// --device (cuda), --reps (20), --warmup (5) and --tokens (comma-separated,
+/// `default_tokens`); any other option is an InvalidArgument naming it.
+inline Result<ProductBenchOptions> ParseProductBenchOptions(int argc, char** argv, const std::string& default_tokens) {
+  bool unused = false;
+  KP_ASSIGN_OR_RETURN(auto kv, OptionPairs(argc, argv, "", &unused));
+  for (const auto& [k, v] : kv)
+    if (k != "device" && k != "reps" && k != "warmup" && k != "tokens")
+      return Status::InvalidArgument("unknown option --" + k + " (allowed: --device, --tokens, --reps, --warmup)");
+  auto value = [&](const std::string& k, const std::string& fallback) { return kv.count(k) ? kv[k] : fallback; };
+  ProductBenchOptions o;
+  KP_ASSIGN_OR_RETURN(o.device, runtime::ParseDevice(value("device", "cuda")));
+  KP_ASSIGN_OR_RETURN(o.reps, IntOption("reps", value("reps", "20"), 1, 10000));
+  KP_ASSIGN_OR_RETURN(o.warmup, IntOption("warmup", value("warmup", "5"), 0, 10000));
+  KP_ASSIGN_OR_RETURN(o.tokens, IntListOption("tokens", value("tokens", default_tokens), 1, 1 << 20));
+  return o;
+}
+
 /// A benchmark's main: bad arguments print their message and exit 2; a
 /// LibTorch error prints it and exits 1; otherwise `run`'s exit code. Every
 /// line starts with `prefix` (the program's name and ": ", or empty).

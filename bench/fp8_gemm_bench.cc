@@ -27,18 +27,11 @@
 namespace {
 
 kp::Status Run(int argc, char** argv) {
-  bool unused = false;
-  KP_ASSIGN_OR_RETURN(auto kv, kp::bench::OptionPairs(argc, argv, "", &unused));
-  for (const auto& [k, v] : kv)
-    if (k != "device" && k != "reps" && k != "warmup" && k != "tokens")
-      return kp::Status::InvalidArgument("unknown option --" + k + " (allowed: --device, --tokens, --reps, --warmup)");
-  KP_ASSIGN_OR_RETURN(const torch::Device device, kp::runtime::ParseDevice(kv.count("device") ? kv["device"] : "cuda"));
-  KP_ASSIGN_OR_RETURN(const int reps, kp::bench::IntOption("reps", kv.count("reps") ? kv["reps"] : "20", 1, 10000));
-  KP_ASSIGN_OR_RETURN(const int warmup,
-                      kp::bench::IntOption("warmup", kv.count("warmup") ? kv["warmup"] : "5", 0, 10000));
-  const std::string token_list = kv.count("tokens") ? kv["tokens"] : "512,2048,8192";
-  KP_ASSIGN_OR_RETURN(const std::vector<std::int64_t> tokens,
-                      kp::bench::IntListOption("tokens", token_list, 1, 1 << 20));
+  KP_ASSIGN_OR_RETURN(const kp::bench::ProductBenchOptions options,
+                      kp::bench::ParseProductBenchOptions(argc, argv, "512,2048,8192"));
+  const torch::Device device = options.device;
+  const int reps = options.reps, warmup = options.warmup;
+  const std::vector<std::int64_t>& tokens = options.tokens;
   const auto opts = torch::TensorOptions().device(device).dtype(torch::kBFloat16);
   const bool tensor_cores = kp::runtime::Fp8GemmApplies(torch::zeros({1}, opts));
   std::printf("FP8 products: %s\n", tensor_cores ? "tensor cores (e4m3, cuBLASLt blockwise scaling)"

@@ -24,15 +24,11 @@
 namespace {
 
 kp::Status Run(int argc, char** argv) {
-  bool unused = false;
-  KP_ASSIGN_OR_RETURN(auto kv, kp::bench::OptionPairs(argc, argv, "", &unused));
-  KP_ASSIGN_OR_RETURN(const torch::Device device, kp::runtime::ParseDevice(kv.count("device") ? kv["device"] : "cuda"));
-  KP_ASSIGN_OR_RETURN(const int reps, kp::bench::IntOption("reps", kv.count("reps") ? kv["reps"] : "20", 1, 10000));
-  KP_ASSIGN_OR_RETURN(const int warmup,
-                      kp::bench::IntOption("warmup", kv.count("warmup") ? kv["warmup"] : "5", 0, 10000));
-  const std::string token_list = kv.count("tokens") ? kv["tokens"] : "128,512,2048,8192";
-  KP_ASSIGN_OR_RETURN(const std::vector<std::int64_t> tokens,
-                      kp::bench::IntListOption("tokens", token_list, 1, 1 << 20));
+  KP_ASSIGN_OR_RETURN(const kp::bench::ProductBenchOptions options,
+                      kp::bench::ParseProductBenchOptions(argc, argv, "128,512,2048,8192"));
+  const torch::Device device = options.device;
+  const int reps = options.reps, warmup = options.warmup;
+  const std::vector<std::int64_t>& tokens = options.tokens;
   torch::NoGradGuard outer;
   std::printf("%-10s %7s %12s %12s %10s %12s %12s %10s %12s\n", "matrix", "tokens", "bf16 ms", "int4 ms", "int4/bf16",
               "bf16 TF/s", "int4 TF/s", "dequant ms", "weight MB");
