@@ -73,12 +73,13 @@ ChunkProducts Products(const torch::Tensor& qc, const torch::Tensor& kc, const t
 
 // The causal convolution of the new inputs x [B, T, C] continued from
 // `state`, the K-1 inputs before them (zeros: the start of the sequence);
-// `state` becomes the last K-1 of the prefix and x.
+// `state` becomes the last K-1 of the prefix and x, overwritten in place
+// (a fixed cache's buffers do not move).
 torch::Tensor CausalDepthwiseConvStep(const torch::Tensor& x, const torch::Tensor& weight, torch::Tensor& state) {
   const std::int64_t c = weight.size(0), kernel = weight.size(1);
   if (!state.defined()) state = torch::zeros({x.size(0), kernel - 1, c}, x.options());
   const torch::Tensor full = torch::cat({state, x}, 1);
-  state = full.narrow(1, full.size(1) - (kernel - 1), kernel - 1).contiguous();
+  state.copy_(full.narrow(1, full.size(1) - (kernel - 1), kernel - 1));
   const std::int64_t no_padding = 0;  // a literal 0 would also convert to the string overload
   return torch::conv1d(full.transpose(1, 2), weight.to(x.scalar_type()).unsqueeze(1), {}, /*stride=*/1, no_padding,
                        /*dilation=*/1, /*groups=*/c)
@@ -110,9 +111,36 @@ void CheckDecodable(const TensorParallelRegion& region, const LayerCache* cache)
               "incremental decoding runs without sequence parallelism");
 }
 
+// The new tokens' absolute positions [T]: the CP shard's, or after the
+// cache's prefix (read on the device for a fixed cache).
+torch::Tensor QueryPositions(const LayerCache* cache, const ContextShard& cp, std::int64_t t,
+                             const torch::TensorOptions& longs) {
+  if (cp.active()) return cp.Positions(t, longs);
+  if (cache && cache->fixed()) return cache->position + torch::arange(t, longs);
+  const std::int64_t offset = cache ? cache->length : 0;
+  return torch::arange(offset, offset + t, longs);
+}
+
+// The cache's per-token storage with `fresh` [B, T, ...] at the new
+// positions `q_pos`: appended (the view of the prefix grows), or written in
+// place for a fixed cache (the whole capacity; LayerCache).
+torch::Tensor CacheAlongTime(const LayerCache& cache, torch::Tensor& storage, const torch::Tensor& q_pos,
+                             const torch::Tensor& fresh) {
+  if (!cache.fixed()) return AppendTime(storage, cache.length, fresh);
+  storage.index_copy_(1, q_pos, fresh.to(storage.scalar_type()));
+  return storage;
+}
+
+// [T, S]: true where key position s is after query position q_pos[t]. For
+// S keys of which the queries are the last T, the future mask triu(S-T+1).
+torch::Tensor KeysAfter(const torch::Tensor& q_pos, std::int64_t s) {
+  return torch::arange(s, q_pos.options()).view({1, -1}) > q_pos.view({-1, 1});
+}
+
 }  // namespace
 
 void LayerCache::Map(const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+  // `position` is the cache's, not a row's: kept as it is.
   for (torch::Tensor* t : {&q_conv, &k_conv, &v_conv, &state, &latent, &rope_key, &key, &value})
     if (t->defined()) *t = f(*t);
 }
@@ -276,13 +304,18 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, co
 
 // Causal attention of q [B, T, H, d] over k, v [B, S, H, .], [B, T, H, dv]
 // out: the keys are the queries' own sequence (S - T earlier ones cached
-// first), or with CP every CP rank's, masked by global positions.
+// first), with CP every CP rank's, masked by global positions, or with
+// `keys_at_positions` a fixed cache's capacity, key s at position s.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                     const torch::Tensor& q_pos, const ContextShard& cp, std::int64_t t) {
+                     const torch::Tensor& q_pos, const ContextShard& cp, std::int64_t t, bool keys_at_positions) {
   const torch::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
-  const torch::Tensor o = cp.active()
-                              ? PositionCausalAttention(qt, kt, vt, scale, q_pos, cp.GatheredPositions(t, q_pos.options()))
-                              : CausalAttention(qt, kt, vt, scale);
+  torch::Tensor o;
+  if (cp.active())
+    o = PositionCausalAttention(qt, kt, vt, scale, q_pos, cp.GatheredPositions(t, q_pos.options()));
+  else if (keys_at_positions)
+    o = PositionCausalAttention(qt, kt, vt, scale, q_pos, torch::arange(k.size(1), q_pos.options()));
+  else
+    o = CausalAttention(qt, kt, vt, scale);
   return o.transpose(1, 2);
 }
 
@@ -340,12 +373,17 @@ torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tenso
   // A decode step is one token: the recurrent form; a long prefill is chunked.
   const torch::Tensor s0 = cache->state;
   torch::Tensor o;
+  torch::Tensor s1;
   if (chunk_ > 0 && t >= chunk_)
-    o = KdaChunked(q, k, v, g, beta, chunk_, s0, &cache->state, fused_);
+    o = KdaChunked(q, k, v, g, beta, chunk_, s0, &s1, fused_);
   else if (fused_ && KdaRecurrentKernelApplies(q, v))
-    o = KdaRecurrentKernel(q, k, v, g, beta, s0, &cache->state);
+    o = KdaRecurrentKernel(q, k, v, g, beta, s0, &s1);
   else
-    o = KdaRecurrent(q, k, v, g, beta, s0, &cache->state);
+    o = KdaRecurrent(q, k, v, g, beta, s0, &s1);
+  if (cache->fixed())
+    cache->state.copy_(s1);  // in place: a fixed cache's buffers do not move
+  else
+    cache->state = s1;
   cache->length += t;
   return o;
 }
@@ -468,7 +506,7 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   // The down-projections and their norms run on what this rank holds; the
   // latents enter the region (narrower than x, so cheaper to gather).
   const torch::Tensor x = region_.Enter(x_in);
-  const std::int64_t b = x.size(0), t = x.size(1), offset = cache ? cache->length : 0;
+  const std::int64_t b = x.size(0), t = x.size(1);
   const torch::Tensor q_source = q_ ? x : region_.Enter(q_norm_->forward(q_a_->forward(x_in)));
   const torch::Tensor kv = kv_a_->forward(x_in);
   torch::Tensor latent = kv_norm_->forward(kv.narrow(-1, 0, kv_rank_));  // [B, T, r]
@@ -481,13 +519,12 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   // With CP the rotary positions are the tokens' global ones, and the keys
   // (latent and rotated key, narrower than the heads' keys) are every CP
   // rank's, gathered.
-  const auto longs = x.options().dtype(torch::kLong);
-  const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
+  const torch::Tensor q_pos = QueryPositions(cache, cp_, t, x.options().dtype(torch::kLong));
   torch::Tensor k_rope;  // [B, T, rope]
   if (rope_ > 0) k_rope = ApplyRopeAt(rope_in.unsqueeze(2), *rope_freq_, q_pos).squeeze(2);
   if (cache) {
-    latent = AppendTime(cache->latent, cache->length, latent);
-    if (rope_ > 0) k_rope = AppendTime(cache->rope_key, cache->length, k_rope);
+    latent = CacheAlongTime(*cache, cache->latent, q_pos, latent);
+    if (rope_ > 0) k_rope = CacheAlongTime(*cache, cache->rope_key, q_pos, k_rope);
     cache->length += t;
   }
   if (cp_.active()) {
@@ -515,7 +552,8 @@ torch::Tensor MlaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   const torch::Tensor q_full = up_out[0].view({b, t, heads_, nope_ + rope_});
   const torch::Tensor k_full = rope_ > 0 ? up_out[2] : kv_up.narrow(-1, 0, nope_);
   const torch::Tensor v = kv_up.narrow(-1, nope_, v_dim_);
-  const torch::Tensor o = Attend(q_full, k_full, v, SoftmaxScale(), q_pos, cp_, t).reshape({b, t, heads_ * v_dim_});
+  const torch::Tensor o =
+      Attend(q_full, k_full, v, SoftmaxScale(), q_pos, cp_, t, cache && cache->fixed()).reshape({b, t, heads_ * v_dim_});
   if (recompute_up_) up.DiscardOutputs(o);
   return Output(x, o);
 }
@@ -561,7 +599,7 @@ torch::Tensor MlaImpl::AttendAbsorbed(const torch::Tensor& q_source, const torch
     const torch::Tensor q_rope = ApplyRopeAt(q.narrow(-1, nope_, rope_).transpose(1, 2), *rope_freq_, q_pos);
     scores = scores + torch::bmm(q_rope.transpose(1, 2).reshape({b, -1, rope_}), k_rope.transpose(1, 2));
   }
-  const torch::Tensor future = FutureMask(t, s, q.options());
+  const torch::Tensor future = KeysAfter(q_pos, s);
   const torch::Tensor scaled = Upcast(scores).view({b, heads_, t, s}) * SoftmaxScale();
   const torch::Tensor p = torch::softmax(scaled.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
   const torch::Tensor o_latent = torch::bmm(p.to(dt).view({b, -1, s}), latent).view({b, heads_, t, kv_rank_});
@@ -601,15 +639,14 @@ void MhaImpl::ShardHeads(const TensorParallelRegion& region, TensorParallelSplit
 torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
   CheckDecodable(region_, cache);
   const torch::Tensor x = region_.Enter(x_in);
-  const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_, offset = cache ? cache->length : 0;
-  const auto longs = x.options().dtype(torch::kLong);
-  const torch::Tensor q_pos = cp_.active() ? cp_.Positions(t, longs) : torch::arange(offset, offset + t, longs);
+  const std::int64_t b = x.size(0), t = x.size(1), groups = heads_ / kv_heads_;
+  const torch::Tensor q_pos = QueryPositions(cache, cp_, t, x.options().dtype(torch::kLong));
   const torch::Tensor q = ApplyRopeAt(q_->forward(x).view({b, t, heads_, head_dim_}), *rope_freq_, q_pos);
   torch::Tensor k = ApplyRopeAt(k_->forward(x).view({b, t, kv_heads_, head_dim_}), *rope_freq_, q_pos);
   torch::Tensor v = v_->forward(x).view({b, t, kv_heads_, head_dim_});
   if (cache) {
-    k = AppendTime(cache->key, cache->length, k);
-    v = AppendTime(cache->value, cache->length, v);
+    k = CacheAlongTime(*cache, cache->key, q_pos, k);
+    v = CacheAlongTime(*cache, cache->value, q_pos, v);
     cache->length += t;
   }
   if (cp_.active()) {
@@ -621,7 +658,8 @@ torch::Tensor MhaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
     k = k.repeat_interleave(groups, 2);
     v = v.repeat_interleave(groups, 2);
   }
-  const torch::Tensor o = Attend(q, k, v, 1.0 / std::sqrt(static_cast<double>(head_dim_)), q_pos, cp_, t);
+  const torch::Tensor o =
+      Attend(q, k, v, 1.0 / std::sqrt(static_cast<double>(head_dim_)), q_pos, cp_, t, cache && cache->fixed());
   return region_.Exit(o_proj_->forward(o.reshape({b, t, heads_ * head_dim_})));
 }
 

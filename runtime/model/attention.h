@@ -30,15 +30,26 @@ namespace kp::runtime {
 /// is the empty prefix). The per-token tensors (MLA's, MHA's) are storage
 /// along time (dim 1) of some capacity >= length, of which the first
 /// `length` positions are the prefix; the capacity doubles when full.
+///
+/// A fixed cache (`position` defined, DecodeCache::Fix) keeps every buffer
+/// where it is: its per-token storage has its final capacity and zeros past
+/// the prefix, a step writes its positions in place and attends over the
+/// whole capacity masked by position, and the states are overwritten in
+/// place. The position of the next token is then the device tensor
+/// `position` (shared by every layer; the model advances it), and `length`
+/// stops counting. A step's work and buffers are then the same for every
+/// token, which a CUDA graph's replays need.
 struct LayerCache {
   std::int64_t length = 0;               ///< tokens appended so far: the absolute position of the next one
+  torch::Tensor position;                ///< a fixed cache's next position, long [1] on the cache's device
   torch::Tensor q_conv, k_conv, v_conv;  ///< KDA: the last K-1 inputs of each short convolution [B, K-1, C]
   torch::Tensor state;                   ///< KDA: the delta-rule state S [B, H, dk, dv]
   torch::Tensor latent;                  ///< MLA: RMSNorm(c), the normalised latent [B, capacity, kv_lora_rank]
   torch::Tensor rope_key;                ///< MLA: RoPE(k_rope) [B, capacity, qk_rope_head_dim]; undefined when 0
   torch::Tensor key, value;              ///< MHA: RoPE(k) and v [B, capacity, kv_heads, head_dim]
-  /// Replaces every defined tensor t by f(t).
+  /// Replaces every defined per-row tensor t by f(t) (not `position`).
   void Map(const std::function<torch::Tensor(const torch::Tensor&)>& f);
+  bool fixed() const { return position.defined(); }
 };
 
 /// Attention of some kind: [B, T, D] -> [B, T, D], causal.

@@ -278,6 +278,36 @@ void DecodeCache::Repeat(std::int64_t n) {
   for (LayerCache& layer : layers) layer.Map([&](const torch::Tensor& t) { return t.repeat_interleave(n, 0); });
 }
 
+Status DecodeCache::Fix(std::int64_t capacity) {
+  if (layers.empty()) return Status::InvalidArgument("decode cache: nothing to fix before the prefill");
+  if (fixed()) return Status::InvalidArgument("decode cache: already fixed");
+  const std::int64_t used = length();
+  if (capacity < used)
+    return Status::InvalidArgument("decode cache: capacity " + std::to_string(capacity) + " is below the " +
+                                   std::to_string(used) + " tokens cached");
+  torch::Tensor position;
+  for (LayerCache& layer : layers) {
+    for (torch::Tensor* t : {&layer.latent, &layer.rope_key, &layer.key, &layer.value}) {
+      if (!t->defined()) continue;
+      std::vector<std::int64_t> sizes = t->sizes().vec();
+      sizes[1] = capacity;
+      // Zeros past the prefix: a masked key's weight is exactly 0, and 0
+      // times an uninitialised NaN would not be.
+      torch::Tensor storage = torch::zeros(sizes, t->options());
+      storage.narrow(1, 0, used).copy_(t->narrow(1, 0, used));
+      *t = storage;
+    }
+    for (torch::Tensor* t : {&layer.q_conv, &layer.k_conv, &layer.v_conv, &layer.state})
+      if (t->defined()) *t = t->clone(at::MemoryFormat::Contiguous);
+    if (!position.defined()) {
+      const torch::Tensor any = layer.state.defined() ? layer.state : layer.latent.defined() ? layer.latent : layer.key;
+      position = torch::full({1}, used, torch::TensorOptions().dtype(torch::kLong).device(any.device()));
+    }
+    layer.position = position;
+  }
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------- embedding, head
 
 EmbeddingImpl::EmbeddingImpl(const ModelSpec& spec, const ModelOptions& options)
@@ -416,6 +446,7 @@ torch::Tensor StageModelImpl::ForwardIncremental(const torch::Tensor& tokens, De
   ResidualStream stream = Embed(tokens);
   for (std::size_t i = 0; i < layers_.size(); ++i)
     stream = layers_[i]->ForwardIncremental(std::move(stream), cache.layers[i]);
+  if (cache.fixed()) cache.position().add_(tokens.size(1));  // on the device: a graph's replays advance it
   return Head(stream);
 }
 

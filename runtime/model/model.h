@@ -42,12 +42,24 @@ struct ResidualStream {
 /// StageModelImpl::ForwardIncremental sizes it on first use.
 struct DecodeCache {
   std::vector<LayerCache> layers;
-  /// Tokens cached (every layer holds the same prefix).
+  /// Tokens cached (every layer holds the same prefix). For a fixed cache,
+  /// those when it was fixed: position() counts on the device.
   std::int64_t length() const { return layers.empty() ? 0 : layers.front().length; }
   /// Keeps batch rows `index` (int64 [R]) in that order; an index may repeat.
+  /// A fixed cache stays fixed, in new buffers.
   void Select(const torch::Tensor& index);
   /// Row r becomes rows r*n .. r*n+n-1 (n samples sharing one prefill).
   void Repeat(std::int64_t n);
+  /// Fixes the cache (LayerCache: every buffer stays where it is) for
+  /// `capacity` positions in all: each per-token tensor becomes zeroed
+  /// storage of that capacity holding the prefix, each state its own
+  /// contiguous buffer, and the next position the device tensor position().
+  /// An error where capacity < length() or the cache is already fixed;
+  /// nothing changes then.
+  Status Fix(std::int64_t capacity);
+  bool fixed() const { return !layers.empty() && layers.front().fixed(); }
+  /// A fixed cache's next position, long [1] on its device (undefined when not fixed).
+  torch::Tensor position() const { return layers.empty() ? torch::Tensor() : layers.front().position; }
 };
 
 struct ForwardContext {
