@@ -5,7 +5,10 @@
 // command and the numbers.
 //
 //   kimi-plan-kda-bench [--batch 16] [--seq-len 1024] [--heads 8] [--dk 128]
-//       [--dv 128] [--iters 10] [--device cuda]
+//       [--dv 128] [--iters 10] [--device cuda] [--profile 0]
+//
+// --profile N: N more forward + backward passes of the kernel form at chunk
+// 32 under the profiler, their kernels by time (LibTorch 2 with Kineto).
 //
 // Output: a table, then one `RESULT` line per row. Exit 2 on bad arguments.
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "bench/bench_util.h"
+#include "bench/kernel_profile.h"
 #include "common/file_system.h"
 #include "runtime/comm/device.h"
 #include "runtime/model/attention.h"
@@ -29,7 +33,7 @@ using kp::bench::Median;
 using kp::bench::Synchronize;
 
 struct Args {
-  int batch = 16, seq_len = 1024, heads = 8, dk = 128, dv = 128, iters = 10;
+  int batch = 16, seq_len = 1024, heads = 8, dk = 128, dv = 128, iters = 10, profile = 0;
   std::string device = "cuda";
 };
 
@@ -40,7 +44,7 @@ Result<Args> ParseArgs(int argc, char** argv) {
   if (help)
     return Status::InvalidArgument(
         "usage: kimi-plan-kda-bench [--batch 16] [--seq-len 1024] [--heads 8] [--dk 128] [--dv 128] [--iters 10] "
-        "[--device cuda]");
+        "[--device cuda] [--profile 0]");
   const std::map<std::string, int*> positive = {{"batch", &a.batch}, {"seq-len", &a.seq_len}, {"heads", &a.heads},
                                                 {"dk", &a.dk},       {"dv", &a.dv},           {"iters", &a.iters}};
   for (const auto& [k, v] : kv) {
@@ -48,6 +52,8 @@ Result<Args> ParseArgs(int argc, char** argv) {
       KP_ASSIGN_OR_RETURN(*it->second, kp::bench::IntOption(k, v, 1));
     } else if (k == "device") {
       a.device = v;
+    } else if (k == "profile") {
+      KP_ASSIGN_OR_RETURN(a.profile, kp::bench::IntOption(k, v, 0));
     } else {
       return Status::InvalidArgument("unknown option --" + k);
     }
@@ -82,6 +88,17 @@ struct Timing {
   double forward_ms, train_ms, forward_gb, train_gb;
 };
 
+// One forward and backward of `row`'s form on fresh leaves of `in`.
+std::function<void()> TrainPass(const Row& row, const Inputs& in) {
+  std::vector<torch::Tensor> leaves;
+  for (const torch::Tensor& x : in.qkvgb) leaves.push_back(x.detach().requires_grad_(true));
+  return [row, leaves] {
+    const torch::Tensor o =
+        kp::runtime::KdaChunked(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], row.chunk, {}, nullptr, row.fused);
+    torch::autograd::grad({o.sum()}, leaves);
+  };
+}
+
 Timing Measure(const Row& row, const Inputs& in, const torch::Device& d, int iters) {
   kp::RealFileSystem fs;
   std::vector<torch::Tensor> leaves;
@@ -105,13 +122,23 @@ Timing Measure(const Row& row, const Inputs& in, const torch::Device& d, int ite
         forward();
       },
       &t.forward_gb);
-  t.train_ms = time(
-      [&] {
-        const torch::Tensor o = forward();
-        torch::autograd::grad({o.sum()}, leaves);
-      },
-      &t.train_gb);
+  t.train_ms = time(TrainPass(row, in), &t.train_gb);
   return t;
+}
+
+int Profile(const Row& row, const Inputs& in, const torch::Device& d, int reps) {
+  const std::function<void()> pass = TrainPass(row, in);
+  Result<std::vector<kp::bench::KernelTime>> kernels = kp::bench::ProfileKernels([&] {
+    for (int i = 0; i < reps; ++i) pass();
+    Synchronize(d);
+  });
+  if (!kernels.ok()) {
+    std::fprintf(stderr, "%s\n", kernels.status().message().c_str());
+    return 2;
+  }
+  std::printf("%s forward + backward under the profiler:\n", row.name.c_str());
+  kp::bench::PrintKernelProfile(*kernels, reps, 25);
+  return 0;
 }
 
 int Run(const Args& a) {
@@ -138,6 +165,7 @@ int Run(const Args& a) {
                 row.fused ? "kernel" : "torch", row.chunk, row.fused ? 1 : 0, t.forward_ms, t.forward_gb, t.train_ms,
                 t.train_gb);
   }
+  if (a.profile > 0) return Profile({"kernel C=32", 32, true}, in, d, a.profile);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "bench/kernel_profile.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <type_traits>
 #include <utility>
@@ -29,6 +30,26 @@ std::string KernelFamily(const std::string& name) {
     return "copy";
   if (has("elementwise") || has("vectorized") || has("unrolled")) return "elementwise";
   return "other";
+}
+
+void PrintKernelProfile(const std::vector<KernelTime>& kernels, int reps, std::size_t top) {
+  double total = 0;
+  std::map<std::string, double> by_family;
+  for (const KernelTime& k : kernels) {
+    total += k.ms;
+    by_family[k.family] += k.ms;
+  }
+  std::printf("profile: %d steps, %.1f ms of GPU kernel time per step, %zu distinct kernels\n", reps, total / reps,
+              kernels.size());
+  std::printf("%-10s %9s %7s %6s  %s\n", "family", "ms/step", "share", "calls", "kernel");
+  for (std::size_t i = 0; i < std::min(top, kernels.size()); ++i) {
+    const KernelTime& k = kernels[i];
+    std::printf("%-10s %9.3f %6.1f%% %6d  %.110s\n", k.family.c_str(), k.ms / reps, 100 * k.ms / total,
+                k.calls / reps, k.name.c_str());
+  }
+  std::printf("PROFILE");
+  for (const auto& [family, ms] : by_family) std::printf(" %s=%.4f", family.c_str(), ms / total);
+  std::printf(" kernel_ms_per_step=%.3f\n", total / reps);
 }
 
 #if TORCH_VERSION_MAJOR >= 2

@@ -28,6 +28,11 @@ std::string KernelFamily(const std::string& kernel_name);
 /// first. An error where this LibTorch has no Kineto profiler.
 Result<std::vector<KernelTime>> ProfileKernels(const std::function<void()>& work);
 
+/// Prints `kernels` (ProfileKernels' answer for `reps` repetitions of a
+/// piece of work) as a table of the `top` longest per repetition, then one
+/// `PROFILE family=share ... kernel_ms_per_step=` line.
+void PrintKernelProfile(const std::vector<KernelTime>& kernels, int reps, std::size_t top = 20);
+
 }  // namespace kp::bench
 
 #endif  // KIMI_PLAN_BENCH_KERNEL_PROFILE_H_

@@ -213,23 +213,7 @@ int PrintProfile(kp::runtime::TrainSession& session, const torch::Device& device
     std::cerr << (kernels.ok() ? failed : kernels.status()).message() << "\n";
     return kernels.ok() ? 1 : 2;
   }
-  double total = 0;
-  std::map<std::string, double> by_family;
-  for (const auto& k : *kernels) {
-    total += k.ms;
-    by_family[k.family] += k.ms;
-  }
-  std::printf("profile: %d steps, %.1f ms of GPU kernel time per step, %zu distinct kernels\n", steps,
-              total / steps, kernels->size());
-  std::printf("%-10s %9s %7s %6s  %s\n", "family", "ms/step", "share", "calls", "kernel");
-  for (std::size_t i = 0; i < std::min<std::size_t>(20, kernels->size()); ++i) {
-    const auto& k = (*kernels)[i];
-    std::printf("%-10s %9.2f %6.1f%% %6d  %.110s\n", k.family.c_str(), k.ms / steps, 100 * k.ms / total,
-                k.calls / steps, k.name.c_str());
-  }
-  std::printf("PROFILE");
-  for (const auto& [family, ms] : by_family) std::printf(" %s=%.4f", family.c_str(), ms / total);
-  std::printf(" kernel_ms_per_step=%.3f\n", total / steps);
+  kp::bench::PrintKernelProfile(*kernels, steps);
   return 0;
 }
 
