@@ -1,10 +1,13 @@
-// Kernels of attn_res_cuda.h. One warp per token; lane l takes channels
-// l, l + 32, ... so a warp's loads of a row are contiguous. The scores of
-// the (at most kMaxDepthValues) values live in registers: every loop over
-// the values is unrolled to that bound with a guard, so their indices are
-// constants.
+// Kernels of attn_res_cuda.h. One warp per token; lane l takes packs of P
+// channels (cuda_rows.cuh), so a warp's loads of a row are contiguous: P is
+// one 16-byte access (8 bf16 or 4 fp32 channels) where the dim and every
+// buffer allow it, else 1. Scalar 2-byte loads left these memory-bound
+// kernels at a quarter of HBM bandwidth. The scores of the (at most
+// kMaxDepthValues) values live in registers: every loop over the values is
+// unrolled to that bound with a guard, so their indices are constants.
 #include "runtime/kernels/attn_res_cuda.h"
 
+#include "runtime/kernels/cuda_elementwise.cuh"
 #include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
@@ -26,7 +29,7 @@ struct Grads {
 
 // Per value i of one token: the score s_i, 1 / rms_i and, when `dread` is
 // given, dalpha_i = dread . v_i; then softmax weights alpha.
-template <typename T>
+template <typename T, int P>
 struct Scores {
   float s[kMaxDepthValues], inv_rms[kMaxDepthValues], alpha[kMaxDepthValues], dalpha[kMaxDepthValues];
 
@@ -38,11 +41,17 @@ struct Scores {
     for (int i = 0; i < kMaxDepthValues; ++i) {
       if (i >= n) break;
       float dot = 0.f, squares = 0.f, dot_grad = 0.f;
-      for (int d = lane; d < dim; d += 32) {
-        const float x = Load(v.at[i], row + d);
-        dot += x * w[d];
-        squares += x * x;
-        if (dread) dot_grad += x * Load(dread, row + d);
+      for (int d = lane * P; d < dim; d += 32 * P) {
+        float x[P], wd[P], g[P];
+        LoadN<P>(v.at[i], row + d, x);
+        LoadN<P>(w, d, wd);
+        if (dread) LoadN<P>(dread, row + d, g);
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          dot += x[e] * wd[e];
+          squares += x[e] * x[e];
+          if (dread) dot_grad += x[e] * g[e];
+        }
       }
       inv_rms[i] = rsqrtf(WarpSum(squares) / dim + eps);
       s[i] = WarpSum(dot) * inv_rms[i];
@@ -64,30 +73,33 @@ struct Scores {
   }
 };
 
-template <typename T>
+template <typename T, int P>
 __global__ void __launch_bounds__(kWarps * 32, 2) ForwardKernel(Values<T> v, const float* __restrict__ w, float eps,
                                                             T* __restrict__ read, int n, std::int64_t tokens,
                                                             int dim) {
   const std::int64_t token = Row();
   if (token >= tokens) return;
   const std::int64_t row = token * dim;
-  Scores<T> sc;
+  Scores<T, P> sc;
   sc.Compute(v, row, n, dim, w, eps, nullptr);
-  for (int d = threadIdx.x % 32; d < dim; d += 32) {
-    float acc = 0.f;
+  for (int d = threadIdx.x % 32 * P; d < dim; d += 32 * P) {
+    float acc[P] = {};
 #pragma unroll
     for (int i = 0; i < kMaxDepthValues; ++i) {
       if (i >= n) break;
-      acc += sc.alpha[i] * Load(v.at[i], row + d);
+      float x[P];
+      LoadN<P>(v.at[i], row + d, x);
+#pragma unroll
+      for (int e = 0; e < P; ++e) acc[e] += sc.alpha[i] * x[e];
     }
-    Store(read, row + d, acc);
+    StoreN<P>(read, row + d, acc);
   }
 }
 
 // With s_i = (v_i . w) / r_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j),
 // dv_i = alpha_i dread + ds_i (w / r_i - s_i v_i / (dim r_i^2)),
 // dw  += sum_i ds_i v_i / r_i   (this token's row of dw_rows).
-template <typename T>
+template <typename T, int P>
 __global__ void __launch_bounds__(kWarps * 32, 2) BackwardKernel(Values<T> v, const float* __restrict__ w, float eps,
                                                              const T* __restrict__ dread, Grads<T> dv,
                                                              float* __restrict__ dw_rows, int n, std::int64_t tokens,
@@ -95,7 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) BackwardKernel(Values<T> v, co
   const std::int64_t token = Row();
   if (token >= tokens) return;
   const std::int64_t row = token * dim;
-  Scores<T> sc;
+  Scores<T, P> sc;
   sc.Compute(v, row, n, dim, w, eps, dread);
   float mean_dalpha = 0.f;
 #pragma unroll
@@ -109,18 +121,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2) BackwardKernel(Values<T> v, co
     if (i >= n) break;
     ds[i] = sc.alpha[i] * (sc.dalpha[i] - mean_dalpha);
   }
-  for (int d = threadIdx.x % 32; d < dim; d += 32) {
-    const float g = Load(dread, row + d), wd = w[d];
-    float dw = 0.f;
+  for (int d = threadIdx.x % 32 * P; d < dim; d += 32 * P) {
+    float g[P], wd[P], dw[P] = {};
+    LoadN<P>(dread, row + d, g);
+    LoadN<P>(w, d, wd);
 #pragma unroll
     for (int i = 0; i < kMaxDepthValues; ++i) {
       if (i >= n) break;
-      const float x = Load(v.at[i], row + d);
+      float x[P], grad[P];
+      LoadN<P>(v.at[i], row + d, x);
       const float r = sc.inv_rms[i];
-      Store(dv.at[i], row + d, sc.alpha[i] * g + ds[i] * (wd * r - sc.s[i] * x * r * r / dim));
-      dw += ds[i] * x * r;
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        grad[e] = sc.alpha[i] * g[e] + ds[i] * (wd[e] * r - sc.s[i] * x[e] * r * r / dim);
+        dw[e] += ds[i] * x[e] * r;
+      }
+      StoreN<P>(dv.at[i], row + d, grad);
     }
-    dw_rows[row + d] = dw;
+    StoreN<P>(dw_rows, row + d, dw);
   }
 }
 
@@ -146,19 +164,42 @@ Grads<T> TypedGrads(const DepthGrads& g) {
   return out;
 }
 
+// True when the kernels may take 16-byte packs of T: the dim a whole number
+// of a warp's packs and every buffer 16-byte aligned.
+template <typename T>
+bool Packed(const DepthRead& s, std::initializer_list<const void*> buffers, const void* const* values) {
+  if (s.dim % (32 * kPack<T>) != 0 || !elementwise::Aligned(buffers)) return false;
+  for (int i = 0; i < s.values; ++i)
+    if (!elementwise::Aligned({values[i]})) return false;
+  return true;
+}
+
 template <typename T>
 void LaunchForward(const DepthRead& s, const DepthValues& values, const float* w, float eps, void* read,
                    cudaStream_t stream) {
-  ForwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(TypedValues<T>(values), w, eps, static_cast<T*>(read),
-                                                               s.values, s.tokens, s.dim);
+  auto launch = [&](auto kernel) {
+    kernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(TypedValues<T>(values), w, eps, static_cast<T*>(read),
+                                                        s.values, s.tokens, s.dim);
+  };
+  if (Packed<T>(s, {w, read}, values.at))
+    launch(ForwardKernel<T, kPack<T>>);
+  else
+    launch(ForwardKernel<T, 1>);
 }
 
 template <typename T>
 void LaunchBackward(const DepthRead& s, const DepthValues& values, const float* w, float eps, const void* dread,
                     const DepthGrads& dvalues, float* dw_rows, cudaStream_t stream) {
-  BackwardKernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(TypedValues<T>(values), w, eps,
-                                                                static_cast<const T*>(dread), TypedGrads<T>(dvalues),
-                                                                dw_rows, s.values, s.tokens, s.dim);
+  auto launch = [&](auto kernel) {
+    kernel<<<Blocks(s.tokens), kWarps * 32, 0, stream>>>(TypedValues<T>(values), w, eps, static_cast<const T*>(dread),
+                                                        TypedGrads<T>(dvalues), dw_rows, s.values, s.tokens, s.dim);
+  };
+  const void* grads[kMaxDepthValues];
+  for (int i = 0; i < kMaxDepthValues; ++i) grads[i] = dvalues.at[i];
+  if (Packed<T>(s, {w, dread, dw_rows}, values.at) && Packed<T>(s, {}, grads))
+    launch(BackwardKernel<T, kPack<T>>);
+  else
+    launch(BackwardKernel<T, 1>);
 }
 
 }  // namespace

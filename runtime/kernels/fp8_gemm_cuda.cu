@@ -66,13 +66,15 @@ __global__ void RowTilesKernel(std::int64_t rows, std::int64_t cols, const void*
 // lane l) reads column l of rows w, w + 8, ..., so each column's 128 values
 // are spread over the 8 warps; the columns' amaxes meet in shared memory,
 // and the e4m3 bytes are staged there as x^T's 32 rows of 128 before a
-// 16-byte store per thread.
+// 16-byte store per thread. The staged rows are 144 bytes apart: at 128 a
+// warp's 32 byte writes (one per row) all fell in one bank (32-way
+// conflict); at 144 they spread over 8 banks, and rows stay 16-byte aligned.
 __global__ void ColumnTilesTransposedKernel(std::int64_t rows, std::int64_t cols, const void* __restrict__ x,
                                             bool bf16, std::uint8_t* __restrict__ q, float* __restrict__ scales) {
   constexpr int kCols = kWarp, kRowsPerThread = kTile / kWarps;
   __shared__ float partial[kWarps][kCols];
   __shared__ float column_scale[kCols];
-  __shared__ alignas(16) std::uint8_t staged[kCols][kTile];
+  __shared__ alignas(16) std::uint8_t staged[kCols][kTile + 16];
   const std::int64_t slabs_per_tile_row = cols / kCols;
   const std::int64_t tile_row = blockIdx.x / slabs_per_tile_row;  // which 128 rows
   const std::int64_t c0 = (blockIdx.x % slabs_per_tile_row) * kCols;

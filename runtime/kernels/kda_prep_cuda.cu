@@ -12,6 +12,9 @@
 // (the cumulative sum forward, the reverse cumulative sum backward).
 #include "runtime/kernels/kda_prep_cuda.h"
 
+#include <type_traits>
+
+#include "runtime/kernels/cuda_elementwise.cuh"
 #include "runtime/kernels/cuda_rows.cuh"
 
 namespace kp::runtime::cuda {
@@ -38,68 +41,107 @@ __device__ __forceinline__ std::int64_t ChunkedIndex(const KdaPrepShape& s, std:
   return ((b * s.heads + h) * padded + t) * s.dim + c;
 }
 
-// The convolution's pre-activation at (b, t, channel hc) of x [B, T, HD].
-template <typename T>
-__device__ __forceinline__ float ConvAt(const KdaPrepShape& s, const T* __restrict__ x, const float* __restrict__ w,
-                                        std::int64_t b, std::int64_t t, int hc) {
-  const int hd = s.heads * s.dim;
-  float a = 0.f;
-  for (int j = 0; j < s.kernel; ++j) {
-    const std::int64_t src = t - (s.kernel - 1) + j;
-    if (src >= 0) a += w[hc * s.kernel + j] * Load(x, (b * s.tokens + src) * hd + hc);
-  }
-  return a;
+// The convolution's width: K when the kernel is built for one (the Kimi
+// models' 4), else the shape's. A fixed width unrolls every tap loop, so a
+// lane's loads of all taps issue at once instead of one latency each.
+template <int K>
+__device__ __forceinline__ int Taps(const KdaPrepShape& s) {
+  return K > 0 ? K : s.kernel;
 }
 
-template <typename T>
+// The convolution's pre-activations at (b, t) for channels [hc, hc + P) of x
+// [B, T, HD]; w [HD, taps] fp32.
+template <int K, int P, typename T>
+__device__ __forceinline__ void ConvAt(const KdaPrepShape& s, const T* __restrict__ x, const float* __restrict__ w,
+                                       std::int64_t b, std::int64_t t, int hc, float* a) {
+  const int hd = s.heads * s.dim, taps = Taps<K>(s);
+#pragma unroll
+  for (int e = 0; e < P; ++e) a[e] = 0.f;
+#pragma unroll
+  for (int j = 0; j < (K > 0 ? K : kMaxKernel); ++j) {
+    if (j >= taps) break;
+    const std::int64_t src = t - (taps - 1) + j;
+    if (src < 0) continue;
+    float xs[P];
+    LoadN<P>(x, (b * s.tokens + src) * hd + hc, xs);
+#pragma unroll
+    for (int e = 0; e < P; ++e) a[e] += w[(hc + e) * taps + j] * xs[e];
+  }
+}
+
+// Lane l of a row kernel holds channels l P + 32 P i + e of its head, for
+// stripes i < dim / (32 P) and e < P: at most kMaxPerLane in all.
+template <int P>
+__device__ __forceinline__ int Stripes(const KdaPrepShape& s) {
+  return s.dim / (32 * P);
+}
+
+template <typename T, int K, int P>
 __global__ void __launch_bounds__(kWarps * 32)
     ConvForwardKernel(KdaPrepShape s, const T* __restrict__ x, const float* __restrict__ w, bool l2, float scale,
                       float eps, float* __restrict__ out) {
+  constexpr int kStripes = kMaxPerLane / P;
   const std::int64_t padded = Chunks(s) * s.chunk;
   const std::int64_t row = Row();
   if (row >= s.batch * padded * s.heads) return;
   const int h = static_cast<int>(row % s.heads);
   const std::int64_t t = (row / s.heads) % padded, b = row / s.heads / padded;
-  const int lane = threadIdx.x % 32, per = s.dim / 32;
+  const int lane = threadIdx.x % 32;
   float act[kMaxPerLane];
   float squares = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    act[i] = 0.f;
-    if (i < per && t < s.tokens) {
-      const float a = ConvAt(s, x, w, b, t, h * s.dim + lane + 32 * i);
-      act[i] = a * Sigmoid(a);
-      squares += act[i] * act[i];
+  for (int i = 0; i < kStripes; ++i) {
+    float* a = act + i * P;
+#pragma unroll
+    for (int e = 0; e < P; ++e) a[e] = 0.f;
+    if (i < Stripes<P>(s) && t < s.tokens) {
+      ConvAt<K, P>(s, x, w, b, t, h * s.dim + lane * P + 32 * P * i, a);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        a[e] *= Sigmoid(a[e]);
+        squares += a[e] * a[e];
+      }
     }
   }
-  const float r = l2 ? rsqrtf(WarpSum(squares) + eps) : 1.f;
+  const float r = (l2 ? rsqrtf(WarpSum(squares) + eps) : 1.f) * scale;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i)
-    if (i < per) out[ChunkedIndex(s, b, h, t, lane + 32 * i, padded)] = scale * act[i] * r;
+  for (int i = 0; i < kStripes; ++i) {
+    if (i >= Stripes<P>(s)) break;
+    float y[P];
+#pragma unroll
+    for (int e = 0; e < P; ++e) y[e] = act[i * P + e] * r;
+    StoreN<P>(out, ChunkedIndex(s, b, h, t, lane * P + 32 * P * i, padded), y);
+  }
 }
 
-template <typename T>
+template <typename T, int K, int P>
 __global__ void __launch_bounds__(kWarps * 32)
     ConvActGradKernel(KdaPrepShape s, const T* __restrict__ x, const float* __restrict__ w, bool l2, float scale,
                       float eps, const float* __restrict__ dout, float* __restrict__ da) {
+  constexpr int kStripes = kMaxPerLane / P;
   const std::int64_t padded = Chunks(s) * s.chunk;
   const std::int64_t row = Row();
   if (row >= s.batch * s.tokens * s.heads) return;
   const int h = static_cast<int>(row % s.heads);
   const std::int64_t t = (row / s.heads) % s.tokens, b = row / s.heads / s.tokens;
-  const int lane = threadIdx.x % 32, per = s.dim / 32, hd = s.heads * s.dim;
+  const int lane = threadIdx.x % 32, hd = s.heads * s.dim;
   float pre[kMaxPerLane], act[kMaxPerLane], grad[kMaxPerLane];
   float squares = 0.f, dot = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    pre[i] = act[i] = grad[i] = 0.f;
-    if (i < per) {
-      const int c = lane + 32 * i;
-      pre[i] = ConvAt(s, x, w, b, t, h * s.dim + c);
-      act[i] = pre[i] * Sigmoid(pre[i]);
-      grad[i] = dout[ChunkedIndex(s, b, h, t, c, padded)];
-      squares += act[i] * act[i];
-      dot += act[i] * grad[i];
+  for (int i = 0; i < kStripes; ++i) {
+    const int c = lane * P + 32 * P * i;
+#pragma unroll
+    for (int e = 0; e < P; ++e) pre[i * P + e] = act[i * P + e] = grad[i * P + e] = 0.f;
+    if (i < Stripes<P>(s)) {
+      ConvAt<K, P>(s, x, w, b, t, h * s.dim + c, pre + i * P);
+      LoadN<P>(dout, ChunkedIndex(s, b, h, t, c, padded), grad + i * P);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const int at = i * P + e;
+        act[at] = pre[at] * Sigmoid(pre[at]);
+        squares += act[at] * act[at];
+        dot += act[at] * grad[at];
+      }
     }
   }
   float r = 1.f, r3_dot = 0.f;
@@ -108,40 +150,61 @@ __global__ void __launch_bounds__(kWarps * 32)
     r3_dot = r * r * r * WarpSum(dot);
   }
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    if (i >= per) continue;
-    const float ds = scale * (r * grad[i] - act[i] * r3_dot);
-    const float sig = Sigmoid(pre[i]);
-    da[(b * s.tokens + t) * hd + h * s.dim + lane + 32 * i] = ds * sig * (1.f + pre[i] * (1.f - sig));
+  for (int i = 0; i < kStripes; ++i) {
+    if (i >= Stripes<P>(s)) break;
+    float d[P];
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const int at = i * P + e;
+      const float ds = scale * (r * grad[at] - act[at] * r3_dot);
+      const float sig = Sigmoid(pre[at]);
+      d[e] = ds * sig * (1.f + pre[at] * (1.f - sig));
+    }
+    StoreN<P>(da, (b * s.tokens + t) * hd + h * s.dim + lane * P + 32 * P * i, d);
   }
 }
 
-template <typename T>
+// One thread per (token tile, P consecutive channels).
+template <typename T, int K, int P>
 __global__ void ConvInputGradKernel(KdaPrepShape s, const T* __restrict__ x, const float* __restrict__ w,
                                     const float* __restrict__ da, T* __restrict__ dx, float* __restrict__ dw_partial) {
-  const int hd = s.heads * s.dim;
-  const int hc = blockIdx.x * blockDim.x + threadIdx.x;
+  const int hd = s.heads * s.dim, taps = Taps<K>(s);
+  const int hc = (blockIdx.x * blockDim.x + threadIdx.x) * P;
   if (hc >= hd) return;
   const std::int64_t tiles_per_batch = (s.tokens + kTileTokens - 1) / kTileTokens;
   const std::int64_t tile = blockIdx.y, b = tile / tiles_per_batch;
   const std::int64_t first = (tile % tiles_per_batch) * kTileTokens;
   const std::int64_t last = first + kTileTokens < s.tokens ? first + kTileTokens : s.tokens;
-  float dw[kMaxKernel] = {};
+  constexpr int kTaps = K > 0 ? K : kMaxKernel;
+  float dw[kTaps][P] = {};
+#pragma unroll 2
   for (std::int64_t t = first; t < last; ++t) {
-    const float g = da[(b * s.tokens + t) * hd + hc];
-    float dxt = 0.f;
+    float g[P], dxt[P] = {};
+    LoadN<P>(da, (b * s.tokens + t) * hd + hc, g);
 #pragma unroll
-    for (int j = 0; j < kMaxKernel; ++j) {
-      if (j >= s.kernel) continue;
-      const std::int64_t src = t - (s.kernel - 1) + j, dst = t + (s.kernel - 1) - j;
-      if (src >= 0) dw[j] += g * Load(x, (b * s.tokens + src) * hd + hc);
-      if (dst < s.tokens) dxt += w[hc * s.kernel + j] * da[(b * s.tokens + dst) * hd + hc];
+    for (int j = 0; j < kTaps; ++j) {
+      if (j >= taps) break;
+      const std::int64_t src = t - (taps - 1) + j, dst = t + (taps - 1) - j;
+      if (src >= 0) {
+        float xs[P];
+        LoadN<P>(x, (b * s.tokens + src) * hd + hc, xs);
+#pragma unroll
+        for (int e = 0; e < P; ++e) dw[j][e] += g[e] * xs[e];
+      }
+      if (dst < s.tokens) {
+        float later[P];
+        LoadN<P>(da, (b * s.tokens + dst) * hd + hc, later);
+#pragma unroll
+        for (int e = 0; e < P; ++e) dxt[e] += w[(hc + e) * taps + j] * later[e];
+      }
     }
-    Store(dx, (b * s.tokens + t) * hd + hc, dxt);
+    StoreN<P>(dx, (b * s.tokens + t) * hd + hc, dxt);
   }
 #pragma unroll
-  for (int j = 0; j < kMaxKernel; ++j)
-    if (j < s.kernel) dw_partial[(tile * hd + hc) * s.kernel + j] = dw[j];
+  for (int j = 0; j < kTaps; ++j)
+    if (j < taps)
+#pragma unroll
+      for (int e = 0; e < P; ++e) dw_partial[(tile * hd + hc + e) * taps + j] = dw[j][e];
 }
 
 // The gate kernels' thread: one per (batch, head, chunk, channel),
@@ -284,16 +347,61 @@ std::int64_t ShortConvTiles(const KdaPrepShape& s) {
   return s.batch * ((s.tokens + kTileTokens - 1) / kTileTokens);
 }
 
+namespace {
+
+// The short convolution's kernels for x of type T: taken four channels a
+// lane (one 16-byte fp32 or 8-byte bf16 access) where the dim is a multiple
+// of 128 and every buffer 16-byte aligned, and built for width 4 (the Kimi
+// models') or any width up to kMaxKernel.
+template <typename T, int K, int P>
+struct ConvKernels {
+  static void Forward(const KdaPrepShape& s, const T* x, const float* w, bool l2, float scale, float eps, float* out,
+                      cudaStream_t stream) {
+    ConvForwardKernel<T, K, P><<<RowBlocks(s, Chunks(s) * s.chunk), kWarps * 32, 0, stream>>>(s, x, w, l2, scale, eps,
+                                                                                                out);
+  }
+  static void Backward(const KdaPrepShape& s, const T* x, const float* w, bool l2, float scale, float eps,
+                       const float* dout, float* scratch, T* dx, float* dw_partial, cudaStream_t stream) {
+    const int hd = s.heads * s.dim, per_block = kChannelBlock * P;
+    const dim3 grid((hd + per_block - 1) / per_block, static_cast<unsigned>(ShortConvTiles(s)));
+    ConvActGradKernel<T, K, P><<<RowBlocks(s, s.tokens), kWarps * 32, 0, stream>>>(s, x, w, l2, scale, eps, dout,
+                                                                                     scratch);
+    ConvInputGradKernel<T, K, P><<<grid, kChannelBlock, 0, stream>>>(s, x, w, scratch, dx, dw_partial);
+  }
+};
+
+constexpr int kConvPack = 4;
+
+bool ConvPacked(const KdaPrepShape& s, std::initializer_list<const void*> buffers) {
+  return s.dim % (32 * kConvPack) == 0 && elementwise::Aligned(buffers);
+}
+
+// Calls f with ConvKernels<T, K, P> for the shape's width and packing.
+template <typename T, typename F>
+void WithConvKernels(const KdaPrepShape& s, bool packed, F&& f) {
+  if (s.kernel == 4 && packed)
+    f(ConvKernels<T, 4, kConvPack>{});
+  else if (s.kernel == 4)
+    f(ConvKernels<T, 4, 1>{});
+  else
+    f(ConvKernels<T, 0, 1>{});
+}
+
+}  // namespace
+
 cudaError_t ShortConvForward(const KdaPrepShape& s, const void* x, const float* w, bool l2, float scale, float eps,
                              float* out, cudaStream_t stream) {
   if (!KdaPrepSupports(s.dim, s.kernel, s.chunk)) return cudaErrorInvalidValue;
   if (s.batch * s.tokens == 0) return cudaSuccess;
-  const unsigned blocks = RowBlocks(s, Chunks(s) * s.chunk);
+  const bool packed = ConvPacked(s, {x, w, out});
+  auto forward = [&](auto typed_x) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed_x)>>;
+    WithConvKernels<T>(s, packed, [&](auto kernels) { kernels.Forward(s, typed_x, w, l2, scale, eps, out, stream); });
+  };
   if (s.bf16)
-    ConvForwardKernel<<<blocks, kWarps * 32, 0, stream>>>(s, static_cast<const __nv_bfloat16*>(x), w, l2, scale, eps,
-                                                          out);
+    forward(static_cast<const __nv_bfloat16*>(x));
   else
-    ConvForwardKernel<<<blocks, kWarps * 32, 0, stream>>>(s, static_cast<const float*>(x), w, l2, scale, eps, out);
+    forward(static_cast<const float*>(x));
   return cudaGetLastError();
 }
 
@@ -301,18 +409,17 @@ cudaError_t ShortConvBackward(const KdaPrepShape& s, const void* x, const float*
                               const float* dout, float* scratch, void* dx, float* dw_partial, cudaStream_t stream) {
   if (!KdaPrepSupports(s.dim, s.kernel, s.chunk)) return cudaErrorInvalidValue;
   if (s.batch * s.tokens == 0) return cudaSuccess;
-  const int hd = s.heads * s.dim;
-  const dim3 grid((hd + kChannelBlock - 1) / kChannelBlock, static_cast<unsigned>(ShortConvTiles(s)));
-  if (s.bf16) {
-    const auto* xb = static_cast<const __nv_bfloat16*>(x);
-    ConvActGradKernel<<<RowBlocks(s, s.tokens), kWarps * 32, 0, stream>>>(s, xb, w, l2, scale, eps, dout, scratch);
-    ConvInputGradKernel<<<grid, kChannelBlock, 0, stream>>>(s, xb, w, scratch, static_cast<__nv_bfloat16*>(dx),
-                                                            dw_partial);
-  } else {
-    const auto* xf = static_cast<const float*>(x);
-    ConvActGradKernel<<<RowBlocks(s, s.tokens), kWarps * 32, 0, stream>>>(s, xf, w, l2, scale, eps, dout, scratch);
-    ConvInputGradKernel<<<grid, kChannelBlock, 0, stream>>>(s, xf, w, scratch, static_cast<float*>(dx), dw_partial);
-  }
+  const bool packed = ConvPacked(s, {x, w, dout, scratch, dx, dw_partial});
+  auto backward = [&](auto typed_x) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed_x)>>;
+    WithConvKernels<T>(s, packed, [&](auto kernels) {
+      kernels.Backward(s, typed_x, w, l2, scale, eps, dout, scratch, static_cast<T*>(dx), dw_partial, stream);
+    });
+  };
+  if (s.bf16)
+    backward(static_cast<const __nv_bfloat16*>(x));
+  else
+    backward(static_cast<const float*>(x));
   return cudaGetLastError();
 }
 

@@ -5,6 +5,9 @@
 // (alone and in the whole layer), SwiGLU, the grouped expert GEMM
 // against the per-expert loop, and the FP8 quantisation and products. Tests that need a GPU and this build's
 // kernels skip with a message elsewhere; the CPU ones always run.
+#include <string>
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -175,12 +178,12 @@ struct ReadRun {
   std::vector<torch::Tensor> grads;  // the values', then the norm weight's and the query's
 };
 
-ReadRun RunRead(int n, torch::Device device, torch::Dtype dtype, bool kernel) {
+ReadRun RunRead(int n, std::int64_t dim, torch::Device device, torch::Dtype dtype, bool kernel) {
   std::vector<torch::Tensor> values;
   for (int i = 0; i < n; ++i)
-    values.push_back((Random({3, 37, 64}, 30 + i) * (1 + i)).to(device, dtype).requires_grad_(true));
-  const torch::Tensor norm_weight = (1 + 0.1 * Random({64}, 70)).to(device, torch::kFloat).requires_grad_(true);
-  const torch::Tensor query = Random({64}, 71).to(device, torch::kFloat).requires_grad_(true);
+    values.push_back((Random({3, 37, dim}, 30 + i) * (1 + i)).to(device, dtype).requires_grad_(true));
+  const torch::Tensor norm_weight = (1 + 0.1 * Random({dim}, 70)).to(device, torch::kFloat).requires_grad_(true);
+  const torch::Tensor query = Random({dim}, 71).to(device, torch::kFloat).requires_grad_(true);
   ReadRun r;
   if (kernel) {
     EXPECT_TRUE(AttnResKernelApplies(values));
@@ -197,22 +200,27 @@ ReadRun RunRead(int n, torch::Device device, torch::Dtype dtype, bool kernel) {
   return r;
 }
 
+// dim 64 takes the kernels' channel-at-a-time form; 256 their 16-byte packs
+// (8 bf16 or 4 fp32 channels a lane).
 TEST(AttnResKernelTest, MatchesTheTorchReadInFp64AndBf16) {
   SKIP_WITHOUT_CUDA_KERNELS();
-  for (int n : {1, 5, 16}) {
-    const ReadRun want = RunRead(n, torch::kCPU, torch::kDouble, false);
-    const ReadRun got = RunRead(n, torch::kCUDA, torch::kFloat, true);
-    EXPECT_LT(RelativeError(got.out, want.out), 1e-5) << n << " values";
-    for (std::size_t i = 0; i < want.grads.size(); ++i)
-      EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-4) << n << " values, grad " << i;
-    // bf16 values as the bf16 model has them: the same fp32 arithmetic, then
-    // rounded to bf16, as the torch form rounds.
-    const ReadRun torch_bf16 = RunRead(n, torch::kCUDA, torch::kBFloat16, false);
-    const ReadRun kernel_bf16 = RunRead(n, torch::kCUDA, torch::kBFloat16, true);
-    EXPECT_EQ(kernel_bf16.out.scalar_type(), torch::kBFloat16);
-    EXPECT_LT(RelativeError(kernel_bf16.out, torch_bf16.out), 1e-2) << n << " values";
-    for (std::size_t i = 0; i < want.grads.size(); ++i)
-      EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 2e-2) << n << " values, bf16 grad " << i;
+  for (std::int64_t dim : {64, 256}) {
+    for (int n : {1, 5, 16}) {
+      const ReadRun want = RunRead(n, dim, torch::kCPU, torch::kDouble, false);
+      const ReadRun got = RunRead(n, dim, torch::kCUDA, torch::kFloat, true);
+      EXPECT_LT(RelativeError(got.out, want.out), 1e-5) << n << " values, dim " << dim;
+      for (std::size_t i = 0; i < want.grads.size(); ++i)
+        EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-4) << n << " values, dim " << dim << ", grad " << i;
+      // bf16 values as the bf16 model has them: the same fp32 arithmetic,
+      // then rounded to bf16, as the torch form rounds.
+      const ReadRun torch_bf16 = RunRead(n, dim, torch::kCUDA, torch::kBFloat16, false);
+      const ReadRun kernel_bf16 = RunRead(n, dim, torch::kCUDA, torch::kBFloat16, true);
+      EXPECT_EQ(kernel_bf16.out.scalar_type(), torch::kBFloat16);
+      EXPECT_LT(RelativeError(kernel_bf16.out, torch_bf16.out), 1e-2) << n << " values, dim " << dim;
+      for (std::size_t i = 0; i < want.grads.size(); ++i)
+        EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 2e-2)
+            << n << " values, dim " << dim << ", bf16 grad " << i;
+    }
   }
 }
 
@@ -304,36 +312,44 @@ TEST(KdaPrepKernelTest, TheLayerMatchesItsTorchFormsInFp64) {
     EXPECT_LT(RelativeError(kernel_bf16.grads[i], torch_bf16.grads[i]), 5e-2) << i;
 }
 
+// The convolution at width 3 (the kernels for any width), width 4 (built
+// for it) and width 4 at dim 128 (four channels a lane in one access).
 TEST(KdaPrepKernelTest, ConvolutionAndGateMatchFp64WithPadding) {
   SKIP_WITHOUT_CUDA_KERNELS();
   // 50 tokens in chunks of 16: the last chunk has 2 real rows.
-  const std::int64_t b = 2, t = 50, h = 3, d = 64, width = 3, chunk = 16, padded = 64;
-  const torch::Tensor x = Random({b, t, h * d}, 40), w = Random({h * d, width}, 41) * 0.5;
+  const std::int64_t b = 2, t = 50, h = 3, d = 64, chunk = 16, padded = 64;
+  const torch::Tensor x = Random({b, t, h * d}, 40);
   const torch::Tensor a_log = Random({h}, 42) * 0.5, dt = Random({h * d}, 43) - 3.0;
-  auto chunked = [&](const torch::Tensor& y) {  // [B, T, H, d] -> [B, H, n, C, d], zero tail
+  auto chunked = [&](const torch::Tensor& y) {  // [B, T, H, dim] -> [B, H, n, C, dim], zero tail
     const torch::Tensor z = torch::cat({y.transpose(1, 2), torch::zeros({b, h, padded - t, y.size(3)}, y.options())}, 2);
     return z.reshape({b, h, padded / chunk, chunk, y.size(3)});
   };
-  for (bool l2 : {true, false}) {
-    std::vector<torch::Tensor> grads[2];
-    torch::Tensor outs[2];
-    for (int i = 0; i < 2; ++i) {
-      const auto device = i == 0 ? torch::kCPU : torch::kCUDA;
-      const auto dtype = i == 0 ? torch::kDouble : torch::kFloat;
-      const torch::Tensor xi = x.to(device, dtype).requires_grad_(true), wi = w.to(device, dtype).requires_grad_(true);
-      if (i == 0) {
-        torch::Tensor y = torch::silu(CausalDepthwiseConv(xi, wi)).view({b, t, h, d});
-        if (l2) y = y * torch::rsqrt(y.pow(2).sum(-1, true) + 1e-6) * 0.25;
-        outs[i] = chunked(y);
-      } else {
-        outs[i] = KdaShortConvChunked(xi, wi, h, chunk, l2, l2 ? 0.25 : 1.0, 1e-6);
+  for (const auto& [dim, width] : {std::pair<std::int64_t, std::int64_t>{64, 3}, {64, 4}, {128, 4}}) {
+    const torch::Tensor xs = Random({b, t, h * dim}, 40 + dim), w = Random({h * dim, width}, 41) * 0.5;
+    for (bool l2 : {true, false}) {
+      std::vector<torch::Tensor> grads[2];
+      torch::Tensor outs[2];
+      for (int i = 0; i < 2; ++i) {
+        const auto device = i == 0 ? torch::kCPU : torch::kCUDA;
+        const auto dtype = i == 0 ? torch::kDouble : torch::kFloat;
+        const torch::Tensor xi = xs.to(device, dtype).requires_grad_(true),
+                            wi = w.to(device, dtype).requires_grad_(true);
+        if (i == 0) {
+          torch::Tensor y = torch::silu(CausalDepthwiseConv(xi, wi)).view({b, t, h, dim});
+          if (l2) y = y * torch::rsqrt(y.pow(2).sum(-1, true) + 1e-6) * 0.25;
+          outs[i] = chunked(y);
+        } else {
+          outs[i] = KdaShortConvChunked(xi, wi, h, chunk, l2, l2 ? 0.25 : 1.0, 1e-6);
+        }
+        const torch::Tensor r = Random(outs[i].sizes(), 44).to(device, dtype);
+        grads[i] = torch::autograd::grad({(outs[i] * r).sum()}, {xi, wi});
       }
-      const torch::Tensor r = Random(outs[i].sizes(), 44).to(device, dtype);
-      grads[i] = torch::autograd::grad({(outs[i] * r).sum()}, {xi, wi});
+      const std::string at = "dim " + std::to_string(dim) + ", width " + std::to_string(width) + ", l2 " +
+                             std::to_string(l2);
+      EXPECT_LT(RelativeError(outs[1], outs[0]), 1e-6) << at;
+      EXPECT_LT(RelativeError(grads[1][0], grads[0][0]), 1e-5) << "dx, " << at;
+      EXPECT_LT(RelativeError(grads[1][1], grads[0][1]), 1e-5) << "dw, " << at;
     }
-    EXPECT_LT(RelativeError(outs[1], outs[0]), 1e-6) << "l2 " << l2;
-    EXPECT_LT(RelativeError(grads[1][0], grads[0][0]), 1e-5) << "dx, l2 " << l2;
-    EXPECT_LT(RelativeError(grads[1][1], grads[0][1]), 1e-5) << "dw, l2 " << l2;
   }
   std::vector<torch::Tensor> grads[2];
   torch::Tensor cums[2];
