@@ -10,12 +10,16 @@
 //
 //   kimi-plan-decode-bench --shape bench/kimi-1b.json [--device cuda] [--dtype bf16] [--prompts 8]
 //       [--samples 8] [--prompt-len 128] [--new-tokens 128] [--temperature 1] [--top-p 1]
-//       [--reps 3] [--warmup 1]
+//       [--reps 3] [--warmup 1] [--decode growing|fixed|graphs]
+//
+// --decode: how the steps run (rollout.h DecodeSteps; default the engine's:
+// graphs on a GPU, growing elsewhere).
 //
 // Exit codes: 0 success, 2 bad arguments or a shape the runtime cannot run.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,6 +85,18 @@ kp::Status Run(int argc, char** argv) {
   KP_ASSIGN_OR_RETURN(std::shared_ptr<kp::runtime::StageModelImpl> model, kp::runtime::BuildModel(spec, options));
   model->to(device);
   kp::runtime::RolloutEngine engine(model);
+  if (kv.count("decode")) {
+    const std::map<std::string, kp::runtime::DecodeSteps> steps = {{"growing", kp::runtime::DecodeSteps::kGrowing},
+                                                                   {"fixed", kp::runtime::DecodeSteps::kFixed},
+                                                                   {"graphs", kp::runtime::DecodeSteps::kGraphs}};
+    const auto it = steps.find(kv["decode"]);
+    if (it == steps.end())
+      return kp::Status::InvalidArgument("--decode: growing, fixed or graphs, got " + kv["decode"]);
+    KP_RETURN_IF_ERROR(engine.set_decode_steps(it->second));
+  }
+  const char* decode_name = engine.decode_steps() == kp::runtime::DecodeSteps::kGraphs  ? "graphs"
+                            : engine.decode_steps() == kp::runtime::DecodeSteps::kFixed ? "fixed"
+                                                                                        : "growing";
 
   torch::manual_seed(7);
   const torch::Tensor ids = torch::randint(1, spec.vocab, {prompts_n, prompt_len}, torch::kLong);
@@ -95,9 +111,9 @@ kp::Status Run(int argc, char** argv) {
   sampling.top_p = top_p;
 
   std::printf("model %s: %d layers, hidden %d, vocab %d; %d prompts x %d samples = %d rows, prompt %d, %d new tokens, "
-              "%s on %s\n",
+              "%s on %s, decode steps %s\n",
               spec.name.c_str(), spec.layers, spec.hidden, spec.vocab, prompts_n, samples, prompts_n * samples,
-              prompt_len, new_tokens, dtype.c_str(), device.str().c_str());
+              prompt_len, new_tokens, dtype.c_str(), device.str().c_str(), decode_name);
   std::printf("%-22s %10s %12s %12s %14s\n", "sampling", "seconds", "tokens", "tokens/s", "ms per step");
   for (const bool greedy : {false, true}) {
     kp::runtime::SamplingOptions s = sampling;
@@ -108,9 +124,13 @@ kp::Status Run(int argc, char** argv) {
     std::snprintf(label, sizeof label, greedy ? "greedy" : "T %.2g top-p %.2g", temperature, top_p);
     std::printf("%-22s %10.4f %12.0f %12.1f %14.3f\n", label, t.seconds, tokens, tokens / t.seconds,
                 1e3 * t.seconds / new_tokens);
-    std::printf("RESULT sampling=%s tokens_per_s=%.1f step_ms=%.4f rows=%d forward_calls=%lld host_reads=%lld\n",
-                greedy ? "greedy" : "sampled", tokens / t.seconds, 1e3 * t.seconds / new_tokens, prompts_n * samples,
-                static_cast<long long>(t.stats.forward_calls), static_cast<long long>(t.stats.host_reads));
+    std::printf("RESULT sampling=%s decode=%s tokens_per_s=%.1f step_ms=%.4f rows=%d forward_calls=%lld "
+                "host_reads=%lld graph_captures=%lld graph_replays=%lld\n",
+                greedy ? "greedy" : "sampled", decode_name, tokens / t.seconds, 1e3 * t.seconds / new_tokens,
+                prompts_n * samples, static_cast<long long>(t.stats.forward_calls),
+                static_cast<long long>(t.stats.host_reads), static_cast<long long>(t.stats.graph_captures),
+                static_cast<long long>(t.stats.graph_replays));
+    if (!t.stats.graph_error.empty()) std::printf("graphs not used: %s\n", t.stats.graph_error.c_str());
   }
   return kp::Status::Ok();
 }

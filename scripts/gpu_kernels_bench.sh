@@ -3,13 +3,15 @@
 # tree with the CUDA kernels (scripts/gpu_build.sh), runs their tests
 # (kp_kernel_tests, when .gpu-carry/googletest is carried), times KDA alone
 # (kimi-plan-kda-bench), then the actor's step with the kernels off and on
-# (A-B-A), one profiled step, and PyTorch eager on the same shape. Logs under
+# (A-B-A), one profiled step, PyTorch eager on the same shape and, with the
+# part "decode", the rollout's decode (kimi-plan-decode-bench). Logs under
 # OUTDIR; docs/benchmarks.md has the results.
 #
 #   scripts/gpu_kernels_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), CHUNK (64),
-# STEPS (10), PARTS ("tests kda train eager"; also "fused", "wide", "wide_k2" and "curve"),
-# WIDE_BATCH (8), CURVE_BATCH (4), CURVE_REFERENCE, BUDGET_S (540), JOBS (16).
+# STEPS (10), PARTS ("tests kda train eager"; also "fused", "wide", "wide_k2", "curve" and
+# "decode"), WIDE_BATCH (8), CURVE_BATCH (4), CURVE_REFERENCE, KDA_PROFILE (0: passes of
+# KDA alone under the profiler), TEST_FILTER (the kernel tests', all by default), BUDGET_S (540), JOBS (16).
 set -u -o pipefail
 out=${1:?usage: gpu_kernels_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
@@ -28,16 +30,18 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 source "$root/scripts/gpu_build.sh"
 targets=(kimi-plan-train-bench kimi-plan-kda-bench)
 [ -f "$root/.gpu-carry/googletest/CMakeLists.txt" ] && targets+=(kp_kernel_tests)
+want decode && targets+=(kimi-plan-decode-bench)
 gpu_build "$out" "$json_inc" "$JOBS" "${targets[@]}" || exit 1
 grep -E "CUDA kernels" "$out/build.log"
 
 if want tests && [ -x "$build/kp_kernel_tests" ]; then
   echo "== kernel tests"
-  timeout 300 "$build/kp_kernel_tests" 2>&1 | tee "$out/tests.txt" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure|error|Expected|Which is|actual" | head -60
+  timeout 300 "$build/kp_kernel_tests" --gtest_filter="${TEST_FILTER:-*}" 2>&1 | tee "$out/tests.txt" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure|error|Expected|Which is|actual" | head -60
 fi
 if want kda && [ "$(left)" -gt 120 ]; then
   echo "== KDA alone"
-  timeout 240 "$build/kimi-plan-kda-bench" --batch "$B" --seq-len "$T" 2>&1 | tee "$out/kda.txt"
+  timeout 240 "$build/kimi-plan-kda-bench" --batch "$B" --seq-len "$T" --profile "${KDA_PROFILE:-0}" 2>&1 |
+    tee "$out/kda.txt"
 fi
 common=(--shape "$shape" --batch "$B" --seq-len "$T" --warmup 3 --steps "$N" --device cuda --dtype bf16)
 peak=0
@@ -90,6 +94,14 @@ if n:
           f"last-10 means {avg(a, n - 1):.4f} vs {avg(b, n - 1):.4f}")
 PY
 fi
+# kimi-1b: 8 prompts x 8 samples, 128 + 128 tokens; the growing cache's
+# eager steps, the CUDA graphs' replays, the growing cache's again (A-B-A).
+for steps in growing graphs growing; do
+  want decode && [ "$(left)" -gt 60 ] || break
+  echo "== rollout decode, steps $steps"
+  timeout 120 "$build/kimi-plan-decode-bench" --shape "$shape" --device cuda --dtype bf16 --prompts 8 --samples 8 \
+    --prompt-len 128 --new-tokens 128 --reps 3 --warmup 1 --decode $steps 2>&1 | tee -a "$out/decode.txt"
+done
 flops=$(field "$out/fused_a.txt" flops_per_token RESULT)
 if want eager && [ -n "$flops" ] && [ "$(left)" -gt 100 ]; then
   echo "== PyTorch eager"

@@ -86,7 +86,16 @@ SampledTokens SampleTokenAt(const torch::Tensor& logits, const SamplingOptions& 
 }
 
 RolloutEngine::RolloutEngine(std::shared_ptr<StageModelImpl> model)
-    : model_(std::move(model)), device_(DeviceOf(*model_)) {}
+    : model_(std::move(model)), device_(DeviceOf(*model_)),
+      steps_(DecodeGraph::Available(device_) ? DecodeSteps::kGraphs : DecodeSteps::kGrowing) {}
+
+Status RolloutEngine::set_decode_steps(DecodeSteps steps) {
+  if (steps == DecodeSteps::kGraphs && !DecodeGraph::Available(device_))
+    return Status::InvalidArgument("decode steps: CUDA graphs need a GPU and a CUDA LibTorch 2; the model is on " +
+                                   device_.str());
+  steps_ = steps;
+  return Status::Ok();
+}
 
 Status RolloutEngine::CheckPrompts(const std::vector<std::vector<std::int64_t>>& prompts) const {
   const std::int64_t vocab = model_->spec().vocab;
@@ -146,6 +155,10 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
   ++stats_.forward_calls;
   cache.Repeat(n);
   logits = logits.repeat_interleave(n, 0);
+  if (steps_ != DecodeSteps::kGrowing) {
+    const Status fixed = cache.Fix(length + options.max_new_tokens);
+    TORCH_CHECK(fixed.ok(), fixed.message());
+  }
   // Every row's uniforms for the whole group, drawn at once and moved once:
   // a copy from pageable host memory waits for the device's queue, so one a
   // step would make the host wait for every step.
@@ -154,10 +167,12 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
     uniforms = torch::rand({static_cast<std::int64_t>(rows.size()), options.max_new_tokens}, generator,
                            torch::TensorOptions().dtype(torch::kDouble))
                    .to(device_);
+  auto uniforms_at = [&](int step) { return uniforms.defined() ? uniforms.select(1, step) : torch::Tensor(); };
+  std::unique_ptr<DecodeGraph> graph;
+  bool warm = false;
+  SampledTokens drawn = SampleTokenAt(logits, options, uniforms_at(0));
   std::vector<torch::Tensor> ids, logprobs;  // the steps since the last read, [rows] each
   for (int step = 0;; ++step) {
-    const SampledTokens drawn =
-        SampleTokenAt(logits, options, uniforms.defined() ? uniforms.select(1, step) : torch::Tensor());
     ids.push_back(drawn.ids);
     logprobs.push_back(drawn.logprobs.to(torch::kFloat));
     const bool last = step + 1 == options.max_new_tokens;
@@ -168,7 +183,9 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
       if (keep.empty() || last) return;
       if (keep.size() < rows.size()) {
         const torch::Tensor index = torch::tensor(keep, torch::kLong).to(device_);
-        cache.Select(index);
+        cache.Select(index);  // new buffers: the graph of the old ones ends
+        graph.reset();
+        warm = false;
         next = next.index_select(0, index);
         if (uniforms.defined()) uniforms = uniforms.index_select(0, index);
         std::vector<Sample*> kept;
@@ -176,9 +193,34 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
         rows = std::move(kept);
       }
     }
-    logits = model_->ForwardIncremental(next.unsqueeze(1), cache).select(1, 0);
+    drawn = Step(next, uniforms_at(step + 1), options, cache, graph, warm);
     ++stats_.forward_calls;
   }
+}
+
+SampledTokens RolloutEngine::Step(const torch::Tensor& next, const torch::Tensor& uniforms,
+                                  const SamplingOptions& options, DecodeCache& cache,
+                                  std::unique_ptr<DecodeGraph>& graph, bool& warm) {
+  if (steps_ == DecodeSteps::kGraphs && !graph && warm && stats_.graph_error.empty()) {
+    Result<std::unique_ptr<DecodeGraph>> captured = DecodeGraph::Capture(*model_, cache, options, next.size(0));
+    if (captured.ok()) {
+      graph = std::move(captured).value();
+      ++stats_.graph_captures;
+    } else {
+      stats_.graph_error = captured.status().message();  // eager steps from here on
+    }
+  }
+  if (graph) {
+    graph->ids().copy_(next);
+    if (uniforms.defined()) graph->uniforms().copy_(uniforms);
+    graph->Replay();
+    ++stats_.graph_replays;
+    // The graph's buffers are overwritten by the next replay.
+    return {graph->ids().clone(), graph->logprobs().clone()};
+  }
+  const torch::Tensor logits = model_->ForwardIncremental(next.unsqueeze(1), cache).select(1, 0);
+  warm = true;
+  return SampleTokenAt(logits, options, uniforms);
 }
 
 std::vector<std::int64_t> RolloutEngine::ReadSteps(const torch::Tensor& ids, const torch::Tensor& logprobs,

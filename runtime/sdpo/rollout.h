@@ -13,19 +13,23 @@
 // probabilities (up to their cumulative sum's rounding).
 // Device: the model's. Logits, temperature, masks, softmax, top-p, the draw
 // and the responses stay on it; the host reads the sampled ids and
-// log-probs, [rows] a step, once every kStopCheckEvery steps.
+// log-probs, [rows] a step, once every kStopCheckEvery steps. On a GPU the
+// steps run as CUDA graph replays over a fixed cache (DecodeSteps,
+// decode_graph.h), which sample what the same steps run eagerly sample.
 // Thread-safety: an engine and its model are used from one thread.
 #ifndef KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_
 #define KIMI_PLAN_RUNTIME_SDPO_ROLLOUT_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "common/status.h"
 #include "runtime/model/model.h"
+#include "runtime/sdpo/decode_graph.h"
 #include "runtime/sdpo/sampling_options.h"
 #include "runtime/tasks/tokenizer.h"
 
@@ -46,6 +50,20 @@ struct GenerationStats {
   /// Times the host read the sampled tokens back (and so waited for the
   /// device): per length group, one per kStopCheckEvery steps and one at its end.
   std::int64_t host_reads = 0;
+  /// Steps run as a CUDA graph's replay (DecodeSteps::kGraphs), and the
+  /// graphs captured for them: one per group, and one more each time rows
+  /// are dropped.
+  std::int64_t graph_replays = 0;
+  std::int64_t graph_captures = 0;
+  /// Why steps ran eagerly where graphs were asked for (empty: they did not).
+  std::string graph_error;
+};
+
+/// How the rollout's decode steps run (docs/runtime.md §16).
+enum class DecodeSteps {
+  kGrowing,  ///< over a cache that grows with the tokens (any device)
+  kFixed,    ///< over a fixed cache (DecodeCache::Fix), eagerly
+  kGraphs,   ///< over a fixed cache, each step after a group's first a CUDA graph's replay (a GPU)
 };
 
 /// One token per row of `logits` [B, V] (any device, fp32 or fp64):
@@ -85,6 +103,12 @@ class RolloutEngine {
                                        const SamplingOptions& options, std::uint64_t seed);
   const GenerationStats& last_stats() const { return stats_; }
   StageModelImpl& model() { return *model_; }
+  /// kGraphs by default where DecodeGraph::Available for the model's
+  /// device, else kGrowing; kGraphs elsewhere is InvalidArgument. The three
+  /// give the same samples up to the rounding of attending over a cache's
+  /// whole capacity (kFixed and kGraphs: exactly the same).
+  Status set_decode_steps(DecodeSteps steps);
+  DecodeSteps decode_steps() const { return steps_; }
 
  private:
   // Decodes every sample of `group` (indices of prompts of one length) into `out`.
@@ -95,9 +119,15 @@ class RolloutEngine {
   // the rows' samples up to each one's stop; the rows that go on.
   std::vector<std::int64_t> ReadSteps(const torch::Tensor& ids, const torch::Tensor& logprobs,
                                       const SamplingOptions& options, std::vector<Sample*>& rows);
+  // The next token of each row after `next`: one step of the model and the
+  // sampler, a replay of `graph` where graphs run (captured here when
+  // `warm`: the eager step has run on the cache's present buffers).
+  SampledTokens Step(const torch::Tensor& next, const torch::Tensor& uniforms, const SamplingOptions& options,
+                     DecodeCache& cache, std::unique_ptr<DecodeGraph>& graph, bool& warm);
 
   std::shared_ptr<StageModelImpl> model_;
   torch::Device device_;
+  DecodeSteps steps_;
   GenerationStats stats_;
 };
 

@@ -333,6 +333,41 @@ TEST(RolloutTest, TheSeedDecidesTheSamples) {
   EXPECT_NE(responses(12), a);
 }
 
+// Decoding over a fixed cache (kFixed: the graphs' form, run eagerly)
+// samples what the growing cache samples: fp64, temperature and top-p,
+// prompts of two lengths and stop ids that drop rows (so the fixed cache is
+// selected too). Graphs are refused on the CPU by name.
+TEST(RolloutTest, AFixedCacheSamplesAsTheGrowingOne) {
+  auto model = TinyModel(/*fp64=*/true);
+  const auto prompts = Prompts({4, 6, 4}, TinyKimiSpec().vocab);
+  SamplingOptions o;
+  o.temperature = 0.8;
+  o.top_p = 0.9;
+  o.samples = 3;
+  o.max_new_tokens = 2 * RolloutEngine::kStopCheckEvery + 1;
+  o.stop_ids = {5, 9};
+  RolloutEngine engine(model);
+  EXPECT_EQ(engine.decode_steps(), DecodeSteps::kGrowing);
+  const Status graphs = engine.set_decode_steps(DecodeSteps::kGraphs);
+  EXPECT_EQ(graphs.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(graphs.message().find("CUDA graphs"), std::string::npos) << graphs.message();
+  auto growing = engine.Generate(prompts, o, 21);
+  ASSERT_TRUE(growing.ok()) << growing.status().message();
+  ASSERT_TRUE(engine.set_decode_steps(DecodeSteps::kFixed).ok());
+  auto fixed = engine.Generate(prompts, o, 21);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().message();
+  int stopped = 0;
+  for (std::size_t i = 0; i < growing->size(); ++i) {
+    EXPECT_EQ((*fixed)[i].response, (*growing)[i].response) << "sample " << i;
+    ASSERT_EQ((*fixed)[i].logprobs.size(), (*growing)[i].logprobs.size());
+    for (std::size_t t = 0; t < (*fixed)[i].logprobs.size(); ++t)
+      EXPECT_NEAR((*fixed)[i].logprobs[t], (*growing)[i].logprobs[t], 1e-6) << "sample " << i << " token " << t;
+    stopped += (*fixed)[i].stopped;
+  }
+  EXPECT_GT(stopped, 0) << "no row stopped: the fixed cache was never selected";
+  EXPECT_EQ(engine.last_stats().graph_replays, 0);
+}
+
 TEST(RolloutTest, BadPromptsAreRefused) {
   RolloutEngine engine(TinyModel(/*fp64=*/false));
   EXPECT_EQ(engine.Generate({{1, 2}, {}}, {}, 0).status().code(), Status::Code::kInvalidArgument);

@@ -1,7 +1,8 @@
 // The device sampler on a GPU against a host loop in fp64 written from its
 // contract (rollout.h): softmax(z / T), the nucleus in descending order
 // (ties by lower id) while the mass before a token is < top_p, renormalised,
-// and the first id whose cumulative mass exceeds u. Skipped without a GPU.
+// and the first id whose cumulative mass exceeds u; and the rollout's
+// decode steps as CUDA graph replays. Skipped without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "runtime/model/test_util.h"
 #include "runtime/sdpo/rollout.h"
 
 namespace kp::runtime {
@@ -91,6 +93,45 @@ TEST(DeviceSamplerTest, GreedyOnTheGpuIsTheArgmaxLowestIdFirst) {
   const SampledTokens s = SampleTokenAt(logits.cuda(), o, torch::Tensor());
   EXPECT_TRUE(torch::equal(s.ids.cpu(), logits.argmax(-1)));
   EXPECT_EQ(s.ids[3].item<std::int64_t>(), 7);
+}
+
+// The decode steps as CUDA graph replays sample exactly what the same
+// steps run eagerly over the fixed cache sample: bf16 (the grouped experts,
+// so no step waits for the host), temperature and top-p, two prompt lengths
+// (a graph each) and stop ids that drop rows (the cache is selected and the
+// graph captured again).
+TEST(DecodeGraphTest, ReplaysSampleAsTheEagerStepsOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  if (!DecodeGraph::Available(torch::Device(torch::kCUDA))) GTEST_SKIP() << "this build has no CUDA graphs";
+  ModelOptions opts;
+  opts.dtype = opts.weight_dtype = DType::kBf16;
+  opts.kda_chunk = 4;
+  Result<std::shared_ptr<StageModelImpl>> model = BuildModel(TinyKimiSpec(), opts);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  (*model)->to(torch::kCUDA);
+  RolloutEngine engine(*model);
+  EXPECT_EQ(engine.decode_steps(), DecodeSteps::kGraphs);
+  std::vector<std::vector<std::int64_t>> prompts = {{1, 7, 12, 30}, {2, 8, 19, 40, 3, 11}, {4, 9, 22, 33}};
+  SamplingOptions o;
+  o.temperature = 0.8;
+  o.top_p = 0.9;
+  o.samples = 3;
+  o.max_new_tokens = 2 * RolloutEngine::kStopCheckEvery + 1;
+  o.stop_ids = {5, 9};
+  ASSERT_TRUE(engine.set_decode_steps(DecodeSteps::kFixed).ok());
+  auto eager = engine.Generate(prompts, o, 23);
+  ASSERT_TRUE(eager.ok()) << eager.status().message();
+  ASSERT_TRUE(engine.set_decode_steps(DecodeSteps::kGraphs).ok());
+  auto graphs = engine.Generate(prompts, o, 23);
+  ASSERT_TRUE(graphs.ok()) << graphs.status().message();
+  const GenerationStats& stats = engine.last_stats();
+  EXPECT_EQ(stats.graph_error, "");
+  EXPECT_GE(stats.graph_captures, 2) << "one a prompt length at least";
+  EXPECT_GT(stats.graph_replays, 0);
+  for (std::size_t i = 0; i < eager->size(); ++i) {
+    EXPECT_EQ((*graphs)[i].response, (*eager)[i].response) << "sample " << i;
+    EXPECT_EQ((*graphs)[i].logprobs, (*eager)[i].logprobs) << "sample " << i;
+  }
 }
 
 }  // namespace
