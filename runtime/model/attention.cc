@@ -127,6 +127,10 @@ torch::Tensor QueryPositions(const LayerCache* cache, const ContextShard& cp, st
 torch::Tensor CacheAlongTime(const LayerCache& cache, torch::Tensor& storage, const torch::Tensor& q_pos,
                              const torch::Tensor& fresh) {
   if (!cache.fixed()) return AppendTime(storage, cache.length, fresh);
+  // Past the capacity the write would be a device-side fault; the host sees
+  // it coming where it runs the steps (not in a graph's replays).
+  TORCH_CHECK(cache.length + fresh.size(1) <= storage.size(1), "a fixed decode cache of ", storage.size(1),
+              " positions cannot take ", fresh.size(1), " more after ", cache.length);
   storage.index_copy_(1, q_pos, fresh.to(storage.scalar_type()));
   return storage;
 }

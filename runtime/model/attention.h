@@ -36,8 +36,9 @@ namespace kp::runtime {
 /// the prefix, a step writes its positions in place and attends over the
 /// whole capacity masked by position, and the states are overwritten in
 /// place. The position of the next token is then the device tensor
-/// `position` (shared by every layer; the model advances it), and `length`
-/// stops counting. A step's work and buffers are then the same for every
+/// `position` (shared by every layer; the model advances it); `length`
+/// counts only the steps the host runs (a CUDA graph's replays advance
+/// `position` alone). A step's work and buffers are then the same for every
 /// token, which a CUDA graph's replays need.
 struct LayerCache {
   std::int64_t length = 0;               ///< tokens appended so far: the absolute position of the next one

@@ -436,6 +436,10 @@ MoeImpl::MoeImpl(const ModelSpec& spec, const ModelOptions& options, double init
                                                                         options.fused_kernels));
 }
 
+bool MoeImpl::GroupedFor(const torch::TensorOptions& activations) const {
+  return !expert_groups_.split() && fused_ && experts_->GroupedApplies(torch::empty({0}, activations));
+}
+
 torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
   const auto shape = x.sizes().vec();
   const torch::Tensor xf = x.reshape({-1, shape.back()});
@@ -452,7 +456,7 @@ torch::Tensor MoeImpl::Mix(const torch::Tensor& x, bool record_load) {
   const torch::Tensor ends = torch::searchsorted(sorted_ids, torch::arange(1, num_experts_ + 1, flat.options()),
                                                  /*out_int32=*/true);
   torch::Tensor y_sorted;
-  if (!expert_groups_.split() && fused_ && experts_->GroupedApplies(x_sorted)) {
+  if (GroupedFor(x_sorted.options())) {
     y_sorted = experts_->ForwardGrouped(x_sorted, ends);  // no host sync
   } else {
     // The loop over experts (and the all-to-all's sizes) need the counts on

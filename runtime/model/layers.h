@@ -272,6 +272,10 @@ class MoeImpl : public ChannelMixer {
   /// (expert_parallel.h: ShardExperts does both).
   void SetExpertParallel(const ExpertGroups& groups) { expert_groups_ = groups; }
   bool experts_split() const { return expert_groups_.split(); }
+  /// True when Mix on activations of this dtype and device runs every
+  /// expert as one grouped GEMM: no read of the experts' counts on the host
+  /// (so a CUDA graph can capture it).
+  bool GroupedFor(const torch::TensorOptions& activations) const;
   std::int64_t num_experts() const { return num_experts_; }
 
  private:

@@ -379,6 +379,7 @@ StageModelImpl::StageModelImpl(const ModelSpec& spec, const ModelOptions& option
       stage_(stage),
       fused_kernels_(options.fused_kernels),
       group_layers_(std::max(1, options.checkpoint_group_layers)),
+      bf16_activations_(options.dtype == DType::kBf16),
       grouped_(options.activation_checkpointing && options.checkpoint_first_layers == 0 && group_layers_ > 1) {
   if (stage.embedding) embedding_ = register_module("embedding", std::make_shared<EmbeddingImpl>(spec, options));
   layer_list_ = register_module("layers", std::make_shared<torch::nn::Module>("LayerList"));
@@ -448,6 +449,14 @@ torch::Tensor StageModelImpl::ForwardIncremental(const torch::Tensor& tokens, De
     stream = layers_[i]->ForwardIncremental(std::move(stream), cache.layers[i]);
   if (cache.fixed()) cache.position().add_(tokens.size(1));  // on the device: a graph's replays advance it
   return Head(stream);
+}
+
+bool StageModelImpl::DecodeStepStaysOnDevice(const torch::Device& device) {
+  const auto activations =
+      torch::TensorOptions().device(device).dtype(bf16_activations_ ? torch::kBFloat16 : torch::kFloat);
+  for (const auto& layer : layers_)
+    if (layer->moe() && !layer->moe()->GroupedFor(activations)) return false;
+  return true;
 }
 
 void StageModelImpl::SetActivationCheckpointing(bool on) {

@@ -43,7 +43,7 @@ struct ResidualStream {
 struct DecodeCache {
   std::vector<LayerCache> layers;
   /// Tokens cached (every layer holds the same prefix). For a fixed cache,
-  /// those when it was fixed: position() counts on the device.
+  /// those the host's steps added (a graph's replays count in position()).
   std::int64_t length() const { return layers.empty() ? 0 : layers.front().length; }
   /// Keeps batch rows `index` (int64 [R]) in that order; an index may repeat.
   /// A fixed cache stays fixed, in new buffers.
@@ -209,6 +209,10 @@ class StageModelImpl : public torch::nn::Module {
   /// positions up to rounding. Requires a stage holding embedding and head;
   /// meant for inference under torch::NoGradGuard.
   torch::Tensor ForwardIncremental(const torch::Tensor& tokens, DecodeCache& cache);
+  /// True when a decode step on `device` reads nothing back to the host:
+  /// every MoE layer's experts run grouped (MoeImpl::GroupedFor) on this
+  /// model's activations, so a CUDA graph can capture the step.
+  bool DecodeStepStaysOnDevice(const torch::Device& device);
 
   const std::vector<std::shared_ptr<DecoderLayerImpl>>& layers() const { return layers_; }
   EmbeddingImpl* embedding() { return embedding_.get(); }  ///< null unless stage().embedding
@@ -249,6 +253,7 @@ class StageModelImpl : public torch::nn::Module {
   std::shared_ptr<HeadImpl> head_;
   bool fused_kernels_;
   int group_layers_;  ///< ModelOptions::checkpoint_group_layers, at least 1
+  bool bf16_activations_;  ///< ModelOptions::dtype is bf16
   bool grouped_;      ///< recompute groups of group_layers_ layers (RunLayers)
   std::vector<DeferredNormal> deferred_;
 };

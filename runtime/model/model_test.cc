@@ -628,8 +628,8 @@ TEST(DecodeTest, RepeatedAndSelectedRowsContinueTheirOwnSequences) {
 }
 
 // A fixed cache (DecodeCache::Fix, for CUDA graphs) decodes as the growing
-// one: after a prefill of 3 and two samples a prompt, steps of one token
-// over the whole capacity (masked by position) give the full forward's
+// one: after a prefill of 3 and two samples a prompt, a step of 8 tokens and
+// steps of one over the whole capacity (masked by position) give the full forward's
 // logits, the buffers never move, the position counts on the device, and a
 // Select keeps the cache fixed and the rows' own sequences.
 TEST(DecodeTest, AFixedCacheDecodesAsTheGrowingOneInPlace) {
@@ -637,37 +637,39 @@ TEST(DecodeTest, AFixedCacheDecodesAsTheGrowingOneInPlace) {
   for (const auto& [spec, opts] : DecodeSpecs()) {
     auto model = BuildFp64(spec, opts);
     const torch::Tensor prompt = Tokens(spec, 1, 3, 39);
-    const torch::Tensor continuations = Tokens(spec, 2, 6, 40);  // one per sample row
+    const torch::Tensor continuations = Tokens(spec, 2, 12, 40);  // one per sample row
     DecodeCache cache;
     model->ForwardIncremental(prompt, cache);
     cache.Repeat(2);
     EXPECT_EQ(cache.Fix(2).code(), Status::Code::kInvalidArgument) << "below the 3 cached";
-    ASSERT_TRUE(cache.Fix(12).ok());
-    EXPECT_EQ(cache.Fix(12).code(), Status::Code::kInvalidArgument) << "fixed twice";
+    ASSERT_TRUE(cache.Fix(16).ok());
+    EXPECT_EQ(cache.Fix(16).code(), Status::Code::kInvalidArgument) << "fixed twice";
     ASSERT_TRUE(cache.fixed());
     std::vector<const void*> buffers;
     auto each_buffer = [&](const std::function<void(const torch::Tensor&)>& f) {
       for (LayerCache& layer : cache.layers) layer.Map([&](const torch::Tensor& t) { f(t); return t; });
     };
     each_buffer([&](const torch::Tensor& t) { buffers.push_back(t.data_ptr()); });
-    std::vector<torch::Tensor> logits;
-    for (std::int64_t t = 0; t < 4; ++t)
-      logits.push_back(model->ForwardIncremental(continuations.narrow(1, t, 1), cache).select(1, 0));
-    EXPECT_EQ(cache.position().item<std::int64_t>(), 7);
+    // A step of 8 tokens (KDA's chunked form from the fixed state, MLA's
+    // up-projected form over the capacity), then three of one token.
+    std::vector<torch::Tensor> logits = {model->ForwardIncremental(continuations.narrow(1, 0, 8), cache)};
+    for (std::int64_t t = 8; t < 11; ++t) logits.push_back(model->ForwardIncremental(continuations.narrow(1, t, 1), cache));
+    EXPECT_EQ(cache.position().item<std::int64_t>(), 14);
     std::size_t i = 0;
     each_buffer([&](const torch::Tensor& t) { EXPECT_EQ(t.data_ptr(), buffers[i++]) << spec.name << " buffer moved"; });
+    const torch::Tensor stepwise = torch::cat(logits, 1);  // [2, 11, V]
     for (std::int64_t row = 0; row < 2; ++row) {
       const torch::Tensor want = model->forward(torch::cat({prompt, continuations.narrow(0, row, 1)}, 1));
-      for (std::int64_t t = 0; t < 4; ++t)
-        EXPECT_LT(MaxAbsDiff(logits[t].select(0, row), want.select(0, 0).select(0, 3 + t)), 1e-9)
-            << spec.name << " row " << row << " step " << t;
+      for (std::int64_t t = 0; t < 11; ++t)
+        EXPECT_LT(MaxAbsDiff(stepwise.select(0, row).select(0, t), want.select(0, 0).select(0, 3 + t)), 1e-9)
+            << spec.name << " row " << row << " token " << t;
     }
     const torch::Tensor keep = torch::tensor(std::vector<std::int64_t>{1}, torch::kLong);
     cache.Select(keep);
     ASSERT_TRUE(cache.fixed());
-    const torch::Tensor last = model->ForwardIncremental(continuations.narrow(0, 1, 1).narrow(1, 4, 1), cache);
+    const torch::Tensor last = model->ForwardIncremental(continuations.narrow(0, 1, 1).narrow(1, 11, 1), cache);
     const torch::Tensor want = model->forward(torch::cat({prompt, continuations.narrow(0, 1, 1)}, 1));
-    EXPECT_LT(MaxAbsDiff(last.select(1, 0).select(0, 0), want.select(0, 0).select(0, 7)), 1e-9) << spec.name;
+    EXPECT_LT(MaxAbsDiff(last.select(1, 0).select(0, 0), want.select(0, 0).select(0, 14)), 1e-9) << spec.name;
   }
 }
 

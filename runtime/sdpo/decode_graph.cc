@@ -10,6 +10,7 @@
 #if defined(KIMI_PLAN_TORCH_CUDA) && TORCH_VERSION_MAJOR >= 2
 #define KIMI_PLAN_CUDA_GRAPHS 1
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -43,26 +44,40 @@ Result<std::unique_ptr<DecodeGraph>> DecodeGraph::Capture(StageModelImpl& model,
   c10::cuda::getCurrentCUDAStream().synchronize();
   const c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromPool());
   at::cuda::CUDAGraph& graph = g->captured_->graph;
-  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+  // The pool's id is ours: a failed capture must hand it back itself.
+  const auto pool = at::cuda::graph_pool_handle();
+  graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+  std::string failed;
   try {
     const torch::Tensor logits = model.ForwardIncremental(g->ids_.unsqueeze(1), cache).select(1, 0);
     const SampledTokens drawn = SampleTokenAt(logits, options, g->uniforms_);
     g->ids_.copy_(drawn.ids);
     g->logprobs_.copy_(drawn.logprobs);
-  } catch (const c10::Error& e) {
-    try {
-      graph.capture_end();
-    } catch (const c10::Error&) {
-      // The capture was invalidated by the failed operation: ended all the same.
-    }
-    return Status::Internal("decode graph: a step's operation cannot be captured: " +
-                            std::string(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    failed = "a step's operation cannot be captured: " +
+             std::string(c10_error ? c10_error->what_without_backtrace() : e.what());
   }
   try {
     graph.capture_end();
-  } catch (const c10::Error& e) {
-    return Status::Internal("decode graph: " + std::string(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    if (failed.empty()) failed = e.what();
+    // capture_end stops at the invalidated capture before it hands the
+    // allocator back: without this every later allocation on the device
+    // would still be routed to, and held by, the graph's pool.
+    const c10::DeviceIndex device = position.device().index();
+    try {
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool);
+    } catch (const std::exception&) {
+      // capture_end had handed the allocator back before it failed.
+    }
+    try {
+      c10::cuda::CUDACachingAllocator::releasePool(device, pool);
+    } catch (const std::exception&) {
+      // Released already: nothing of the pool is held.
+    }
   }
+  if (!failed.empty()) return Status::Internal("decode graph: " + failed);
   return g;
 }
 

@@ -87,13 +87,15 @@ SampledTokens SampleTokenAt(const torch::Tensor& logits, const SamplingOptions& 
 
 RolloutEngine::RolloutEngine(std::shared_ptr<StageModelImpl> model)
     : model_(std::move(model)), device_(DeviceOf(*model_)),
-      steps_(DecodeGraph::Available(device_) ? DecodeSteps::kGraphs : DecodeSteps::kGrowing) {}
+      steps_(DecodeGraph::Available(device_) && model_->DecodeStepStaysOnDevice(device_) ? DecodeSteps::kGraphs
+                                                                                          : DecodeSteps::kGrowing) {}
 
 Status RolloutEngine::set_decode_steps(DecodeSteps steps) {
   if (steps == DecodeSteps::kGraphs && !DecodeGraph::Available(device_))
     return Status::InvalidArgument("decode steps: CUDA graphs need a GPU and a CUDA LibTorch 2; the model is on " +
                                    device_.str());
   steps_ = steps;
+  graphs_failed_.clear();
   return Status::Ok();
 }
 
@@ -118,6 +120,7 @@ Result<std::vector<Sample>> RolloutEngine::Generate(const std::vector<std::vecto
     return Status::InvalidArgument("rollout: the model must hold the embedding, every layer and the head");
   const Stopwatch watch;
   stats_ = {};
+  stats_.graph_error = graphs_failed_;
   std::map<std::size_t, std::vector<int>> groups;  // prompt length -> prompt indices, in order
   for (std::size_t i = 0; i < prompts.size(); ++i) groups[prompts[i].size()].push_back(static_cast<int>(i));
   std::vector<Sample> out(prompts.size() * options.samples);
@@ -201,13 +204,15 @@ void RolloutEngine::GenerateGroup(const std::vector<std::vector<std::int64_t>>& 
 SampledTokens RolloutEngine::Step(const torch::Tensor& next, const torch::Tensor& uniforms,
                                   const SamplingOptions& options, DecodeCache& cache,
                                   std::unique_ptr<DecodeGraph>& graph, bool& warm) {
-  if (steps_ == DecodeSteps::kGraphs && !graph && warm && stats_.graph_error.empty()) {
+  if (steps_ == DecodeSteps::kGraphs && !graph && warm && graphs_failed_.empty()) {
     Result<std::unique_ptr<DecodeGraph>> captured = DecodeGraph::Capture(*model_, cache, options, next.size(0));
     if (captured.ok()) {
       graph = std::move(captured).value();
       ++stats_.graph_captures;
     } else {
-      stats_.graph_error = captured.status().message();  // eager steps from here on
+      // Eager steps from here on, in later calls too: a step that cannot be
+      // captured once never can.
+      graphs_failed_ = stats_.graph_error = captured.status().message();
     }
   }
   if (graph) {

@@ -103,8 +103,12 @@ class RolloutEngine {
                                        const SamplingOptions& options, std::uint64_t seed);
   const GenerationStats& last_stats() const { return stats_; }
   StageModelImpl& model() { return *model_; }
-  /// kGraphs by default where DecodeGraph::Available for the model's
-  /// device, else kGrowing; kGraphs elsewhere is InvalidArgument. The three
+  /// kGraphs by default where DecodeGraph::Available for the model's device
+  /// and its steps read nothing back to the host (StageModelImpl::
+  /// DecodeStepStaysOnDevice), else kGrowing; kGraphs where graphs are not
+  /// available is InvalidArgument. Where a step cannot be captured the engine
+  /// decodes eagerly from then on, and says why in GenerationStats::
+  /// graph_error (until the next set_decode_steps). The three
   /// give the same samples up to the rounding of attending over a cache's
   /// whole capacity (kFixed and kGraphs: exactly the same).
   Status set_decode_steps(DecodeSteps steps);
@@ -128,6 +132,7 @@ class RolloutEngine {
   std::shared_ptr<StageModelImpl> model_;
   torch::Device device_;
   DecodeSteps steps_;
+  std::string graphs_failed_;  // why a capture failed; empty: none has
   GenerationStats stats_;
 };
 
