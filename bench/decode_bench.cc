@@ -85,18 +85,19 @@ kp::Status Run(int argc, char** argv) {
   KP_ASSIGN_OR_RETURN(std::shared_ptr<kp::runtime::StageModelImpl> model, kp::runtime::BuildModel(spec, options));
   model->to(device);
   kp::runtime::RolloutEngine engine(model);
+  // --decode's words, one per way of running the steps.
+  const std::map<std::string, kp::runtime::DecodeSteps> step_names = {{"growing", kp::runtime::DecodeSteps::kGrowing},
+                                                                      {"fixed", kp::runtime::DecodeSteps::kFixed},
+                                                                      {"graphs", kp::runtime::DecodeSteps::kGraphs}};
   if (kv.count("decode")) {
-    const std::map<std::string, kp::runtime::DecodeSteps> steps = {{"growing", kp::runtime::DecodeSteps::kGrowing},
-                                                                   {"fixed", kp::runtime::DecodeSteps::kFixed},
-                                                                   {"graphs", kp::runtime::DecodeSteps::kGraphs}};
-    const auto it = steps.find(kv["decode"]);
-    if (it == steps.end())
+    const auto it = step_names.find(kv["decode"]);
+    if (it == step_names.end())
       return kp::Status::InvalidArgument("--decode: growing, fixed or graphs, got " + kv["decode"]);
     KP_RETURN_IF_ERROR(engine.set_decode_steps(it->second));
   }
-  const char* decode_name = engine.decode_steps() == kp::runtime::DecodeSteps::kGraphs  ? "graphs"
-                            : engine.decode_steps() == kp::runtime::DecodeSteps::kFixed ? "fixed"
-                                                                                        : "growing";
+  const char* decode_name = "";
+  for (const auto& [name, steps] : step_names)
+    if (steps == engine.decode_steps()) decode_name = name.c_str();
 
   torch::manual_seed(7);
   const torch::Tensor ids = torch::randint(1, spec.vocab, {prompts_n, prompt_len}, torch::kLong);

@@ -12,8 +12,6 @@
 // (the cumulative sum forward, the reverse cumulative sum backward).
 #include "runtime/kernels/kda_prep_cuda.h"
 
-#include <type_traits>
-
 #include "runtime/kernels/cuda_elementwise.cuh"
 #include "runtime/kernels/cuda_rows.cuh"
 
@@ -355,6 +353,7 @@ namespace {
 // models') or any width up to kMaxKernel.
 template <typename T, int K, int P>
 struct ConvKernels {
+  using Input = T;
   static void Forward(const KdaPrepShape& s, const T* x, const float* w, bool l2, float scale, float eps, float* out,
                       cudaStream_t stream) {
     ConvForwardKernel<T, K, P><<<RowBlocks(s, Chunks(s) * s.chunk), kWarps * 32, 0, stream>>>(s, x, w, l2, scale, eps,
@@ -376,15 +375,22 @@ bool ConvPacked(const KdaPrepShape& s, std::initializer_list<const void*> buffer
   return s.dim % (32 * kConvPack) == 0 && elementwise::Aligned(buffers);
 }
 
-// Calls f with ConvKernels<T, K, P> for the shape's width and packing.
+// Calls f with ConvKernels<T, K, P> for the shape's dtype, width and packing.
 template <typename T, typename F>
-void WithConvKernels(const KdaPrepShape& s, bool packed, F&& f) {
+void WithConvKernelsOf(const KdaPrepShape& s, bool packed, F&& f) {
   if (s.kernel == 4 && packed)
     f(ConvKernels<T, 4, kConvPack>{});
   else if (s.kernel == 4)
     f(ConvKernels<T, 4, 1>{});
   else
     f(ConvKernels<T, 0, 1>{});
+}
+template <typename F>
+void WithConvKernels(const KdaPrepShape& s, bool packed, F&& f) {
+  if (s.bf16)
+    WithConvKernelsOf<__nv_bfloat16>(s, packed, f);
+  else
+    WithConvKernelsOf<float>(s, packed, f);
 }
 
 }  // namespace
@@ -393,15 +399,10 @@ cudaError_t ShortConvForward(const KdaPrepShape& s, const void* x, const float* 
                              float* out, cudaStream_t stream) {
   if (!KdaPrepSupports(s.dim, s.kernel, s.chunk)) return cudaErrorInvalidValue;
   if (s.batch * s.tokens == 0) return cudaSuccess;
-  const bool packed = ConvPacked(s, {x, w, out});
-  auto forward = [&](auto typed_x) {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed_x)>>;
-    WithConvKernels<T>(s, packed, [&](auto kernels) { kernels.Forward(s, typed_x, w, l2, scale, eps, out, stream); });
-  };
-  if (s.bf16)
-    forward(static_cast<const __nv_bfloat16*>(x));
-  else
-    forward(static_cast<const float*>(x));
+  WithConvKernels(s, ConvPacked(s, {x, w, out}), [&](auto kernels) {
+    using T = typename decltype(kernels)::Input;
+    kernels.Forward(s, static_cast<const T*>(x), w, l2, scale, eps, out, stream);
+  });
   return cudaGetLastError();
 }
 
@@ -409,17 +410,11 @@ cudaError_t ShortConvBackward(const KdaPrepShape& s, const void* x, const float*
                               const float* dout, float* scratch, void* dx, float* dw_partial, cudaStream_t stream) {
   if (!KdaPrepSupports(s.dim, s.kernel, s.chunk)) return cudaErrorInvalidValue;
   if (s.batch * s.tokens == 0) return cudaSuccess;
-  const bool packed = ConvPacked(s, {x, w, dout, scratch, dx, dw_partial});
-  auto backward = [&](auto typed_x) {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed_x)>>;
-    WithConvKernels<T>(s, packed, [&](auto kernels) {
-      kernels.Backward(s, typed_x, w, l2, scale, eps, dout, scratch, static_cast<T*>(dx), dw_partial, stream);
-    });
-  };
-  if (s.bf16)
-    backward(static_cast<const __nv_bfloat16*>(x));
-  else
-    backward(static_cast<const float*>(x));
+  WithConvKernels(s, ConvPacked(s, {x, w, dout, scratch, dx, dw_partial}), [&](auto kernels) {
+    using T = typename decltype(kernels)::Input;
+    kernels.Backward(s, static_cast<const T*>(x), w, l2, scale, eps, dout, scratch, static_cast<T*>(dx), dw_partial,
+                     stream);
+  });
   return cudaGetLastError();
 }
 

@@ -145,8 +145,9 @@ torch::Tensor KeysAfter(const torch::Tensor& q_pos, std::int64_t s) {
 
 void LayerCache::Map(const std::function<torch::Tensor(const torch::Tensor&)>& f) {
   // `position` is the cache's, not a row's: kept as it is.
-  for (torch::Tensor* t : {&q_conv, &k_conv, &v_conv, &state, &latent, &rope_key, &key, &value})
-    if (t->defined()) *t = f(*t);
+  for (const std::vector<torch::Tensor*>& kind : {States(), PerToken()})
+    for (torch::Tensor* t : kind)
+      if (t->defined()) *t = f(*t);
 }
 
 torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -48,6 +48,9 @@ struct LayerCache {
   torch::Tensor latent;                  ///< MLA: RMSNorm(c), the normalised latent [B, capacity, kv_lora_rank]
   torch::Tensor rope_key;                ///< MLA: RoPE(k_rope) [B, capacity, qk_rope_head_dim]; undefined when 0
   torch::Tensor key, value;              ///< MHA: RoPE(k) and v [B, capacity, kv_heads, head_dim]
+  /// The per-token tensors (time along dim 1) and the states, defined or not.
+  std::vector<torch::Tensor*> PerToken() { return {&latent, &rope_key, &key, &value}; }
+  std::vector<torch::Tensor*> States() { return {&q_conv, &k_conv, &v_conv, &state}; }
   /// Replaces every defined per-row tensor t by f(t) (not `position`).
   void Map(const std::function<torch::Tensor(const torch::Tensor&)>& f);
   bool fixed() const { return position.defined(); }

@@ -287,7 +287,7 @@ Status DecodeCache::Fix(std::int64_t capacity) {
                                    std::to_string(used) + " tokens cached");
   torch::Tensor position;
   for (LayerCache& layer : layers) {
-    for (torch::Tensor* t : {&layer.latent, &layer.rope_key, &layer.key, &layer.value}) {
+    for (torch::Tensor* t : layer.PerToken()) {
       if (!t->defined()) continue;
       std::vector<std::int64_t> sizes = t->sizes().vec();
       sizes[1] = capacity;
@@ -297,12 +297,12 @@ Status DecodeCache::Fix(std::int64_t capacity) {
       storage.narrow(1, 0, used).copy_(t->narrow(1, 0, used));
       *t = storage;
     }
-    for (torch::Tensor* t : {&layer.q_conv, &layer.k_conv, &layer.v_conv, &layer.state})
+    for (torch::Tensor* t : layer.States())
       if (t->defined()) *t = t->clone(at::MemoryFormat::Contiguous);
-    if (!position.defined()) {
-      const torch::Tensor any = layer.state.defined() ? layer.state : layer.latent.defined() ? layer.latent : layer.key;
-      position = torch::full({1}, used, torch::TensorOptions().dtype(torch::kLong).device(any.device()));
-    }
+    layer.Map([&](const torch::Tensor& t) {
+      if (!position.defined()) position = torch::full({1}, used, t.options().dtype(torch::kLong));
+      return t;
+    });
     layer.position = position;
   }
   return Status::Ok();

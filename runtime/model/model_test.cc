@@ -658,18 +658,17 @@ TEST(DecodeTest, AFixedCacheDecodesAsTheGrowingOneInPlace) {
     std::size_t i = 0;
     each_buffer([&](const torch::Tensor& t) { EXPECT_EQ(t.data_ptr(), buffers[i++]) << spec.name << " buffer moved"; });
     const torch::Tensor stepwise = torch::cat(logits, 1);  // [2, 11, V]
-    for (std::int64_t row = 0; row < 2; ++row) {
-      const torch::Tensor want = model->forward(torch::cat({prompt, continuations.narrow(0, row, 1)}, 1));
+    // Each row's whole sequence, prompt and continuation, by the full forward: [2, 15, V].
+    const torch::Tensor want = model->forward(torch::cat({prompt.expand({2, -1}), continuations}, 1));
+    for (std::int64_t row = 0; row < 2; ++row)
       for (std::int64_t t = 0; t < 11; ++t)
-        EXPECT_LT(MaxAbsDiff(stepwise.select(0, row).select(0, t), want.select(0, 0).select(0, 3 + t)), 1e-9)
+        EXPECT_LT(MaxAbsDiff(stepwise.select(0, row).select(0, t), want.select(0, row).select(0, 3 + t)), 1e-9)
             << spec.name << " row " << row << " token " << t;
-    }
     const torch::Tensor keep = torch::tensor(std::vector<std::int64_t>{1}, torch::kLong);
     cache.Select(keep);
     ASSERT_TRUE(cache.fixed());
     const torch::Tensor last = model->ForwardIncremental(continuations.narrow(0, 1, 1).narrow(1, 11, 1), cache);
-    const torch::Tensor want = model->forward(torch::cat({prompt, continuations.narrow(0, 1, 1)}, 1));
-    EXPECT_LT(MaxAbsDiff(last.select(1, 0).select(0, 0), want.select(0, 0).select(0, 14)), 1e-9) << spec.name;
+    EXPECT_LT(MaxAbsDiff(last.select(1, 0).select(0, 0), want.select(0, 1).select(0, 14)), 1e-9) << spec.name;
   }
 }
 
