@@ -1,14 +1,16 @@
 // kimi-plan-kda-bench: KDA's chunked gated delta rule alone, the torch form
 // (a [.., C, C, dk] decay tensor) against the CUDA intra-chunk kernel
-// (runtime/kernels/kda.h), forward and forward + backward, in ms and
+// (runtime/kernels/kda.h) with its chunk scan in fp32 ("kernel") and on
+// tensor cores ("tcore"), forward and forward + backward, in ms and
 // peak GB, at the kimi-1b layer shape by default. docs/benchmarks.md has the
 // command and the numbers.
 //
 //   kimi-plan-kda-bench [--batch 16] [--seq-len 1024] [--heads 8] [--dk 128]
 //       [--dv 128] [--iters 10] [--device cuda] [--profile 0]
 //
-// --profile N: N more forward + backward passes of the kernel form at chunk
-// 32 under the profiler, their kernels by time (LibTorch 2 with Kineto).
+// --profile N: N more forward + backward passes of the kernel forms at chunk
+// 32 (fp32, then tensor cores) under the profiler, their kernels by time
+// (LibTorch 2 with Kineto).
 //
 // Output: a table, then one `RESULT` line per row. Exit 2 on bad arguments.
 #include <cstdio>
@@ -82,6 +84,7 @@ struct Row {
   std::string name;
   int chunk;
   bool fused;
+  kp::runtime::KdaMath math = kp::runtime::KdaMath::kFp32;
 };
 
 struct Timing {
@@ -94,7 +97,8 @@ std::function<void()> TrainPass(const Row& row, const Inputs& in) {
   for (const torch::Tensor& x : in.qkvgb) leaves.push_back(x.detach().requires_grad_(true));
   return [row, leaves] {
     const torch::Tensor o =
-        kp::runtime::KdaChunked(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], row.chunk, {}, nullptr, row.fused);
+        kp::runtime::KdaChunked(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], row.chunk, {}, nullptr, row.fused,
+                                row.math);
     torch::autograd::grad({o.sum()}, leaves);
   };
 }
@@ -105,7 +109,7 @@ Timing Measure(const Row& row, const Inputs& in, const torch::Device& d, int ite
   for (const torch::Tensor& x : in.qkvgb) leaves.push_back(x.detach().requires_grad_(true));
   auto forward = [&] {
     return kp::runtime::KdaChunked(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], row.chunk, {}, nullptr,
-                                   row.fused);
+                                   row.fused, row.math);
   };
   auto time = [&](const std::function<void()>& f, double* peak_gb) {
     f();  // warm-up (and the first call's allocations)
@@ -149,8 +153,10 @@ int Run(const Args& a) {
   const double inputs_gb = kp::runtime::PeakMemoryBytes(d, fs) / 1e9;
   std::printf("KDA layer: %d x %d tokens, %d heads, dk %d, dv %d, fp32; kernels built: %s; inputs %.2f GB\n",
               a.batch, a.seq_len, a.heads, a.dk, a.dv, kp::runtime::CudaKernelsBuilt() ? "yes" : "no", inputs_gb);
+  constexpr kp::runtime::KdaMath kTc = kp::runtime::KdaMath::kTensorCores;
   const std::vector<Row> rows = {{"torch C=16", 16, false}, {"torch C=32", 32, false}, {"kernel C=16", 16, true},
-                                 {"kernel C=32", 32, true},  {"kernel C=64", 64, true}};
+                                 {"kernel C=32", 32, true},  {"kernel C=64", 64, true}, {"tcore C=16", 16, true, kTc},
+                                 {"tcore C=32", 32, true, kTc}, {"tcore C=64", 64, true, kTc}};
   std::printf("%-12s %12s %10s %14s %10s\n", "form", "forward ms", "peak GB", "fwd+bwd ms", "peak GB");
   for (const Row& row : rows) {
     if (row.fused && !kp::runtime::KdaIntraKernelApplies(torch::zeros({1, row.chunk, a.dk}, in.qkvgb[0].options()))) {
@@ -162,11 +168,12 @@ int Run(const Args& a) {
                 t.train_gb);
     std::printf("RESULT form=%s chunk=%d fused=%d forward_ms=%.3f forward_peak_gb=%.3f train_ms=%.3f "
                 "train_peak_gb=%.3f\n",
-                row.fused ? "kernel" : "torch", row.chunk, row.fused ? 1 : 0, t.forward_ms, t.forward_gb, t.train_ms,
+                !row.fused ? "torch" : row.math == kTc ? "tensor_cores" : "kernel", row.chunk, row.fused ? 1 : 0, t.forward_ms, t.forward_gb, t.train_ms,
                 t.train_gb);
   }
-  if (a.profile > 0) return Profile({"kernel C=32", 32, true}, in, d, a.profile);
-  return 0;
+  if (a.profile <= 0) return 0;
+  if (int rc = Profile({"kernel C=32", 32, true}, in, d, a.profile); rc != 0) return rc;
+  return Profile({"tcore C=32", 32, true, kTc}, in, d, a.profile);
 }
 
 }  // namespace

@@ -9,13 +9,15 @@
 //       [--warmup 3] [--steps 10] [--device cuda] [--dtype bf16] [--kda-chunk 16]
 //       [--peak-tflops X] [--fused 0|1] [--profile STEPS] [--memory-trace 1|2] [--dry-run]
 //       [--recompute none|full|block:N|uniform:N|MODULE[,MODULE...]] [--states fp32|mixed]
-//       [--fp8 none|experts]
+//       [--fp8 none|experts] [--kda-math tensor-cores|fp32]
 //       [--dump-dir DIR] [--profile-out FILE (with --memory-trace 1)]
 //
 // --fused 0 keeps the torch forms where CUDA kernels apply (KDA's intra-chunk
 // products and decode, the grouped expert GEMM): the A/B switch. --profile N
 // runs N more steps under LibTorch's Kineto profiler and prints the top GPU
-// kernels and each kernel family's share of the kernel time.
+// kernels and each kernel family's share of the kernel time. --kda-math fp32
+// runs KDA's chunk scan on CUDA cores, its reference form, instead of TF32
+// tensor cores.
 //
 // --dry-run builds the model on the CPU and prints its shape, parameter counts
 // and FLOPs per token only. --dump-dir writes the fp32 initial weights, a fixed
@@ -77,6 +79,7 @@ struct Args {
   std::string recompute = "none";
   std::string states = "fp32";     // fp32 | mixed (kimi-plan run's --state-precision)
   std::string fp8 = "none";        // none | experts (kimi-plan run's --fp8)
+  std::string kda_math = "tensor-cores";  // tensor-cores | fp32 (ModelOptions::kda_tensor_cores)
 };
 
 // Sets `o`'s recomputation from --recompute's value (Args::recompute).
@@ -129,7 +132,8 @@ Result<Args> ParseArgs(int argc, char** argv) {
       {"profile", {&a.profile, 0, kMaxInt}},     {"memory-trace", {&a.memory_trace, 0, 2}}};
   const std::map<std::string, std::string*> strings = {
       {"shape", &a.shape},          {"device", &a.device},       {"dtype", &a.dtype}, {"dump-dir", &a.dump_dir},
-      {"profile-out", &a.profile_out}, {"recompute", &a.recompute}, {"states", &a.states}, {"fp8", &a.fp8}};
+      {"profile-out", &a.profile_out}, {"recompute", &a.recompute}, {"states", &a.states}, {"fp8", &a.fp8},
+      {"kda-math", &a.kda_math}};
   for (const auto& [k, v] : kv) {
     if (auto it = ints.find(k); it != ints.end()) {
       const auto [field, min, max] = it->second;
@@ -147,6 +151,8 @@ Result<Args> ParseArgs(int argc, char** argv) {
   KP_RETURN_IF_ERROR(ApplyRecompute(a.recompute, &checked));
   if (a.states != "fp32" && a.states != "mixed") return Status::InvalidArgument("--states: must be fp32 or mixed");
   if (a.fp8 != "none" && a.fp8 != "experts") return Status::InvalidArgument("--fp8: must be none or experts");
+  if (a.kda_math != "tensor-cores" && a.kda_math != "fp32")
+    return Status::InvalidArgument("--kda-math: must be tensor-cores or fp32");
   return a;
 }
 
@@ -278,6 +284,7 @@ int Run(const Args& args) {
   kp::runtime::ModelOptions options;
   options.kda_chunk = args.kda_chunk;
   options.fused_kernels = args.fused == 1;
+  options.kda_tensor_cores = args.kda_math == "tensor-cores";
   if (Status s = ApplyRecompute(args.recompute, &options); !s.ok()) {  // checked by ParseArgs
     std::cerr << s.message() << "\n";
     return 2;
@@ -332,10 +339,11 @@ int Run(const Args& args) {
     return 2;
   }
   std::printf("runtime parameters: %lld (all trainable, %s states), dtype %s, %d x %d tokens per step, "
-              "KDA chunk %d, fused kernels %s (built: %s)\n",
+              "KDA chunk %d (%s), fused kernels %s (built: %s)\n",
               static_cast<long long>((*session)->parameter_count()), args.states.c_str(), args.dtype.c_str(), args.batch,
               args.seq_len,
-              args.kda_chunk, args.fused ? "on" : "off", kp::runtime::CudaKernelsBuilt() ? "yes" : "no");
+              args.kda_chunk, args.kda_math.c_str(), args.fused ? "on" : "off",
+              kp::runtime::CudaKernelsBuilt() ? "yes" : "no");
   std::vector<double> seconds;
   double last_loss = 0, peak_mem = 0;
   for (int i = 0; i < args.warmup + args.steps; ++i) {

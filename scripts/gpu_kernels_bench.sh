@@ -9,8 +9,8 @@
 #
 #   scripts/gpu_kernels_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), CHUNK (64),
-# STEPS (10), PARTS ("tests kda train eager"; also "fused", "wide", "wide_k2", "curve" and
-# "decode"), WIDE_BATCH (8), CURVE_BATCH (4), CURVE_REFERENCE, KDA_PROFILE (0: passes of
+# STEPS (10), PARTS ("tests kda train eager"; also "fused", "scan" (with "fused" or "train": the
+# step with KDA's scan in fp32 between two on tensor cores), "wide", "wide_k2", "curve" and "decode"), WIDE_BATCH (8), CURVE_BATCH (4), CURVE_REFERENCE, KDA_PROFILE (0: passes of
 # KDA alone under the profiler), TEST_FILTER (the kernel tests', all by default), BUDGET_S (540), JOBS (16).
 set -u -o pipefail
 out=${1:?usage: gpu_kernels_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
@@ -56,6 +56,8 @@ run_train() {  # name, extra flags...
 if want train || want fused; then  # "fused": the kernels-on runs only
   run_train fused_a --fused 1 --kda-chunk "$C"
   want train && run_train unfused --fused 0 --kda-chunk 16
+  # "scan": KDA's chunk scan in fp32 between the two tensor-core runs (A-B-A)
+  want scan && run_train scan_fp32 --fused 1 --kda-chunk "$C" --kda-math fp32
   run_train fused_b --fused 1 --kda-chunk "$C" --profile 2 --memory-trace 1
 fi
 if want wide; then  # hidden 4096, 64 experts: where GEMMs dominate
@@ -110,7 +112,7 @@ if want eager && [ -n "$flops" ] && [ "$(left)" -gt 100 ]; then
 fi
 echo "== summary ($B x $T tokens per step)"
 printf '%-10s %12s %12s %8s %9s\n' run step_ms tokens/s MFU peak_GB
-for f in fused_a unfused fused_b eager wide wide_k2; do
+for f in fused_a unfused scan_fp32 fused_b eager wide wide_k2; do
   ms=$(field "$out/$f.txt" median_step_ms RESULT); [ -n "$ms" ] || continue
   printf '%-10s %12s %12s %8s %9s\n' "$f" "$ms" "$(field "$out/$f.txt" tokens_per_s RESULT)" \
     "$(field "$out/$f.txt" mfu RESULT)" "$(field "$out/$f.txt" peak_gb RESULT)"

@@ -6,8 +6,11 @@
 
 #ifdef KIMI_PLAN_CUDA_KERNELS
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 
+#include "runtime/kernels/batched_gemm.h"
 #include "runtime/kernels/kernel_support.h"
 #include "runtime/kernels/kda_cuda.h"
 #include "runtime/kernels/kda_prep_cuda.h"
@@ -34,6 +37,14 @@ std::vector<std::int64_t> SquareShape(const torch::Tensor& q) {
   auto shape = q.sizes().vec();
   shape.back() = q.size(-2);
   return shape;
+}
+
+// a b (+ into, in place, when given): TF32 on tensor cores where `math`
+// asks for them and the batched kernel takes the operands, else fp32.
+torch::Tensor Product(KdaMath math, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& into = {}) {
+  if (math == KdaMath::kTensorCores && BatchedMatmulTf32Applies(a, b)) return BatchedMatmulTf32(a, b, into);
+  const torch::Tensor p = torch::matmul(a, b);
+  return into.defined() ? into.add_(p) : p;
 }
 
 class KdaIntraFunction : public torch::autograd::Function<KdaIntraFunction> {
@@ -66,20 +77,28 @@ class KdaIntraFunction : public torch::autograd::Function<KdaIntraFunction> {
   }
 };
 
-cuda::KdaScan ScanOf(const torch::Tensor& w, const torch::Tensor& y) {
-  return {w.size(0) * w.size(1), static_cast<int>(w.size(2)), static_cast<int>(w.size(3)),
-          static_cast<int>(y.size(4)), static_cast<int>(w.size(4))};
+// The scan's shape over x [B, H, n, C, dv] and b [B, H, n, C, dk]; on
+// tensor cores where `math` asks for them and they take the shape and the
+// four inputs they copy 16 bytes at a time.
+cuda::KdaScan ScanOf(const torch::Tensor& x, const torch::Tensor& b, KdaMath math,
+                     std::initializer_list<const float*> copied) {
+  cuda::KdaScan s{x.size(0) * x.size(1), static_cast<int>(x.size(2)), static_cast<int>(x.size(3)),
+                  static_cast<int>(b.size(4)), static_cast<int>(x.size(4))};
+  s.tensor_cores = math == KdaMath::kTensorCores && cuda::KdaScanTensorCoresSupports(s.chunk, s.dk, s.dv) &&
+                   std::all_of(copied.begin(), copied.end(),
+                               [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; });
+  return s;
 }
 
 // The chunk scan (KdaStateScan) on contiguous fp32 tensors: {u, starts, last}.
 variable_list ScanForward(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
-                          const torch::Tensor& decay, const torch::Tensor& s0) {
+                          const torch::Tensor& decay, const torch::Tensor& s0, KdaMath math) {
   const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
   torch::Tensor u = torch::empty_like(w), starts = torch::empty({b, h, n, dk, dv}, w.options()),
                 last = torch::empty({b, h, dk, dv}, w.options());
-  Check(cuda::KdaChunkScan(ScanOf(w, y), /*reverse=*/false, /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(w), In(y),
-                           In(k_to_end), In(decay), nullptr, In(s0), Out(u), Out(starts), Out(last),
-                           c10::cuda::getCurrentCUDAStream()),
+  Check(cuda::KdaChunkScan(ScanOf(w, y, math, {In(w), In(y), In(k_to_end), In(decay)}), /*reverse=*/false,
+                           /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(w), In(y), In(k_to_end), In(decay), nullptr, In(s0),
+                           Out(u), Out(starts), Out(last), c10::cuda::getCurrentCUDAStream()),
         "KDA chunk scan");
   return {u, starts, last};
 }
@@ -88,7 +107,7 @@ variable_list ScanForward(const torch::Tensor& w, const torch::Tensor& y, const 
 // tensors and the gradients of {u, starts, last} (any may be undefined).
 variable_list ScanBackward(const torch::Tensor& y, const torch::Tensor& k, const torch::Tensor& decay,
                            const torch::Tensor& u, const torch::Tensor& starts, const torch::Tensor& du_in,
-                           const torch::Tensor& dstarts_in, const torch::Tensor& dlast_in) {
+                           const torch::Tensor& dstarts_in, const torch::Tensor& dlast_in, KdaMath math) {
   const torch::Tensor du = du_in.defined() ? du_in.contiguous() : torch::zeros_like(u);
   const torch::Tensor dstarts = dstarts_in.defined() ? dstarts_in.contiguous() : torch::Tensor();
   const torch::Tensor dlast = dlast_in.defined() ? dlast_in.contiguous() : torch::Tensor();
@@ -96,31 +115,50 @@ variable_list ScanBackward(const torch::Tensor& y, const torch::Tensor& k, const
                 ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options());
   // The same recurrence on the gradients, last chunk first: x = dU + K dS
   // is U's whole gradient, `starts` the gradient of each chunk's end state.
-  Check(cuda::KdaChunkScan(ScanOf(u, y), /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
+  // On tensor cores the kernel also sums starts_i * dends_i over each 64
+  // columns (the decays' gradient) while dends_i is in its registers.
+  const cuda::KdaScan shape = ScanOf(u, y, math, {In(du), In(k), In(y), In(decay)});
+  torch::Tensor decay_dots;
+  if (shape.tensor_cores)
+    decay_dots = torch::empty({u.size(0), u.size(1), u.size(2), y.size(4), u.size(4) / 64}, u.options());
+  Check(cuda::KdaChunkScan(shape, /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
                            In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), Out(dends), Out(ds0),
-                           c10::cuda::getCurrentCUDAStream()),
+                           c10::cuda::getCurrentCUDAStream(), shape.tensor_cores ? In(starts) : nullptr,
+                           shape.tensor_cores ? Out(decay_dots) : nullptr),
         "KDA chunk scan backward");
-  const torch::Tensor dy = -torch::matmul(du_total, starts.transpose(-1, -2));
-  const torch::Tensor dk = torch::matmul(u, dends.transpose(-1, -2));
-  const torch::Tensor ddecay = (starts * dends).sum(-1);
+  const torch::Tensor dy = Product(math, du_total, starts.transpose(-1, -2)).neg_();
+  const torch::Tensor dk = Product(math, u, dends.transpose(-1, -2));
+  const torch::Tensor ddecay = shape.tensor_cores ? decay_dots.sum(-1) : (starts * dends).sum(-1);
   return {du_total, dy, dk, ddecay, ds0};
+}
+
+void SaveMath(AutogradContext* ctx, KdaMath math) {
+  ctx->saved_data["tensor_cores"] = math == KdaMath::kTensorCores;
+}
+KdaMath SavedMath(AutogradContext* ctx) {
+  return ctx->saved_data["tensor_cores"].toBool() ? KdaMath::kTensorCores : KdaMath::kFp32;
 }
 
 class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& w, const torch::Tensor& y,
-                               const torch::Tensor& k_to_end, const torch::Tensor& decay, const torch::Tensor& s0) {
+                               const torch::Tensor& k_to_end, const torch::Tensor& decay, const torch::Tensor& s0,
+                               KdaMath math) {
     const c10::cuda::CUDAGuard guard(w.device());
     const torch::Tensor yc = y.contiguous(), kc = k_to_end.contiguous(), dc = decay.contiguous();
-    variable_list out = ScanForward(w.contiguous(), yc, kc, dc, s0.contiguous());
+    variable_list out = ScanForward(w.contiguous(), yc, kc, dc, s0.contiguous(), math);
     ctx->save_for_backward({yc, kc, dc, out[0], out[1]});
+    SaveMath(ctx, math);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const c10::cuda::CUDAGuard guard(saved[3].device());
-    return ScanBackward(saved[0], saved[1], saved[2], saved[3], saved[4], grads[0], grads[1], grads[2]);
+    variable_list d = ScanBackward(saved[0], saved[1], saved[2], saved[3], saved[4], grads[0], grads[1], grads[2],
+                                   SavedMath(ctx));
+    d.emplace_back();  // math
+    return d;
   }
 };
 
@@ -187,16 +225,18 @@ class KdaChunkCoreFunction : public torch::autograd::Function<KdaChunkCoreFuncti
   // [B, H, n, C, C], s0 [B, H, dk, dv].
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& g_cum, const torch::Tensor& beta,
-                               const torch::Tensor& inverse, const torch::Tensor& qk, const torch::Tensor& s0) {
+                               const torch::Tensor& inverse, const torch::Tensor& qk, const torch::Tensor& s0,
+                               KdaMath math) {
     const c10::cuda::CUDAGuard guard(q.device());
     const variable_list in = {q.contiguous(), k.contiguous(), v.contiguous(), g_cum.contiguous(), beta.contiguous()};
     const variable_list p = ProductsForward(in);  // q e^G, beta k e^G, k e^{G_C - G}, beta v, e^{G_C}
-    const torch::Tensor w = torch::matmul(inverse, p[3]), y = torch::matmul(inverse, p[1]);
-    const variable_list scan = ScanForward(w, y, p[2], p[4], s0.contiguous());  // u, starts, last
-    const torch::Tensor out = torch::matmul(p[0], scan[1]) + torch::matmul(qk, scan[0]);
+    const torch::Tensor w = Product(math, inverse, p[3]), y = Product(math, inverse, p[1]);
+    const variable_list scan = ScanForward(w, y, p[2], p[4], s0.contiguous(), math);  // u, starts, last
+    const torch::Tensor out = Product(math, qk, scan[0], Product(math, p[0], scan[1]));
     variable_list keep = in;
     keep.insert(keep.end(), {inverse, qk, scan[0], scan[1]});
     ctx->save_for_backward(keep);
+    SaveMath(ctx, math);
     return {out, scan[2]};
   }
 
@@ -205,21 +245,23 @@ class KdaChunkCoreFunction : public torch::autograd::Function<KdaChunkCoreFuncti
     const variable_list in(saved.begin(), saved.begin() + 5);
     const torch::Tensor &inverse = saved[5], &qk = saved[6], &u = saved[7], &starts = saved[8];
     const c10::cuda::CUDAGuard guard(u.device());
+    const KdaMath math = SavedMath(ctx);
     const variable_list p = ProductsForward(in);
-    const torch::Tensor y = torch::matmul(inverse, p[1]);
+    const torch::Tensor y = Product(math, inverse, p[1]);
     const torch::Tensor dout = grads[0].defined() ? grads[0].contiguous()
                                                   : torch::zeros({u.size(0), u.size(1), u.size(2), u.size(3),
                                                                   u.size(4)}, u.options());
     auto t = [](const torch::Tensor& x) { return x.transpose(-1, -2); };
     // out = Qd starts + qk u
-    const torch::Tensor dq_decayed = torch::matmul(dout, t(starts)), dstarts = torch::matmul(t(p[0]), dout);
-    const torch::Tensor dqk = torch::matmul(dout, t(u)), du = torch::matmul(t(qk), dout);
-    const variable_list ds = ScanBackward(y, p[2], p[4], u, starts, du, dstarts, grads[1]);  // dw, dy, dke, ddecay, ds0
+    const torch::Tensor dq_decayed = Product(math, dout, t(starts)), dstarts = Product(math, t(p[0]), dout);
+    const torch::Tensor dqk = Product(math, dout, t(u)), du = Product(math, t(qk), dout);
+    // dw, dy, dk_to_end, ddecay, ds0
+    const variable_list ds = ScanBackward(y, p[2], p[4], u, starts, du, dstarts, grads[1], math);
     // w = inverse (beta v), y = inverse (beta k e^G)
-    const torch::Tensor dinverse = torch::matmul(ds[0], t(p[3])) + torch::matmul(ds[1], t(p[1]));
-    const torch::Tensor dv_beta = torch::matmul(t(inverse), ds[0]), dk_beta = torch::matmul(t(inverse), ds[1]);
+    const torch::Tensor dinverse = Product(math, ds[1], t(p[1]), Product(math, ds[0], t(p[3])));
+    const torch::Tensor dv_beta = Product(math, t(inverse), ds[0]), dk_beta = Product(math, t(inverse), ds[1]);
     variable_list d = ProductsBackward(in, {dq_decayed, dk_beta, ds[2], dv_beta, ds[3]});
-    d.insert(d.end(), {dinverse, dqk, ds[4]});
+    d.insert(d.end(), {dinverse, dqk, ds[4], torch::Tensor()});  // the last: math
     return d;
   }
 };
@@ -232,7 +274,7 @@ bool KdaScanKernelApplies(const torch::Tensor& w, const torch::Tensor& y) {
 }
 
 KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
-                           const torch::Tensor& decay, const torch::Tensor& s0) {
+                           const torch::Tensor& decay, const torch::Tensor& s0, KdaMath math) {
   TORCH_CHECK(KdaScanKernelApplies(w, y), "KdaStateScan: w ", w.sizes(), " and y ", y.sizes(),
               ": not fp32 [B, H, n, C, d] of a supported shape on a Hopper or newer GPU");
   const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), c = w.size(3), dk = y.size(4), dv = w.size(4);
@@ -241,7 +283,7 @@ KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const
                                      {"k_to_end", &k_to_end, {b, h, n, c, dk}, kFp32},
                                      {"decay", &decay, {b, h, n, dk}, kFp32},
                                      {"s0", &s0, {b, h, dk, dv}, kFp32}});
-  const variable_list out = KdaScanFunction::apply(w, y, k_to_end, decay, s0);
+  const variable_list out = KdaScanFunction::apply(w, y, k_to_end, decay, s0, math);
   return {out[0], out[1], out[2]};
 }
 
@@ -335,7 +377,8 @@ bool KdaChunkCoreKernelApplies(const torch::Tensor& q, const torch::Tensor& v) {
 std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& q, const torch::Tensor& k,
                                                            const torch::Tensor& v, const torch::Tensor& g_cum,
                                                            const torch::Tensor& beta, const torch::Tensor& inverse,
-                                                           const torch::Tensor& qk, const torch::Tensor& s0) {
+                                                           const torch::Tensor& qk, const torch::Tensor& s0,
+                                                           KdaMath math) {
   TORCH_CHECK(KdaChunkCoreKernelApplies(q, v), "KdaChunkCoreKernel: q ", q.sizes(), " and v ", v.sizes(),
               ": not fp32 [B, H, n, C, d] of a supported shape on a Hopper or newer GPU");
   std::vector<KernelInput> inputs = ChunkedInputs(q, k, v, g_cum, beta);
@@ -344,7 +387,7 @@ std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& 
   inputs.push_back({"qk", &qk, square, kFp32});
   inputs.push_back({"s0", &s0, state, kFp32});
   CheckKernelInputs("KdaChunkCoreKernel", inputs);
-  const variable_list out = KdaChunkCoreFunction::apply(q, k, v, g_cum, beta, inverse, qk, s0);
+  const variable_list out = KdaChunkCoreFunction::apply(q, k, v, g_cum, beta, inverse, qk, s0, math);
   return {out[0], out[1]};
 }
 
@@ -357,7 +400,7 @@ std::pair<torch::Tensor, torch::Tensor> KdaIntraChunk(const torch::Tensor&, cons
 }
 bool KdaScanKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
 KdaScanResult KdaStateScan(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                           const torch::Tensor&) {
+                           const torch::Tensor&, KdaMath) {
   kernel_support::NoCudaKernels("KdaStateScan");
 }
 bool KdaRecurrentKernelApplies(const torch::Tensor&, const torch::Tensor&) { return false; }
@@ -374,7 +417,7 @@ bool KdaChunkCoreKernelApplies(const torch::Tensor&, const torch::Tensor&) { ret
 std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor&, const torch::Tensor&,
                                                            const torch::Tensor&, const torch::Tensor&,
                                                            const torch::Tensor&, const torch::Tensor&,
-                                                           const torch::Tensor&, const torch::Tensor&) {
+                                                           const torch::Tensor&, const torch::Tensor&, KdaMath) {
   kernel_support::NoCudaKernels("KdaChunkCoreKernel");
 }
 

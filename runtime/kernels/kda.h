@@ -14,6 +14,14 @@
 
 namespace kp::runtime {
 
+/// How KDA's chunk scan and the chunked core's batched products multiply:
+/// in fp32 on CUDA cores (the reference form), or as TF32 products with
+/// fp32 accumulation on tensor cores (cuda::KdaScan's `tensor_cores`,
+/// BatchedMatmulTf32: about 1e-3 relative, deterministic). Where the
+/// tensor-core form does not take a shape or a tensor's alignment the fp32
+/// form runs.
+enum class KdaMath { kFp32, kTensorCores };
+
 /// True when KdaIntraChunk takes chunked tensors like `q` ([B, H, n, C, dk]):
 /// built, fp32, on a Hopper or newer GPU, C in {16, 32, 64}, dk a multiple of 32.
 bool KdaIntraKernelApplies(const torch::Tensor& q);
@@ -42,7 +50,7 @@ struct KdaScanResult {
 /// with respect to all five inputs; the backward is the same scan run in
 /// reverse on the gradients, plus three batched products.
 KdaScanResult KdaStateScan(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
-                           const torch::Tensor& decay, const torch::Tensor& s0);
+                           const torch::Tensor& decay, const torch::Tensor& s0, KdaMath math = KdaMath::kFp32);
 
 /// True when KdaRecurrentKernel takes q [B, T, H, dk] and v [B, T, H, dv]:
 /// built, fp32, on a Hopper or newer GPU, dk 64 or 128, dv a multiple of 32, and no
@@ -79,10 +87,12 @@ bool KdaChunkCoreKernelApplies(const torch::Tensor& q, const torch::Tensor& v);
 /// transform's products, the scan and the output products. One autograd
 /// node, differentiable in all eight inputs, which keeps its inputs, u and
 /// the chunk-start states only: the backward makes the products again.
+/// `math` is the scans' and the products' (forward and backward).
 std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& q, const torch::Tensor& k,
                                                            const torch::Tensor& v, const torch::Tensor& g_cum,
                                                            const torch::Tensor& beta, const torch::Tensor& inverse,
-                                                           const torch::Tensor& qk, const torch::Tensor& s0);
+                                                           const torch::Tensor& qk, const torch::Tensor& s0,
+                                                           KdaMath math = KdaMath::kFp32);
 
 }  // namespace kp::runtime
 

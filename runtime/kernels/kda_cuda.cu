@@ -5,6 +5,10 @@
 // ever stored.
 #include "runtime/kernels/kda_cuda.h"
 
+#include <type_traits>
+
+#include "runtime/kernels/cuda_mma.cuh"
+
 namespace kp::runtime::cuda {
 namespace {
 
@@ -275,6 +279,169 @@ __global__ void __launch_bounds__(DK) ScanKernel(const float* __restrict__ a, co
   for (int y = 0; y < 32; ++y) final_state[state_base + static_cast<std::int64_t>(r * 32 + y) * dv] = s[y];
 }
 
+// The scan on tensor cores: one block per (batch * head, 64 columns of dv),
+// four warps of 16 columns each. Everything is held transposed, so the
+// state is the left operand of both products and never leaves registers:
+// warp w keeps S^T over its 16 columns and all DK rows as DK / 8
+// accumulator tiles (TF32 m16n8k8, cuda_mma.cuh), and per chunk computes
+//   X^T = A^T + sign_bs S^T B^T          (K = DK: no reduction across warps)
+//   S^T <- S^T Diag(d) + E^T + sign_cx X^T C
+// where X^T, an accumulator, is the second product's A operand as it
+// stands. The chunk's B, C, A tiles and d are copied into shared memory by
+// cp.async one chunk ahead (two stages).
+constexpr int kTcWarps = 4;
+constexpr int kTcColumns = 16 * kTcWarps;  // dv columns per block
+constexpr int kTcAStride = kTcColumns + 4;
+
+// One stage's shared tiles, in floats. The row strides make each warp's
+// fragment reads conflict-free: B is read as float2 at (row g, column 2t),
+// stride = 8 (mod 32); C and A at (row 2t, column g), stride = 4 (mod 32).
+// Every offset is a multiple of 4 floats (16-byte copies).
+template <int DK, int C>
+struct TcScanStage {
+  static constexpr int kBStride = DK + 8, kCStride = DK + 4;
+  static constexpr int kB = 0, kC = kB + C * kBStride, kA = kC + C * kCStride, kD = kA + C * kTcAStride;
+  static constexpr int kFloats = kD + DK;
+  static constexpr int kBytes = 2 * kFloats * static_cast<int>(sizeof(float));
+};
+
+// out[k * gridDim.x] = sum over the block's 64 columns v of S[k][v] w[k][v],
+// for S held as ScanTensorCoreKernel holds it (st, positions `at`): the
+// thread's two columns, then the warp's 16 (lanes of equal t), then the
+// four warps' through shared memory, in a fixed order.
+template <int DK, typename At>
+__device__ __forceinline__ void RowDots(const float (&st)[DK / 8][4], const float* __restrict__ w, At at,
+                                        float* __restrict__ out) {
+  __shared__ float warp_sums[kTcWarps][DK];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int kt = 0; kt < DK / 8; ++kt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float sum = st[kt][j] * w[at(kt, j)] + st[kt][j + 2] * w[at(kt, j + 2)];
+#pragma unroll
+      for (int lanes = 4; lanes < 32; lanes *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
+      if (lane < 4) warp_sums[warp][8 * kt + 2 * lane + j] = sum;
+    }
+  __syncthreads();
+  for (int k = threadIdx.x; k < DK; k += blockDim.x) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w8 = 0; w8 < kTcWarps; ++w8) sum += warp_sums[w8][k];
+    out[static_cast<std::int64_t>(k) * gridDim.x] = sum;
+  }
+}
+
+template <int DK, int C>
+__global__ void __launch_bounds__(32 * kTcWarps) ScanTensorCoreKernel(
+    const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ c,
+    const float* __restrict__ d, const float* __restrict__ e, const float* __restrict__ initial,
+    float* __restrict__ x, float* __restrict__ starts, float* __restrict__ final_state, int chunks, int dv,
+    bool reverse, float sign_bs, float sign_cx, const float* __restrict__ dot_with, float* __restrict__ dot_out) {
+  using Stage = TcScanStage<DK, C>;
+  constexpr int KT = DK / 8, CT = C / 8;
+  extern __shared__ __align__(16) float smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int bh = blockIdx.y, v0 = blockIdx.x * kTcColumns, vl = warp * 16 + g;  // columns vl, vl + 8 of the block
+  auto chunk_at = [&](int step) {
+    return static_cast<std::int64_t>(bh) * chunks + (reverse ? chunks - 1 - step : step);
+  };
+  auto load = [&](int step) {
+    float* s = smem + (step % 2) * Stage::kFloats;
+    const std::int64_t chunk = chunk_at(step);
+    const float* bs = b + chunk * C * DK;
+    const float* cs = c + chunk * C * DK;
+    for (int i = threadIdx.x; i < C * DK / 4; i += blockDim.x) {
+      const int row = i / (DK / 4), col = i % (DK / 4) * 4;
+      CopyAsync16(s + Stage::kB + row * Stage::kBStride + col, bs + row * DK + col);
+      CopyAsync16(s + Stage::kC + row * Stage::kCStride + col, cs + row * DK + col);
+    }
+    const float* as = a + chunk * C * dv + v0;
+    for (int i = threadIdx.x; i < C * kTcColumns / 4; i += blockDim.x) {
+      const int row = i / (kTcColumns / 4), col = i % (kTcColumns / 4) * 4;
+      CopyAsync16(s + Stage::kA + row * kTcAStride + col, as + static_cast<std::int64_t>(row) * dv + col);
+    }
+    for (int i = threadIdx.x; i < DK / 4; i += blockDim.x) CopyAsync16(s + Stage::kD + 4 * i, d + chunk * DK + 4 * i);
+    CopyAsyncCommit();
+  };
+  // st[kt][i] is S[k][v] at k = 8 kt + 2t + (i & 1), v = v0 + vl + 8 (i >> 1):
+  // the accumulator layout of S^T's tile kt.
+  auto at = [&](int kt, int i) {
+    return static_cast<std::int64_t>(8 * kt + 2 * t + (i & 1)) * dv + v0 + vl + 8 * (i >> 1);
+  };
+  const std::int64_t state = static_cast<std::int64_t>(bh) * DK * dv;
+  float st[KT][4];
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st[kt][i] = initial ? initial[state + at(kt, i)] : 0.f;
+  if (chunks > 0) load(0);
+  for (int step = 0; step < chunks; ++step) {
+    if (step + 1 < chunks) {
+      load(step + 1);
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
+    }
+    __syncthreads();
+    const float* s = smem + (step % 2) * Stage::kFloats;
+    const std::int64_t chunk = chunk_at(step), square = chunk * DK * dv, rows = chunk * C * dv;
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) starts[square + at(kt, i)] = st[kt][i];
+    if (dot_with) RowDots<DK>(st, dot_with + square, at, dot_out + (chunk * DK) * gridDim.x + blockIdx.x);
+    // X^T = A^T + sign_bs S^T B^T; xt[ct][i] is X[c][v] at c = 8 ct + 2t + (i & 1).
+    float xt[CT][4];
+#pragma unroll
+    for (int ct = 0; ct < CT; ++ct)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xt[ct][i] = 0.f;
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt) {
+      std::uint32_t frag[4];
+      AccumulatorAsA(st[kt], 1.f, frag);
+#pragma unroll
+      for (int ct = 0; ct < CT; ++ct) {
+        const float2 bv =
+            *reinterpret_cast<const float2*>(s + Stage::kB + (8 * ct + g) * Stage::kBStride + 8 * kt + 2 * t);
+        MmaTf32(xt[ct], frag, ToTf32(bv.x), ToTf32(bv.y));
+      }
+    }
+#pragma unroll
+    for (int ct = 0; ct < CT; ++ct)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = 8 * ct + 2 * t + (i & 1), col = vl + 8 * (i >> 1);
+        xt[ct][i] = s[Stage::kA + row * kTcAStride + col] + sign_bs * xt[ct][i];
+        x[rows + static_cast<std::int64_t>(row) * dv + v0 + col] = xt[ct][i];
+      }
+    // S^T <- S^T Diag(d) + E^T + sign_cx X^T C
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        st[kt][i] *= s[Stage::kD + 8 * kt + 2 * t + (i & 1)];
+        if (e) st[kt][i] += e[square + at(kt, i)];
+      }
+#pragma unroll
+    for (int ct = 0; ct < CT; ++ct) {
+      std::uint32_t frag[4];
+      AccumulatorAsA(xt[ct], sign_cx, frag);
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt) {
+        const float* column = s + Stage::kC + (8 * ct + 2 * t) * Stage::kCStride + 8 * kt + g;
+        MmaTf32(st[kt], frag, ToTf32(column[0]), ToTf32(column[Stage::kCStride]));
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) final_state[state + at(kt, i)] = st[kt][i];
+}
+
 template <int DK, int C>
 cudaError_t LaunchScan(const KdaScan& s, bool reverse, float sign_bs, float sign_cx, const float* a, const float* b,
                        const float* c, const float* d, const float* e, const float* initial, float* x,
@@ -288,15 +455,32 @@ cudaError_t LaunchScan(const KdaScan& s, bool reverse, float sign_bs, float sign
   return cudaGetLastError();
 }
 
-template <int DK>
-cudaError_t LaunchScanFor(const KdaScan& s, bool reverse, float sign_bs, float sign_cx, const float* a,
-                          const float* b, const float* c, const float* d, const float* e, const float* initial,
-                          float* x, float* starts, float* final_state, cudaStream_t stream) {
-  switch (s.chunk) {
-    case 16: return LaunchScan<DK, 16>(s, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x, starts, final_state, stream);
-    case 32: return LaunchScan<DK, 32>(s, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x, starts, final_state, stream);
-    default: return LaunchScan<DK, 64>(s, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x, starts, final_state, stream);
-  }
+template <int DK, int C>
+cudaError_t LaunchScanTensorCores(const KdaScan& s, bool reverse, float sign_bs, float sign_cx, const float* a,
+                                  const float* b, const float* c, const float* d, const float* e,
+                                  const float* initial, float* x, float* starts, float* final_state,
+                                  const float* dot_with, float* dot_out, cudaStream_t stream) {
+  constexpr int bytes = TcScanStage<DK, C>::kBytes;
+  cudaError_t err =
+      cudaFuncSetAttribute(ScanTensorCoreKernel<DK, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(s.dv / kTcColumns), static_cast<unsigned>(s.batch_heads));
+  ScanTensorCoreKernel<DK, C><<<grid, 32 * kTcWarps, bytes, stream>>>(
+      a, b, c, d, e, initial, x, starts, final_state, s.chunks, s.dv, reverse, sign_bs, sign_cx, dot_with, dot_out);
+  return cudaGetLastError();
+}
+
+// f(DK, C) with the shape's dk and chunk as std::integral_constant.
+template <typename F>
+cudaError_t WithScanShape(const KdaScan& s, F&& f) {
+  auto for_chunk = [&](auto dk) -> cudaError_t {
+    switch (s.chunk) {
+      case 16: return f(dk, std::integral_constant<int, 16>{});
+      case 32: return f(dk, std::integral_constant<int, 32>{});
+      default: return f(dk, std::integral_constant<int, 64>{});
+    }
+  };
+  return s.dk == 64 ? for_chunk(std::integral_constant<int, 64>{}) : for_chunk(std::integral_constant<int, 128>{});
 }
 
 template <int C>
@@ -361,14 +545,31 @@ bool KdaScanSupports(int chunk, int dk, int dv) {
   return (chunk == 16 || chunk == 32 || chunk == 64) && (dk == 64 || dk == 128) && dv > 0 && dv % 32 == 0;
 }
 
+bool KdaScanTensorCoresSupports(int chunk, int dk, int dv) {
+  return KdaScanSupports(chunk, dk, dv) && dv % kTcColumns == 0;
+}
+
 cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, float sign_cx, const float* a,
                          const float* b, const float* c, const float* d, const float* e, const float* initial,
-                         float* x, float* starts, float* final_state, cudaStream_t stream) {
+                         float* x, float* starts, float* final_state, cudaStream_t stream, const float* dot_with,
+                         float* dot_out) {
   if (!KdaScanSupports(shape.chunk, shape.dk, shape.dv)) return cudaErrorInvalidValue;
+  if ((dot_with != nullptr) != (dot_out != nullptr) || (dot_with && !shape.tensor_cores)) return cudaErrorInvalidValue;
+  if (shape.tensor_cores) {
+    auto aligned = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+    if (!KdaScanTensorCoresSupports(shape.chunk, shape.dk, shape.dv) || !aligned(a) || !aligned(b) ||
+        !aligned(c) || !aligned(d))
+      return cudaErrorInvalidValue;
+  }
   if (shape.batch_heads == 0) return cudaSuccess;
-  if (shape.dk == 64)
-    return LaunchScanFor<64>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x, starts, final_state, stream);
-  return LaunchScanFor<128>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x, starts, final_state, stream);
+  return WithScanShape(shape, [&](auto dk, auto chunk) {
+    constexpr int DK = decltype(dk)::value, C = decltype(chunk)::value;
+    return shape.tensor_cores ? LaunchScanTensorCores<DK, C>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e,
+                                                             initial, x, starts, final_state, dot_with, dot_out,
+                                                             stream)
+                              : LaunchScan<DK, C>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x,
+                                                  starts, final_state, stream);
+  });
 }
 
 bool KdaRecurrentSupports(int dk, int dv) { return (dk == 64 || dk == 128) && dv > 0 && dv % 32 == 0; }

@@ -52,20 +52,38 @@ cudaError_t KdaIntraBackward(const KdaChunks& shape, const float* q, const float
 /// states. Its backward runs the same recurrence in reverse on the
 /// gradients: (a, b, c, d, e) = (dU, K_to_end, Y, e^Gamma, dstarts), signs
 /// (+1, -1), from dS_final.
+///
+/// With `tensor_cores` the two products of each chunk (b S and c^T x) run
+/// as TF32 mma.sync with fp32 accumulation: the state stays fp32 in
+/// registers and is rounded to TF32 (10 mantissa bits) only as an operand,
+/// as are b, c and x; the additions of a, e and the decay are fp32. The
+/// tiles of the next chunk are copied in while this one is multiplied.
+/// Deterministic as the fp32 form is, but not equal to it.
 struct KdaScan {
   std::int64_t batch_heads = 0;
   int chunks = 0;
   int chunk = 0;
   int dk = 0;
   int dv = 0;
+  bool tensor_cores = false;
 };
 
 /// True for chunk 16, 32 or 64, dk 64 or 128 and dv a multiple of 32.
 bool KdaScanSupports(int chunk, int dk, int dv);
 
+/// True where the tensor-core form takes the shape: KdaScanSupports and dv
+/// a multiple of 64. It also needs a, b, c and d 16-byte aligned.
+bool KdaScanTensorCoresSupports(int chunk, int dk, int dv);
+
+/// With `tensor_cores`, `dot_with` [BH, n, dk, dv] may be given (then also
+/// `dot_out` [BH, n, dk, dv / 64]): per chunk and row k, the sums over each
+/// 64 columns v of starts_i[k][v] * dot_with_i[k][v], which the caller adds
+/// up over the last dimension. KDA's backward passes the forward's chunk-start
+/// states: the decays' gradient, without a [.., dk, dv] product in memory.
 cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, float sign_cx, const float* a,
                          const float* b, const float* c, const float* d, const float* e, const float* initial,
-                         float* x, float* starts, float* final_state, cudaStream_t stream);
+                         float* x, float* starts, float* final_state, cudaStream_t stream,
+                         const float* dot_with = nullptr, float* dot_out = nullptr);
 
 /// `batch` x `steps` x `heads` tokens of the recurrence, q/k/g [B, T, H, dk],
 /// v [B, T, H, dv], beta [B, T, H], states [B, H, dk, dv].

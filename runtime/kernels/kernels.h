@@ -7,6 +7,7 @@
 #define KIMI_PLAN_RUNTIME_KERNELS_KERNELS_H_
 
 #include "runtime/kernels/attn_res.h"
+#include "runtime/kernels/batched_gemm.h"
 #include "runtime/kernels/cast.h"
 #include "runtime/kernels/cross_entropy.h"
 #include "runtime/kernels/fp8_gemm.h"

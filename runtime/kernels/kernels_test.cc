@@ -67,9 +67,9 @@ struct KdaResult {
 
 // L = <o, R1> + <S_T, R2> with fixed random R1, R2: every output and the
 // final state carry gradient.
-KdaResult RunChunked(const KdaInputs& in, std::int64_t chunk, bool fused) {
+KdaResult RunChunked(const KdaInputs& in, std::int64_t chunk, bool fused, KdaMath math = KdaMath::kFp32) {
   KdaResult r;
-  r.out = KdaChunked(in.q, in.k, in.v, in.g, in.beta, chunk, in.s0, &r.state, fused);
+  r.out = KdaChunked(in.q, in.k, in.v, in.g, in.beta, chunk, in.s0, &r.state, fused, math);
   const auto opts = r.out.options();
   const torch::Tensor w1 = Random(r.out.sizes(), 90).to(opts), w2 = Random(r.state.sizes(), 91).to(opts);
   const torch::Tensor loss = (r.out * w1).sum() + (r.state * w2).sum();
@@ -146,6 +146,39 @@ TEST(KdaKernelTest, IsDeterministic) {
   for (std::size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(torch::equal(a.grads[i], b.grads[i])) << i;
 }
 
+// The chunked core on tensor cores (the scan and the batched products in
+// TF32, fp32 accumulation and state) against fp64: within TF32's rounding
+// (2^-11 relative per operand), not bit-equal to the fp32 kernels (so the
+// tensor cores did run), and deterministic. dv 96 (no multiple of 64) runs
+// the fp32 scan with the tensor-core products.
+TEST(KdaKernelTest, OnTensorCoresTheScanIsFp64WithinTf32Rounding) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+  struct Case {
+    std::int64_t t, dk, dv, chunk;
+    double decay;
+  };
+  for (const Case& c : {Case{37, 64, 64, 16, 1.0}, Case{100, 128, 128, 32, 1.0}, Case{130, 128, 64, 64, 1.0},
+                        Case{70, 64, 128, 64, 20.0}, Case{45, 128, 96, 32, 1.0}}) {
+    const KdaInputs base = RandomKda(2, c.t, 3, c.dk, c.dv, c.decay, 23 + c.t);
+    const KdaResult want = RunChunked(To(base, torch::kCPU, torch::kDouble), c.chunk, false);
+    const KdaResult fp32 = RunChunked(To(base, torch::kCUDA, torch::kFloat), c.chunk, true, KdaMath::kFp32);
+    const KdaResult got = RunChunked(To(base, torch::kCUDA, torch::kFloat), c.chunk, true, KdaMath::kTensorCores);
+    const KdaResult again = RunChunked(To(base, torch::kCUDA, torch::kFloat), c.chunk, true, KdaMath::kTensorCores);
+    const std::string where = "T " + std::to_string(c.t) + " dk " + std::to_string(c.dk) + " dv " +
+                              std::to_string(c.dv) + " chunk " + std::to_string(c.chunk);
+    EXPECT_LT(RelativeError(got.out, want.out), 5e-3) << where;
+    EXPECT_LT(RelativeError(got.state, want.state), 5e-3) << where;
+    for (std::size_t i = 0; i < want.grads.size(); ++i) {
+      EXPECT_TRUE(torch::isfinite(got.grads[i]).all().item<bool>()) << names[i] << ", " << where;
+      EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-2) << names[i] << ", " << where;
+      EXPECT_TRUE(torch::equal(got.grads[i], again.grads[i])) << names[i] << ", " << where;
+    }
+    EXPECT_TRUE(torch::equal(got.out, again.out)) << where;
+    EXPECT_GT(RelativeError(got.out, fp32.out), 1e-7) << where << ": the fp32 form ran";
+  }
+}
+
 TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
   SKIP_WITHOUT_CUDA_KERNELS();
   torch::NoGradGuard no_grad;
@@ -169,6 +202,43 @@ TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
   const torch::Tensor from_zero = KdaRecurrent(base.q, base.k, base.v, base.g, base.beta, {}, &want_state);
   EXPECT_LT(RelativeError(KdaRecurrentKernel(gpu.q, gpu.k, gpu.v, gpu.g, gpu.beta, {}, &fresh), from_zero), 1e-6);
   EXPECT_LT(RelativeError(fresh, want_state), 1e-6);
+}
+
+// ------------------------------------------------------------ batched TF32 products
+
+// Every pairing of row-major and transposed operands, a product that fills
+// no tile whole (M 80, N 72, K 40 against 32 x 64 tiles and a k step of 32)
+// and one that adds into a given result: within TF32's rounding of fp64.
+TEST(BatchedGemmKernelTest, MultipliesAsFp64InEveryLayout) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const std::int64_t m = 80, n = 72, k = 40;
+  const torch::Tensor a64 = Random({2, 3, m, k}, 140), b64 = Random({2, 3, k, n}, 141),
+                      c64 = Random({2, 3, m, n}, 142);
+  const torch::Tensor want = torch::matmul(a64, b64);
+  auto gpu = [](const torch::Tensor& x) { return x.to(torch::kCUDA, torch::kFloat); };
+  // A transposed operand: stored [..., cols, rows], used as its transpose.
+  auto stored_transposed = [&](const torch::Tensor& x) {
+    return gpu(x.transpose(-1, -2).contiguous()).transpose(-1, -2);
+  };
+  for (int layout = 0; layout < 4; ++layout) {
+    const torch::Tensor a = layout & 1 ? stored_transposed(a64) : gpu(a64);
+    const torch::Tensor b = layout & 2 ? stored_transposed(b64) : gpu(b64);
+    ASSERT_TRUE(BatchedMatmulTf32Applies(a, b)) << "layout " << layout;
+    EXPECT_LT(RelativeError(BatchedMatmulTf32(a, b), want), 2e-3) << "layout " << layout;
+    const torch::Tensor into = gpu(c64);
+    const torch::Tensor sum = BatchedMatmulTf32(a, b, into);
+    EXPECT_EQ(sum.data_ptr(), into.data_ptr()) << "layout " << layout;
+    EXPECT_LT(RelativeError(sum, c64 + want), 2e-3) << "layout " << layout;
+  }
+  // M 24 is no multiple of 16: refused, by name.
+  const torch::Tensor odd = gpu(Random({2, 24, k}, 143)), b = gpu(Random({2, k, n}, 144));
+  EXPECT_FALSE(BatchedMatmulTf32Applies(odd, b));
+  try {
+    BatchedMatmulTf32(odd, b);
+    ADD_FAILURE() << "an M of 24 was multiplied";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("BatchedMatmulTf32"), std::string::npos) << e.what();
+  }
 }
 
 // ------------------------------------------------------------------ depth read
@@ -276,11 +346,13 @@ struct LayerRun {
 
 // The whole KDA layer, L = <out, R>: with `fused` on a GPU, the preparation
 // kernels (convolutions, norms, gate), the intra-chunk and scan kernels and
-// RMSNorm; without, every torch form.
-LayerRun RunKdaLayer(torch::Device device, torch::Dtype dtype, bool fused) {
+// RMSNorm, the scan and its products in fp32 or on `tensor_cores`; without,
+// every torch form.
+LayerRun RunKdaLayer(torch::Device device, torch::Dtype dtype, bool fused, bool tensor_cores = false) {
   Init init(31);
   ModelOptions opts;
   opts.fused_kernels = fused;
+  opts.kda_tensor_cores = tensor_cores;
   opts.kda_chunk = 32;
   KdaImpl kda(KdaLayerSpec(), opts, 0.1, 0.1, init);
   kda.to(device, dtype == torch::kBFloat16 ? torch::kFloat : dtype);  // bf16 runs keep fp32 parameters
@@ -303,6 +375,10 @@ TEST(KdaPrepKernelTest, TheLayerMatchesItsTorchFormsInFp64) {
   EXPECT_LT(RelativeError(got.out, want.out), 1e-5);
   ASSERT_EQ(got.grads.size(), want.grads.size());
   for (std::size_t i = 0; i < want.grads.size(); ++i) EXPECT_LT(RelativeError(got.grads[i], want.grads[i]), 1e-4) << i;
+  // With the scan and its products on tensor cores (the training default).
+  const LayerRun tf32 = RunKdaLayer(torch::kCUDA, torch::kFloat, true, /*tensor_cores=*/true);
+  EXPECT_LT(RelativeError(tf32.out, want.out), 5e-3);
+  for (std::size_t i = 0; i < want.grads.size(); ++i) EXPECT_LT(RelativeError(tf32.grads[i], want.grads[i]), 1e-2) << i;
   // In bf16 (as training runs it) against the torch forms in bf16: the same
   // roundings of the projections, fp32 inside both.
   const LayerRun torch_bf16 = RunKdaLayer(torch::kCUDA, torch::kBFloat16, false);

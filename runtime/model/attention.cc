@@ -170,17 +170,18 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 
 torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
-                         const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused) {
+                         const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused, KdaMath math) {
   const std::int64_t t_len = q.size(1), padded = (t_len + chunk - 1) / chunk * chunk;
   // Padding tokens have k = 0, beta = 0 and g = 0: they leave the state alone.
   const torch::Tensor cum = Chunked(g, chunk, padded).cumsum(3);  // G_t, inclusive
   return KdaChunkedCore(Chunked(q, chunk, padded), Chunked(k, chunk, padded), Chunked(v, chunk, padded), cum,
-                        Chunked(beta.unsqueeze(-1), chunk, padded), t_len, initial_state, final_state, fused);
+                        Chunked(beta.unsqueeze(-1), chunk, padded), t_len, initial_state, final_state, fused, math);
 }
 
 torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, const torch::Tensor& vc,
                              const torch::Tensor& cum, const torch::Tensor& bc, std::int64_t t_len,
-                             const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused) {
+                             const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused,
+                             KdaMath math) {
   const std::int64_t b = qc.size(0), h = qc.size(1), n = qc.size(2), chunk = qc.size(3), dk = qc.size(4),
                      dv = vc.size(4), padded = n * chunk;
   const auto [strict, qk] =
@@ -196,7 +197,7 @@ torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, c
     inverse = torch::linalg_solve_triangular(tri, eye.expand_as(tri), /*upper=*/false, /*left=*/true,
                                              /*unitriangular=*/true);
     if (KdaChunkCoreKernelApplies(qc, vc)) {
-      const auto [out, last] = KdaChunkCoreKernel(qc, kc, vc, cum, bc, inverse, qk, s.expand({b, h, dk, dv}));
+      const auto [out, last] = KdaChunkCoreKernel(qc, kc, vc, cum, bc, inverse, qk, s.expand({b, h, dk, dv}), math);
       if (final_state) *final_state = last;
       return out.reshape({b, h, padded, dv}).narrow(2, 0, t_len).transpose(1, 2);
     }
@@ -213,7 +214,7 @@ torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, c
   if (fused && KdaScanKernelApplies(w, y)) {
     // The sequential loop below as one kernel; the outputs of all chunks at
     // once from the states it leaves at the chunk starts.
-    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, x.chunk_decay, s.expand({b, h, dk, dv}));
+    const KdaScanResult scan = KdaStateScan(w, y, k_to_end, x.chunk_decay, s.expand({b, h, dk, dv}), math);
     if (final_state) *final_state = scan.final_state;
     const torch::Tensor out = torch::matmul(q_decayed, scan.starts) + torch::matmul(qk, scan.u);  // [B, H, n, C, dv]
     return out.reshape({b, h, padded, dv}).narrow(2, 0, t_len).transpose(1, 2);
@@ -328,7 +329,8 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 
 KdaImpl::KdaImpl(const ModelSpec& spec, const ModelOptions& options, double init_std, double out_std, Init& init)
     : heads_(spec.heads), dk_(spec.kda.head_dim_k), dv_(spec.kda.head_dim_v), chunk_(options.kda_chunk),
-      eps_(spec.norm_eps), fused_(options.fused_kernels) {
+      eps_(spec.norm_eps), fused_(options.fused_kernels),
+      math_(options.kda_tensor_cores ? KdaMath::kTensorCores : KdaMath::kFp32) {
   const std::int64_t d = spec.hidden, hk = heads_ * dk_, hv = heads_ * dv_, kernel = spec.kda.conv_kernel;
   auto proj = [&](const char* name, std::int64_t in, std::int64_t out, double std, bool lora) {
     return register_module(name, std::make_shared<ProjImpl>(in, out, std, init, lora));
@@ -374,13 +376,13 @@ torch::Tensor KdaImpl::RunTorchForms(const torch::Tensor& qx, const torch::Tenso
   const torch::Tensor g = -torch::exp(a_log_).view({1, 1, heads_, 1}) *
                           torch::softplus(forget + dt_bias_.view({heads_, dk_}));
   if (!cache && cp_.active()) return cp_.Kda(q, k, v, g, beta, chunk_);
-  if (!cache) return chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_, {}, nullptr, fused_) : KdaRecurrent(q, k, v, g, beta);
+  if (!cache) return chunk_ > 0 ? KdaChunked(q, k, v, g, beta, chunk_, {}, nullptr, fused_, math_) : KdaRecurrent(q, k, v, g, beta);
   // A decode step is one token: the recurrent form; a long prefill is chunked.
   const torch::Tensor s0 = cache->state;
   torch::Tensor o;
   torch::Tensor s1;
   if (chunk_ > 0 && t >= chunk_)
-    o = KdaChunked(q, k, v, g, beta, chunk_, s0, &s1, fused_);
+    o = KdaChunked(q, k, v, g, beta, chunk_, s0, &s1, fused_, math_);
   else if (fused_ && KdaRecurrentKernelApplies(q, v))
     o = KdaRecurrentKernel(q, k, v, g, beta, s0, &s1);
   else
@@ -433,7 +435,7 @@ torch::Tensor KdaImpl::Run(const torch::Tensor& x_in, LayerCache* cache) {
                        KdaShortConvChunked(kx, k_conv_, heads_, chunk_, /*l2=*/true, 1.0, eps_),
                        KdaShortConvChunked(vx, v_conv_, heads_, chunk_, /*l2=*/false, 1.0, eps_),
                        KdaGateCumChunked(fx, a_log_, dt_bias_, heads_, chunk_),
-                       Chunked(beta.unsqueeze(-1), chunk_, padded), t, {}, nullptr, /*fused=*/true);
+                       Chunked(beta.unsqueeze(-1), chunk_, padded), t, {}, nullptr, /*fused=*/true, math_);
   } else {
     o = RunTorchForms(qx, kx, vx, fx, beta, cache);
   }

@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "common/status.h"
+#include "runtime/kernels/kda.h"
 #include "runtime/model/context_parallel.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/tensor_parallel.h"
@@ -99,11 +100,12 @@ torch::Tensor KdaRecurrent(const torch::Tensor& q, const torch::Tensor& k, const
 /// GPU, chunk 16/32/64), the intra-chunk products come from the kernel
 /// instead of a [.., C, C, dk] decay tensor, and the solve becomes the
 /// explicit inverse of the unit-lower-triangular matrix (C columns) times
-/// the right-hand sides; the rest is the same torch code.
+/// the right-hand sides; the rest is the same torch code. `math` is the
+/// chunk scan kernel's (runtime/kernels/kda.h).
 torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& g, const torch::Tensor& beta, std::int64_t chunk,
                          const torch::Tensor& initial_state = {}, torch::Tensor* final_state = nullptr,
-                         bool fused = true);
+                         bool fused = true, KdaMath math = KdaMath::kFp32);
 
 /// KdaChunked after its inputs are chunked: q, k, v and the in-chunk
 /// inclusive cumulative log decay `cum` as [B, H, n, C, d] (the tail padded
@@ -111,7 +113,8 @@ torch::Tensor KdaChunked(const torch::Tensor& q, const torch::Tensor& k, const t
 /// tokens; returns [B, tokens, H, dv]. KdaChunked is the chunking then this.
 torch::Tensor KdaChunkedCore(const torch::Tensor& qc, const torch::Tensor& kc, const torch::Tensor& vc,
                              const torch::Tensor& cum, const torch::Tensor& bc, std::int64_t tokens,
-                             const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused);
+                             const torch::Tensor& initial_state, torch::Tensor* final_state, bool fused,
+                             KdaMath math = KdaMath::kFp32);
 
 /// A depthwise causal convolution over time: x [B, T, C], weight [C, K];
 /// y[t] = sum_j weight[:, j] * x[t - K + 1 + j] (zeros before the start).
@@ -179,6 +182,7 @@ class KdaImpl : public TokenMixer {
   std::int64_t heads_, dk_, dv_, chunk_;
   double eps_;
   bool fused_;
+  KdaMath math_;
 };
 
 /// Multi-head latent attention (DeepSeek-V3 shapes): low-rank q (or full

@@ -68,6 +68,10 @@ struct ModelOptions {
   bool recompute_mla_up_proj = false;
   int kda_chunk = 16;                     ///< chunk length of the KDA scan; 0 = token-by-token recurrence
   bool fused_kernels = true;              ///< the CUDA kernels where built and applicable (KDA, grouped experts)
+  /// KDA's chunk scan on tensor cores (TF32 products, fp32 accumulation;
+  /// runtime/kernels/kda.h KdaMath) where the fused kernels run; false: in
+  /// fp32 on CUDA cores, the reference form.
+  bool kda_tensor_cores = true;
   /// With LoRA: the routed experts' frozen base kept as released INT4
   /// (int4_linear.h, 0.5625 bytes a weight), dequantized inside each
   /// product; the planner's --lora-native-base.
