@@ -8,6 +8,8 @@
 // occupancy hides the loads' latency.
 #include "runtime/kernels/batched_gemm_cuda.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -35,25 +37,34 @@ using ATile = std::conditional_t<kTransA, Tile<kBK, kBM, 8>, Tile<kBM, kBK, 4>>;
 template <bool kTransB>
 using BTile = std::conditional_t<kTransB, Tile<kBN, kBK, 4>, Tile<kBK, kBN, 8>>;
 
+// Four consecutive elements at `src` as fp32.
+__device__ __forceinline__ float4 Load4(const float* src) { return *reinterpret_cast<const float4*>(src); }
+__device__ __forceinline__ float4 Load4(const __nv_bfloat16* src) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(src);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 // Copies stored rows [r0, r0 + T::kRows) and columns [c0, c0 + T::kCols)
 // of a matrix of `rows` x `cols` stored elements (unit column stride, row
-// stride `ld`) into `tile`, zeros outside the matrix, 16 bytes at a time
-// (cols, ld and c0 are multiples of 4).
-template <typename T>
-__device__ __forceinline__ void LoadTile(float* tile, const float* src, std::int64_t ld, int rows, int cols, int r0,
+// stride `ld`) into `tile` as fp32, zeros outside the matrix, four elements
+// at a time (cols, ld and c0 are multiples of 4).
+template <typename T, typename E>
+__device__ __forceinline__ void LoadTile(float* tile, const E* src, std::int64_t ld, int rows, int cols, int r0,
                                          int c0) {
   for (int v = threadIdx.x; v < T::kRows * T::kCols / 4; v += kThreads) {
     const int r = v / (T::kCols / 4), c = v % (T::kCols / 4) * 4;
     float4 value = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r0 + r < rows && c0 + c < cols)
-      value = *reinterpret_cast<const float4*>(src + static_cast<std::int64_t>(r0 + r) * ld + c0 + c);
+    if (r0 + r < rows && c0 + c < cols) value = Load4(src + static_cast<std::int64_t>(r0 + r) * ld + c0 + c);
     *reinterpret_cast<float4*>(tile + r * T::kStride + c) = value;
   }
 }
 
-template <bool kTransA, bool kTransB>
+// EB: b's element type (float or __nv_bfloat16).
+template <bool kTransA, bool kTransB, typename EB>
 __global__ void __launch_bounds__(kThreads) GemmKernel(int m, int n, int k, MatrixBatch a, MatrixBatch b,
-                                                       float* __restrict__ out, bool accumulate,
+                                                       float scale, float* __restrict__ out, bool accumulate,
                                                        std::int64_t batch_offset) {
   using TA = ATile<kTransA>;
   using TB = BTile<kTransB>;
@@ -63,8 +74,8 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(int m, int n, int k, Matr
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const int wm = m0 + (warp / 2) * 16, wn = n0 + (warp % 2) * 32;  // the warp's 16 x 32
-  const float* pa = a.data + item * a.batch_stride;
-  const float* pb = b.data + item * b.batch_stride;
+  const float* pa = static_cast<const float*>(a.data) + item * a.batch_stride;
+  const EB* pb = static_cast<const EB*>(b.data) + item * b.batch_stride;
   float acc[4][4] = {};
   for (int k0 = 0; k0 < k; k0 += kBK) {
     // Stored orientation: A [m][k] (row_stride) or [k][m] (col_stride);
@@ -111,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(int m, int n, int k, Matr
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float2* at = reinterpret_cast<float2*>(po + static_cast<std::int64_t>(wm + g + 8 * half) * n + col);
-      float2 value = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
+      float2 value = make_float2(scale * acc[j][2 * half], scale * acc[j][2 * half + 1]);
       if (accumulate) {
         const float2 old = *at;
         value.x += old.x;
@@ -123,12 +134,16 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(int m, int n, int k, Matr
 }
 
 template <bool kTransA, bool kTransB>
-cudaError_t Launch(std::int64_t batch, int m, int n, int k, const MatrixBatch& a, const MatrixBatch& b, float* out,
-                   bool accumulate, cudaStream_t stream) {
+cudaError_t Launch(std::int64_t batch, int m, int n, int k, const MatrixBatch& a, const MatrixBatch& b, float scale,
+                   float* out, bool accumulate, cudaStream_t stream) {
   for (std::int64_t first = 0; first < batch; first += kMaxGrid) {
     const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((m + kBM - 1) / kBM),
                     static_cast<unsigned>(std::min<std::int64_t>(kMaxGrid, batch - first)));
-    GemmKernel<kTransA, kTransB><<<grid, kThreads, 0, stream>>>(m, n, k, a, b, out, accumulate, first);
+    if (b.bf16)
+      GemmKernel<kTransA, kTransB, __nv_bfloat16>
+          <<<grid, kThreads, 0, stream>>>(m, n, k, a, b, scale, out, accumulate, first);
+    else
+      GemmKernel<kTransA, kTransB, float><<<grid, kThreads, 0, stream>>>(m, n, k, a, b, scale, out, accumulate, first);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -142,21 +157,23 @@ bool BatchedGemmTf32Supports(std::int64_t batch, int m, int n, int k, const Matr
   auto layout_ok = [](const MatrixBatch& x) {
     const std::int64_t ld = x.col_stride == 1 ? x.row_stride : x.col_stride;
     const bool one_unit = x.col_stride == 1 || x.row_stride == 1;
-    return one_unit && ld % 4 == 0 && x.batch_stride % 4 == 0 && reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0;
+    const std::uintptr_t alignment = x.bf16 ? 8 : 16;
+    return one_unit && ld % 4 == 0 && x.batch_stride % 4 == 0 &&
+           reinterpret_cast<std::uintptr_t>(x.data) % alignment == 0;
   };
   return batch >= 0 && batch <= kMaxGrid * kMaxGrid && m > 0 && n > 0 && k > 0 && m % 16 == 0 && n % 8 == 0 &&
-         k % 8 == 0 && layout_ok(a) && layout_ok(b);
+         k % 8 == 0 && !a.bf16 && layout_ok(a) && layout_ok(b);
 }
 
 cudaError_t BatchedGemmTf32(std::int64_t batch, int m, int n, int k, const MatrixBatch& a, const MatrixBatch& b,
-                            float* out, bool accumulate, cudaStream_t stream) {
+                            float scale, float* out, bool accumulate, cudaStream_t stream) {
   if (!BatchedGemmTf32Supports(batch, m, n, k, a, b)) return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
   const bool ta = Transposed(a), tb = Transposed(b);
-  if (ta && tb) return Launch<true, true>(batch, m, n, k, a, b, out, accumulate, stream);
-  if (ta) return Launch<true, false>(batch, m, n, k, a, b, out, accumulate, stream);
-  if (tb) return Launch<false, true>(batch, m, n, k, a, b, out, accumulate, stream);
-  return Launch<false, false>(batch, m, n, k, a, b, out, accumulate, stream);
+  if (ta && tb) return Launch<true, true>(batch, m, n, k, a, b, scale, out, accumulate, stream);
+  if (ta) return Launch<true, false>(batch, m, n, k, a, b, scale, out, accumulate, stream);
+  if (tb) return Launch<false, true>(batch, m, n, k, a, b, scale, out, accumulate, stream);
+  return Launch<false, false>(batch, m, n, k, a, b, scale, out, accumulate, stream);
 }
 
 }  // namespace kp::runtime::cuda

@@ -15,23 +15,26 @@ namespace kp::runtime::cuda {
 
 /// One operand of `batch` matrices: element (r, c) of matrix i at
 /// data[i * batch_stride + r * row_stride + c * col_stride], where one of
-/// the two strides is 1 (row-major or its transpose).
+/// the two strides is 1 (row-major or its transpose); fp32, or bf16 where
+/// `bf16` (the right operand only).
 struct MatrixBatch {
-  const float* data = nullptr;
+  const void* data = nullptr;
   std::int64_t batch_stride = 0;
   std::int64_t row_stride = 0;
   std::int64_t col_stride = 0;
+  bool bf16 = false;
 };
 
-/// out[i] = a[i] b[i] (+ out[i] with `accumulate`) for i < batch, a [m, k],
-/// b [k, n], out [m, n] row-major and contiguous per matrix (batch stride m
-/// n). True for the shapes it takes: m a multiple of 16, n and k of 8, every
-/// stride of a and b of 4 floats apart from the unit one, 16-byte aligned
-/// data, batch up to 65535 * 65535.
+/// out[i] = scale a[i] b[i] (+ out[i] with `accumulate`) for i < batch, a
+/// [m, k], b [k, n], out [m, n] fp32, row-major and contiguous per matrix
+/// (batch stride m n). True for the shapes it takes: m a multiple of 16, n
+/// and k of 8, a fp32, every stride of a and b a multiple of 4 elements
+/// apart from the unit one, the data 16-byte (fp32) or 8-byte (bf16)
+/// aligned, batch up to 65535 * 65535. A bf16 operand is exact in TF32.
 bool BatchedGemmTf32Supports(std::int64_t batch, int m, int n, int k, const MatrixBatch& a, const MatrixBatch& b);
 
 cudaError_t BatchedGemmTf32(std::int64_t batch, int m, int n, int k, const MatrixBatch& a, const MatrixBatch& b,
-                            float* out, bool accumulate, cudaStream_t stream);
+                            float scale, float* out, bool accumulate, cudaStream_t stream);
 
 }  // namespace kp::runtime::cuda
 

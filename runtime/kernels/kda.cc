@@ -39,11 +39,14 @@ std::vector<std::int64_t> SquareShape(const torch::Tensor& q) {
   return shape;
 }
 
-// a b (+ into, in place, when given): TF32 on tensor cores where `math`
-// asks for them and the batched kernel takes the operands, else fp32.
-torch::Tensor Product(KdaMath math, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& into = {}) {
-  if (math == KdaMath::kTensorCores && BatchedMatmulTf32Applies(a, b)) return BatchedMatmulTf32(a, b, into);
-  const torch::Tensor p = torch::matmul(a, b);
+// scale a b (+ into, in place, when given): TF32 on tensor cores where
+// `math` asks for them and the batched kernel takes the operands, else fp32
+// (a bf16 b, the chunk-start states, widened).
+torch::Tensor Product(KdaMath math, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& into = {},
+                      float scale = 1.f) {
+  if (math == KdaMath::kTensorCores && BatchedMatmulTf32Applies(a, b)) return BatchedMatmulTf32(a, b, into, scale);
+  torch::Tensor p = torch::matmul(a, b.to(a.scalar_type()));
+  if (scale != 1.f) p.mul_(scale);
   return into.defined() ? into.add_(p) : p;
 }
 
@@ -90,43 +93,51 @@ cuda::KdaScan ScanOf(const torch::Tensor& x, const torch::Tensor& b, KdaMath mat
   return s;
 }
 
-// The chunk scan (KdaStateScan) on contiguous fp32 tensors: {u, starts, last}.
+// The chunk scan (KdaStateScan) on contiguous fp32 tensors: {u, starts,
+// last}; `starts` in bf16 where `bf16_states` and the scan runs on tensor
+// cores.
 variable_list ScanForward(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
-                          const torch::Tensor& decay, const torch::Tensor& s0, KdaMath math) {
+                          const torch::Tensor& decay, const torch::Tensor& s0, KdaMath math, bool bf16_states) {
   const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
-  torch::Tensor u = torch::empty_like(w), starts = torch::empty({b, h, n, dk, dv}, w.options()),
-                last = torch::empty({b, h, dk, dv}, w.options());
-  Check(cuda::KdaChunkScan(ScanOf(w, y, math, {In(w), In(y), In(k_to_end), In(decay)}), /*reverse=*/false,
-                           /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(w), In(y), In(k_to_end), In(decay), nullptr, In(s0),
-                           Out(u), Out(starts), Out(last), c10::cuda::getCurrentCUDAStream()),
+  cuda::KdaScan shape = ScanOf(w, y, math, {In(w), In(y), In(k_to_end), In(decay)});
+  shape.states_bf16 = shape.tensor_cores && bf16_states;
+  torch::Tensor u = torch::empty_like(w), last = torch::empty({b, h, dk, dv}, w.options()),
+                starts = torch::empty({b, h, n, dk, dv},
+                                      w.options().dtype(shape.states_bf16 ? torch::kBFloat16 : torch::kFloat));
+  Check(cuda::KdaChunkScan(shape, /*reverse=*/false, /*sign_bs=*/-1.f, /*sign_cx=*/1.f, In(w), In(y), In(k_to_end),
+                           In(decay), nullptr, In(s0), Out(u), starts.data_ptr(), Out(last),
+                           c10::cuda::getCurrentCUDAStream()),
         "KDA chunk scan");
   return {u, starts, last};
 }
 
 // The scan's gradients {dw, dy, dk_to_end, ddecay, ds0} from its saved
-// tensors and the gradients of {u, starts, last} (any may be undefined).
+// tensors (`starts` fp32 or bf16) and the gradients of {u, starts, last}
+// (any may be undefined).
 variable_list ScanBackward(const torch::Tensor& y, const torch::Tensor& k, const torch::Tensor& decay,
-                           const torch::Tensor& u, const torch::Tensor& starts, const torch::Tensor& du_in,
+                           const torch::Tensor& u, const torch::Tensor& saved_starts, const torch::Tensor& du_in,
                            const torch::Tensor& dstarts_in, const torch::Tensor& dlast_in, KdaMath math) {
   const torch::Tensor du = du_in.defined() ? du_in.contiguous() : torch::zeros_like(u);
   const torch::Tensor dstarts = dstarts_in.defined() ? dstarts_in.contiguous() : torch::Tensor();
   const torch::Tensor dlast = dlast_in.defined() ? dlast_in.contiguous() : torch::Tensor();
-  torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),
-                ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options());
   // The same recurrence on the gradients, last chunk first: x = dU + K dS
-  // is U's whole gradient, `starts` the gradient of each chunk's end state.
-  // On tensor cores the kernel also sums starts_i * dends_i over each 64
-  // columns (the decays' gradient) while dends_i is in its registers.
-  const cuda::KdaScan shape = ScanOf(u, y, math, {In(du), In(k), In(y), In(decay)});
-  torch::Tensor decay_dots;
+  // is U's whole gradient, `starts` the gradient of each chunk's end state
+  // (`dends`, in the forward states' type). On tensor cores the kernel also
+  // sums starts_i * dends_i over each 64 columns (the decays' gradient)
+  // while dends_i is in its registers.
+  cuda::KdaScan shape = ScanOf(u, y, math, {In(du), In(k), In(y), In(decay)});
+  const torch::Tensor starts = shape.tensor_cores ? saved_starts : saved_starts.to(torch::kFloat);
+  shape.states_bf16 = starts.scalar_type() == torch::kBFloat16;
+  torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),
+                ds0 = torch::empty({u.size(0), u.size(1), y.size(4), u.size(4)}, u.options()), decay_dots;
   if (shape.tensor_cores)
     decay_dots = torch::empty({u.size(0), u.size(1), u.size(2), y.size(4), u.size(4) / 64}, u.options());
   Check(cuda::KdaChunkScan(shape, /*reverse=*/true, /*sign_bs=*/1.f, /*sign_cx=*/-1.f, In(du), In(k), In(y),
-                           In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), Out(dends), Out(ds0),
-                           c10::cuda::getCurrentCUDAStream(), shape.tensor_cores ? In(starts) : nullptr,
+                           In(decay), InOrNull(dstarts), InOrNull(dlast), Out(du_total), dends.data_ptr(), Out(ds0),
+                           c10::cuda::getCurrentCUDAStream(), shape.tensor_cores ? starts.data_ptr() : nullptr,
                            shape.tensor_cores ? Out(decay_dots) : nullptr),
         "KDA chunk scan backward");
-  const torch::Tensor dy = Product(math, du_total, starts.transpose(-1, -2)).neg_();
+  const torch::Tensor dy = Product(math, du_total, starts.transpose(-1, -2), {}, -1.f);
   const torch::Tensor dk = Product(math, u, dends.transpose(-1, -2));
   const torch::Tensor ddecay = shape.tensor_cores ? decay_dots.sum(-1) : (starts * dends).sum(-1);
   return {du_total, dy, dk, ddecay, ds0};
@@ -146,7 +157,7 @@ class KdaScanFunction : public torch::autograd::Function<KdaScanFunction> {
                                KdaMath math) {
     const c10::cuda::CUDAGuard guard(w.device());
     const torch::Tensor yc = y.contiguous(), kc = k_to_end.contiguous(), dc = decay.contiguous();
-    variable_list out = ScanForward(w.contiguous(), yc, kc, dc, s0.contiguous(), math);
+    variable_list out = ScanForward(w.contiguous(), yc, kc, dc, s0.contiguous(), math, /*bf16_states=*/false);
     ctx->save_for_backward({yc, kc, dc, out[0], out[1]});
     SaveMath(ctx, math);
     return out;
@@ -231,7 +242,8 @@ class KdaChunkCoreFunction : public torch::autograd::Function<KdaChunkCoreFuncti
     const variable_list in = {q.contiguous(), k.contiguous(), v.contiguous(), g_cum.contiguous(), beta.contiguous()};
     const variable_list p = ProductsForward(in);  // q e^G, beta k e^G, k e^{G_C - G}, beta v, e^{G_C}
     const torch::Tensor w = Product(math, inverse, p[3]), y = Product(math, inverse, p[1]);
-    const variable_list scan = ScanForward(w, y, p[2], p[4], s0.contiguous(), math);  // u, starts, last
+    // u, starts (bf16 on tensor cores: read only by the products), last
+    const variable_list scan = ScanForward(w, y, p[2], p[4], s0.contiguous(), math, /*bf16_states=*/true);
     const torch::Tensor out = Product(math, qk, scan[0], Product(math, p[0], scan[1]));
     variable_list keep = in;
     keep.insert(keep.end(), {inverse, qk, scan[0], scan[1]});

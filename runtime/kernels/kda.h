@@ -87,7 +87,8 @@ bool KdaChunkCoreKernelApplies(const torch::Tensor& q, const torch::Tensor& v);
 /// transform's products, the scan and the output products. One autograd
 /// node, differentiable in all eight inputs, which keeps its inputs, u and
 /// the chunk-start states only: the backward makes the products again.
-/// `math` is the scans' and the products' (forward and backward).
+/// `math` is the scans' and the products' (forward and backward); on
+/// tensor cores the kept chunk-start states are bf16.
 std::pair<torch::Tensor, torch::Tensor> KdaChunkCoreKernel(const torch::Tensor& q, const torch::Tensor& k,
                                                            const torch::Tensor& v, const torch::Tensor& g_cum,
                                                            const torch::Tensor& beta, const torch::Tensor& inverse,

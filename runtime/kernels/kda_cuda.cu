@@ -5,6 +5,8 @@
 // ever stored.
 #include "runtime/kernels/kda_cuda.h"
 
+#include <cuda_bf16.h>
+
 #include <type_traits>
 
 #include "runtime/kernels/cuda_mma.cuh"
@@ -309,8 +311,13 @@ struct TcScanStage {
 // for S held as ScanTensorCoreKernel holds it (st, positions `at`): the
 // thread's two columns, then the warp's 16 (lanes of equal t), then the
 // four warps' through shared memory, in a fixed order.
-template <int DK, typename At>
-__device__ __forceinline__ void RowDots(const float (&st)[DK / 8][4], const float* __restrict__ w, At at,
+__device__ __forceinline__ float AsFloat(float x) { return x; }
+__device__ __forceinline__ float AsFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void StoreAs(float* at, float x) { *at = x; }
+__device__ __forceinline__ void StoreAs(__nv_bfloat16* at, float x) { *at = __float2bfloat16_rn(x); }
+
+template <int DK, typename S, typename At>
+__device__ __forceinline__ void RowDots(const float (&st)[DK / 8][4], const S* __restrict__ w, At at,
                                         float* __restrict__ out) {
   __shared__ float warp_sums[kTcWarps][DK];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -318,7 +325,7 @@ __device__ __forceinline__ void RowDots(const float (&st)[DK / 8][4], const floa
   for (int kt = 0; kt < DK / 8; ++kt)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      float sum = st[kt][j] * w[at(kt, j)] + st[kt][j + 2] * w[at(kt, j + 2)];
+      float sum = st[kt][j] * AsFloat(w[at(kt, j)]) + st[kt][j + 2] * AsFloat(w[at(kt, j + 2)]);
 #pragma unroll
       for (int lanes = 4; lanes < 32; lanes *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
       if (lane < 4) warp_sums[warp][8 * kt + 2 * lane + j] = sum;
@@ -332,12 +339,13 @@ __device__ __forceinline__ void RowDots(const float (&st)[DK / 8][4], const floa
   }
 }
 
-template <int DK, int C>
+// S: the type `starts` and `dot_with` are stored in (float or __nv_bfloat16).
+template <int DK, int C, typename S>
 __global__ void __launch_bounds__(32 * kTcWarps) ScanTensorCoreKernel(
     const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ c,
     const float* __restrict__ d, const float* __restrict__ e, const float* __restrict__ initial,
-    float* __restrict__ x, float* __restrict__ starts, float* __restrict__ final_state, int chunks, int dv,
-    bool reverse, float sign_bs, float sign_cx, const float* __restrict__ dot_with, float* __restrict__ dot_out) {
+    float* __restrict__ x, S* __restrict__ starts, float* __restrict__ final_state, int chunks, int dv,
+    bool reverse, float sign_bs, float sign_cx, const S* __restrict__ dot_with, float* __restrict__ dot_out) {
   using Stage = TcScanStage<DK, C>;
   constexpr int KT = DK / 8, CT = C / 8;
   extern __shared__ __align__(16) float smem[];
@@ -389,7 +397,7 @@ __global__ void __launch_bounds__(32 * kTcWarps) ScanTensorCoreKernel(
 #pragma unroll
     for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) starts[square + at(kt, i)] = st[kt][i];
+      for (int i = 0; i < 4; ++i) StoreAs(starts + square + at(kt, i), st[kt][i]);
     if (dot_with) RowDots<DK>(st, dot_with + square, at, dot_out + (chunk * DK) * gridDim.x + blockIdx.x);
     // X^T = A^T + sign_bs S^T B^T; xt[ct][i] is X[c][v] at c = 8 ct + 2t + (i & 1).
     float xt[CT][4];
@@ -455,18 +463,19 @@ cudaError_t LaunchScan(const KdaScan& s, bool reverse, float sign_bs, float sign
   return cudaGetLastError();
 }
 
-template <int DK, int C>
+template <int DK, int C, typename S>
 cudaError_t LaunchScanTensorCores(const KdaScan& s, bool reverse, float sign_bs, float sign_cx, const float* a,
                                   const float* b, const float* c, const float* d, const float* e,
-                                  const float* initial, float* x, float* starts, float* final_state,
-                                  const float* dot_with, float* dot_out, cudaStream_t stream) {
+                                  const float* initial, float* x, void* starts, float* final_state,
+                                  const void* dot_with, float* dot_out, cudaStream_t stream) {
   constexpr int bytes = TcScanStage<DK, C>::kBytes;
   cudaError_t err =
-      cudaFuncSetAttribute(ScanTensorCoreKernel<DK, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      cudaFuncSetAttribute(ScanTensorCoreKernel<DK, C, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(s.dv / kTcColumns), static_cast<unsigned>(s.batch_heads));
-  ScanTensorCoreKernel<DK, C><<<grid, 32 * kTcWarps, bytes, stream>>>(
-      a, b, c, d, e, initial, x, starts, final_state, s.chunks, s.dv, reverse, sign_bs, sign_cx, dot_with, dot_out);
+  ScanTensorCoreKernel<DK, C, S><<<grid, 32 * kTcWarps, bytes, stream>>>(
+      a, b, c, d, e, initial, x, static_cast<S*>(starts), final_state, s.chunks, s.dv, reverse, sign_bs, sign_cx,
+      static_cast<const S*>(dot_with), dot_out);
   return cudaGetLastError();
 }
 
@@ -551,10 +560,11 @@ bool KdaScanTensorCoresSupports(int chunk, int dk, int dv) {
 
 cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, float sign_cx, const float* a,
                          const float* b, const float* c, const float* d, const float* e, const float* initial,
-                         float* x, float* starts, float* final_state, cudaStream_t stream, const float* dot_with,
+                         float* x, void* starts, float* final_state, cudaStream_t stream, const void* dot_with,
                          float* dot_out) {
   if (!KdaScanSupports(shape.chunk, shape.dk, shape.dv)) return cudaErrorInvalidValue;
-  if ((dot_with != nullptr) != (dot_out != nullptr) || (dot_with && !shape.tensor_cores)) return cudaErrorInvalidValue;
+  if ((dot_with != nullptr) != (dot_out != nullptr) || ((dot_with || shape.states_bf16) && !shape.tensor_cores))
+    return cudaErrorInvalidValue;
   if (shape.tensor_cores) {
     auto aligned = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
     if (!KdaScanTensorCoresSupports(shape.chunk, shape.dk, shape.dv) || !aligned(a) || !aligned(b) ||
@@ -564,11 +574,14 @@ cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, floa
   if (shape.batch_heads == 0) return cudaSuccess;
   return WithScanShape(shape, [&](auto dk, auto chunk) {
     constexpr int DK = decltype(dk)::value, C = decltype(chunk)::value;
-    return shape.tensor_cores ? LaunchScanTensorCores<DK, C>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e,
-                                                             initial, x, starts, final_state, dot_with, dot_out,
-                                                             stream)
-                              : LaunchScan<DK, C>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x,
-                                                  starts, final_state, stream);
+    if (!shape.tensor_cores)
+      return LaunchScan<DK, C>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x,
+                               static_cast<float*>(starts), final_state, stream);
+    if (shape.states_bf16)
+      return LaunchScanTensorCores<DK, C, __nv_bfloat16>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x,
+                                                         starts, final_state, dot_with, dot_out, stream);
+    return LaunchScanTensorCores<DK, C, float>(shape, reverse, sign_bs, sign_cx, a, b, c, d, e, initial, x, starts,
+                                               final_state, dot_with, dot_out, stream);
   });
 }
 

@@ -66,6 +66,9 @@ struct KdaScan {
   int dk = 0;
   int dv = 0;
   bool tensor_cores = false;
+  /// With `tensor_cores` only: `starts` (and `dot_with`) are bf16, rounded
+  /// from the fp32 state as they are written; the state itself stays fp32.
+  bool states_bf16 = false;
 };
 
 /// True for chunk 16, 32 or 64, dk 64 or 128 and dv a multiple of 32.
@@ -75,15 +78,17 @@ bool KdaScanSupports(int chunk, int dk, int dv);
 /// a multiple of 64. It also needs a, b, c and d 16-byte aligned.
 bool KdaScanTensorCoresSupports(int chunk, int dk, int dv);
 
-/// With `tensor_cores`, `dot_with` [BH, n, dk, dv] may be given (then also
-/// `dot_out` [BH, n, dk, dv / 64]): per chunk and row k, the sums over each
-/// 64 columns v of starts_i[k][v] * dot_with_i[k][v], which the caller adds
-/// up over the last dimension. KDA's backward passes the forward's chunk-start
-/// states: the decays' gradient, without a [.., dk, dv] product in memory.
+/// `starts` is fp32, or bf16 with `states_bf16`. With `tensor_cores`,
+/// `dot_with` [BH, n, dk, dv] (starts' type) may be given (then also
+/// `dot_out` [BH, n, dk, dv / 64] fp32): per chunk and row k, the sums over
+/// each 64 columns v of starts_i[k][v] * dot_with_i[k][v] (the fp32 state,
+/// not its rounding), which the caller adds up over the last dimension.
+/// KDA's backward passes the forward's chunk-start states: the decays'
+/// gradient, without a [.., dk, dv] product in memory.
 cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, float sign_cx, const float* a,
                          const float* b, const float* c, const float* d, const float* e, const float* initial,
-                         float* x, float* starts, float* final_state, cudaStream_t stream,
-                         const float* dot_with = nullptr, float* dot_out = nullptr);
+                         float* x, void* starts, float* final_state, cudaStream_t stream,
+                         const void* dot_with = nullptr, float* dot_out = nullptr);
 
 /// `batch` x `steps` x `heads` tokens of the recurrence, q/k/g [B, T, H, dk],
 /// v [B, T, H, dv], beta [B, T, H], states [B, H, dk, dv].

@@ -207,8 +207,9 @@ TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
 // ------------------------------------------------------------ batched TF32 products
 
 // Every pairing of row-major and transposed operands, a product that fills
-// no tile whole (M 80, N 72, K 40 against 32 x 64 tiles and a k step of 32)
-// and one that adds into a given result: within TF32's rounding of fp64.
+// no tile whole (M 80, N 72, K 40 against 32 x 64 tiles and a k step of 32),
+// one that adds into a given result and a bf16 right operand with a scale:
+// within TF32's rounding of fp64.
 TEST(BatchedGemmKernelTest, MultipliesAsFp64InEveryLayout) {
   SKIP_WITHOUT_CUDA_KERNELS();
   const std::int64_t m = 80, n = 72, k = 40;
@@ -229,6 +230,14 @@ TEST(BatchedGemmKernelTest, MultipliesAsFp64InEveryLayout) {
     const torch::Tensor sum = BatchedMatmulTf32(a, b, into);
     EXPECT_EQ(sum.data_ptr(), into.data_ptr()) << "layout " << layout;
     EXPECT_LT(RelativeError(sum, c64 + want), 2e-3) << "layout " << layout;
+  }
+  // A bf16 right operand (exact in TF32), row-major and transposed, scaled.
+  const torch::Tensor b_bf16 = b64.to(torch::kBFloat16);
+  const torch::Tensor want_scaled = -2.0 * torch::matmul(a64, b_bf16.to(torch::kDouble));
+  for (const torch::Tensor& b : {b_bf16.to(torch::kCUDA),
+                                 b_bf16.transpose(-1, -2).contiguous().to(torch::kCUDA).transpose(-1, -2)}) {
+    ASSERT_TRUE(BatchedMatmulTf32Applies(gpu(a64), b));
+    EXPECT_LT(RelativeError(BatchedMatmulTf32(gpu(a64), b, {}, -2.f), want_scaled), 2e-3);
   }
   // M 24 is no multiple of 16: refused, by name.
   const torch::Tensor odd = gpu(Random({2, 24, k}, 143)), b = gpu(Random({2, k, n}, 144));
