@@ -4,6 +4,7 @@
 #include "runtime/kernels/batched_gemm.h"
 
 #ifdef KIMI_PLAN_CUDA_KERNELS
+#include <cstdint>
 #include <optional>
 
 #include "runtime/kernels/batched_gemm_cuda.h"
@@ -20,14 +21,19 @@ namespace {
 using namespace kernel_support;
 
 // x [..., R, C] as one batch of matrices, or none where its leading
-// dimensions are not one uniform stride.
+// dimensions are not one uniform stride. Dimensions of size 1 take no part:
+// their strides are arbitrary.
 std::optional<cuda::MatrixBatch> BatchOf(const torch::Tensor& x) {
   const std::int64_t d = x.dim();
   if (d < 2) return std::nullopt;
   cuda::MatrixBatch m{x.data_ptr(), 0, x.stride(d - 2), x.stride(d - 1), x.scalar_type() == torch::kBFloat16};
-  if (d > 2) m.batch_stride = x.stride(d - 3);
-  for (std::int64_t i = 0; i + 3 < d; ++i)
-    if (x.size(i) > 1 && x.stride(i) != x.stride(i + 1) * x.size(i + 1)) return std::nullopt;
+  std::int64_t inner = -1;  // the innermost leading dimension of size > 1 seen so far
+  for (std::int64_t i = d - 3; i >= 0; --i) {
+    if (x.size(i) <= 1) continue;
+    if (inner >= 0 && x.stride(i) != x.stride(inner) * x.size(inner)) return std::nullopt;
+    if (inner < 0) m.batch_stride = x.stride(i);
+    inner = i;
+  }
   return m;
 }
 
@@ -38,6 +44,7 @@ bool Takes(const torch::Tensor& a, const torch::Tensor& b, std::optional<cuda::M
   if (!OnCudaInFp32(a) || !FloatOrBf16OnCuda(b) || a.device() != b.device() || a.dim() != b.dim() || a.dim() < 2)
     return false;
   if (a.sizes().slice(0, a.dim() - 2) != b.sizes().slice(0, b.dim() - 2) || a.size(-1) != b.size(-2)) return false;
+  if (a.size(-2) == 0 || a.size(-1) == 0 || b.size(-1) == 0) return false;
   *ma = BatchOf(a);
   *mb = BatchOf(b);
   return ma->has_value() && mb->has_value() &&
@@ -64,7 +71,11 @@ torch::Tensor BatchedMatmulTf32(const torch::Tensor& a, const torch::Tensor& b, 
   torch::Tensor out = accumulate_into;
   if (out.defined()) {
     CheckKernelInputs("BatchedMatmulTf32", {{"a", &a, {}, kFp32}, {"accumulate_into", &out, shape, kFp32}});
-    TORCH_CHECK(out.is_contiguous(), "BatchedMatmulTf32: accumulate_into must be contiguous");
+    // The kernel reads and writes it two floats at a time, while it reads a and b.
+    TORCH_CHECK(out.is_contiguous() && reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 8 == 0,
+                "BatchedMatmulTf32: accumulate_into must be contiguous and 8-byte aligned");
+    TORCH_CHECK(!out.storage().is_alias_of(a.storage()) && !out.storage().is_alias_of(b.storage()),
+                "BatchedMatmulTf32: accumulate_into must not share storage with a or b");
   } else {
     out = torch::empty(shape, a.options());
   }

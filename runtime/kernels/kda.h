@@ -17,9 +17,10 @@ namespace kp::runtime {
 /// How KDA's chunk scan and the chunked core's batched products multiply:
 /// in fp32 on CUDA cores (the reference form), or as TF32 products with
 /// fp32 accumulation on tensor cores (cuda::KdaScan's `tensor_cores`,
-/// BatchedMatmulTf32: about 1e-3 relative, deterministic). Where the
-/// tensor-core form does not take a shape or a tensor's alignment the fp32
-/// form runs.
+/// BatchedMatmulTf32: operands rounded to 10 mantissa bits, and in the
+/// chunked core the kept chunk-start states to bf16's 7; deterministic).
+/// Where the tensor-core form does not take a shape or a tensor's alignment
+/// the fp32 form runs.
 enum class KdaMath { kFp32, kTensorCores };
 
 /// True when KdaIntraChunk takes chunked tensors like `q` ([B, H, n, C, dk]):

@@ -179,6 +179,37 @@ TEST(KdaKernelTest, OnTensorCoresTheScanIsFp64WithinTf32Rounding) {
   }
 }
 
+// KdaStateScan alone on tensor cores (fp32 chunk-start states: the form a
+// chunked core takes when its products kernel refuses the shape) against
+// the fp32 scan: outputs and every input's gradient within TF32's rounding.
+TEST(KdaKernelTest, TheStateScanOnTensorCoresIsTheFp32ScanWithinTf32Rounding) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const std::int64_t b = 2, h = 2, n = 3, c = 64, dk = 128, dv = 128;
+  auto leaf = [](const torch::Tensor& x) { return x.to(torch::kCUDA, torch::kFloat).requires_grad_(true); };
+  const torch::Tensor w0 = Random({b, h, n, c, dv}, 150), y0 = Random({b, h, n, c, dk}, 151) * 0.05,
+                      k0 = Random({b, h, n, c, dk}, 152) * 0.05,
+                      d0 = torch::exp(-torch::softplus(Random({b, h, n, dk}, 153))), s00 = Random({b, h, dk, dv}, 154);
+  const torch::Tensor r1 = Random({b, h, n, c, dv}, 155), r2 = Random({b, h, n, dk, dv}, 156),
+                      r3 = Random({b, h, dk, dv}, 157);
+  KdaScanResult results[2];
+  std::vector<torch::Tensor> grads[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<torch::Tensor> in = {leaf(w0), leaf(y0), leaf(k0), leaf(d0), leaf(s00)};
+    results[i] = KdaStateScan(in[0], in[1], in[2], in[3], in[4], i == 0 ? KdaMath::kFp32 : KdaMath::kTensorCores);
+    const torch::Tensor loss = (results[i].u * r1.to(torch::kCUDA, torch::kFloat)).sum() +
+                               (results[i].starts * r2.to(torch::kCUDA, torch::kFloat)).sum() +
+                               (results[i].final_state * r3.to(torch::kCUDA, torch::kFloat)).sum();
+    grads[i] = torch::autograd::grad({loss}, in);
+  }
+  EXPECT_EQ(results[1].starts.scalar_type(), torch::kFloat);
+  EXPECT_LT(RelativeError(results[1].u, results[0].u), 5e-3);
+  EXPECT_LT(RelativeError(results[1].starts, results[0].starts), 5e-3);
+  EXPECT_LT(RelativeError(results[1].final_state, results[0].final_state), 5e-3);
+  EXPECT_GT(RelativeError(results[1].u, results[0].u), 1e-7) << "the fp32 scan ran";
+  const char* names[] = {"dw", "dy", "dk_to_end", "ddecay", "ds0"};
+  for (int i = 0; i < 5; ++i) EXPECT_LT(RelativeError(grads[1][i], grads[0][i]), 1e-2) << names[i];
+}
+
 TEST(KdaKernelTest, RecurrentKernelMatchesFp64PrefillThenDecode) {
   SKIP_WITHOUT_CUDA_KERNELS();
   torch::NoGradGuard no_grad;
@@ -239,6 +270,14 @@ TEST(BatchedGemmKernelTest, MultipliesAsFp64InEveryLayout) {
     ASSERT_TRUE(BatchedMatmulTf32Applies(gpu(a64), b));
     EXPECT_LT(RelativeError(BatchedMatmulTf32(gpu(a64), b, {}, -2.f), want_scaled), 2e-3);
   }
+  // Size-1 leading dimensions with strides of their own (a narrowed view):
+  // the batch stride is the outer dimension's, not theirs.
+  const torch::Tensor base64 = Random({2, 1, 2, 32, 16}, 145), b1 = Random({2, 1, 1, 16, 8}, 146);
+  const torch::Tensor narrowed = gpu(base64).narrow(2, 0, 1);
+  ASSERT_TRUE(BatchedMatmulTf32Applies(narrowed, gpu(b1)));
+  EXPECT_LT(RelativeError(BatchedMatmulTf32(narrowed, gpu(b1)), torch::matmul(base64.narrow(2, 0, 1), b1)), 2e-3);
+  // Nothing to multiply is no product of this kernel's (and no division by zero).
+  EXPECT_FALSE(BatchedMatmulTf32Applies(gpu(Random({2, 0, 8}, 147)), gpu(Random({2, 8, 8}, 148))));
   // M 24 is no multiple of 16: refused, by name.
   const torch::Tensor odd = gpu(Random({2, 24, k}, 143)), b = gpu(Random({2, k, n}, 144));
   EXPECT_FALSE(BatchedMatmulTf32Applies(odd, b));
