@@ -77,6 +77,10 @@ void AddTrainOptions(po::options_description& desc, const runtime::TrainConfig& 
        "none | experts: the routed experts' products in FP8 as DeepSeek-V3 trains them (e4m3, 1x128 activation "
        "and 128x128 weight scales, fp32 accumulation: the planner's fp8-blockwise, on the experts alone; "
        "default none)")
+      ("kda-math", po::value<std::string>(),
+       "tensor-cores | fp32: KDA's chunk scan and its batched products as TF32 on tensor cores, the chunk-start "
+       "states kept in bf16 (where this build's CUDA kernels run), or in fp32 on CUDA cores, the reference form; "
+       "default tensor-cores")
       ("device", po::value<std::string>()->default_value(d.device),
        "cpu | cuda | cuda:N (ranks of run and sdpo take cuda:LOCAL_RANK)")
       ("seed", SeedFlag()->default_value(d.seed), "initialisation, data and sampling seed (0 to 2^63 - 1)")
@@ -103,6 +107,12 @@ Status ReadTrainOptions(const po::variables_map& vm, runtime::TrainConfig* c) {
   c->options.kda_chunk = vm["kda-chunk"].as<int>();
   c->device = vm["device"].as<std::string>();
   c->seed = vm["seed"].as<std::uint64_t>();
+  if (vm.count("kda-math")) {
+    const std::string math = vm["kda-math"].as<std::string>();
+    if (math != "tensor-cores" && math != "fp32")
+      return Status::InvalidArgument("--kda-math: must be tensor-cores or fp32, got \"" + math + "\"");
+    c->options.kda_tensor_cores = math == "tensor-cores";
+  }
   if (vm.count("fp8")) {
     const std::string fp8 = vm["fp8"].as<std::string>();
     if (fp8 != "none" && fp8 != "experts")

@@ -60,6 +60,10 @@ bad "top-k above experts" "moe.top_k: must be <= moe.num_experts (4)" "${small[@
 bad "too many layers" "--layers: at most the preset's 17" "${base[@]}" --steps 1 --layers 30
 bad "bad dtype" "--dtype: must be fp32 or bf16" "${small[@]}" --steps 1 --dtype fp8
 bad "bad fp8" "--fp8: must be none or experts, got \"all\"" "${small[@]}" --steps 1 --fp8 all
+bad "bad kda math" "--kda-math: must be tensor-cores or fp32, got \"tf32\"" "${small[@]}" --steps 1 --kda-math tf32
+"$bin" train "${small[@]}" --steps 1 --kda-math fp32 --db kda-math.db > kda-math.txt 2>&1
+check "--kda-math fp32 trains" test $? -eq 0
+check "--kda-math fp32 is recorded" bash -c "sqlite3 kda-math.db 'select config_json from runs' | grep -q '\"kda_math\":\"fp32\"'"
 "$bin" profile --model-file "$here/../bench/dense-2b.json" --layers 2 --hidden 64 --heads 2 --vocab 64 --batch 1 \
   --seq-len 8 --fp8 experts --out dense-fp8.json > /dev/null 2> dense-fp8.err
 check "profile --fp8 experts on a dense model: exit 2" test $? -eq 2

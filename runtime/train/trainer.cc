@@ -131,6 +131,7 @@ std::string TrainConfigJson(const TrainConfig& c) {
   if (c.options.recompute_mla_up_proj) j["recompute_mla_up_proj"] = true;
   if (c.options.int4_expert_base) j["int4_expert_base"] = true;
   if (c.options.fp8_experts) j["fp8_experts"] = "blockwise";
+  if (!c.options.kda_tensor_cores) j["kda_math"] = "fp32";
   if (c.options.checkpoint_group_layers > 1) j["checkpoint_group_layers"] = c.options.checkpoint_group_layers;
   j["kda_chunk"] = c.options.kda_chunk;
   j["data"] = {{"source", c.data.source}, {"token_bytes", c.data.token_bytes}};
@@ -233,6 +234,11 @@ Status ReadTrainConfig(Fields& f, const PresetCatalog& catalog, TrainConfig* c) 
   if (fp8_experts != "none" && fp8_experts != "blockwise")
     return Status::InvalidArgument(f.Name("fp8_experts") + ": must be blockwise, got \"" + fp8_experts + "\"");
   c->options.fp8_experts = fp8_experts == "blockwise";
+  std::string kda_math = "tensor-cores";  // absent: the default
+  KP_RETURN_IF_ERROR(f.String("kda_math", &kda_math, /*required=*/false));
+  if (kda_math != "tensor-cores" && kda_math != "fp32")
+    return Status::InvalidArgument(f.Name("kda_math") + ": must be tensor-cores or fp32, got \"" + kda_math + "\"");
+  c->options.kda_tensor_cores = kda_math == "tensor-cores";
   KP_RETURN_IF_ERROR(f.Int("checkpoint_group_layers", &c->options.checkpoint_group_layers, 1, limits::kMaxLayers,
                            /*required=*/false));
   KP_RETURN_IF_ERROR(f.Int("kda_chunk", &c->options.kda_chunk, 0, 1 << 20));
