@@ -6,8 +6,6 @@
 
 #ifdef KIMI_PLAN_CUDA_KERNELS
 #include <algorithm>
-#include <cstdint>
-#include <initializer_list>
 #include <limits>
 
 #include "runtime/kernels/batched_gemm.h"
@@ -80,16 +78,15 @@ class KdaIntraFunction : public torch::autograd::Function<KdaIntraFunction> {
   }
 };
 
-// The scan's shape over x [B, H, n, C, dv] and b [B, H, n, C, dk]; on
-// tensor cores where `math` asks for them and they take the shape and the
-// four inputs they copy 16 bytes at a time.
-cuda::KdaScan ScanOf(const torch::Tensor& x, const torch::Tensor& b, KdaMath math,
-                     std::initializer_list<const float*> copied) {
+// The scan's shape over x [B, H, n, C, dv] and b [B, H, n, C, dk] (the
+// scan's a and b, then its c and d); on tensor cores where `math` asks for
+// them and they take the shape and these inputs.
+cuda::KdaScan ScanOf(const torch::Tensor& x, const torch::Tensor& b, const torch::Tensor& c,
+                     const torch::Tensor& d, KdaMath math) {
   cuda::KdaScan s{x.size(0) * x.size(1), static_cast<int>(x.size(2)), static_cast<int>(x.size(3)),
                   static_cast<int>(b.size(4)), static_cast<int>(x.size(4))};
-  s.tensor_cores = math == KdaMath::kTensorCores && cuda::KdaScanTensorCoresSupports(s.chunk, s.dk, s.dv) &&
-                   std::all_of(copied.begin(), copied.end(),
-                               [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; });
+  s.tensor_cores = math == KdaMath::kTensorCores &&
+                   cuda::KdaScanTensorCoresTake(s.chunk, s.dk, s.dv, In(x), In(b), In(c), In(d));
   return s;
 }
 
@@ -99,7 +96,7 @@ cuda::KdaScan ScanOf(const torch::Tensor& x, const torch::Tensor& b, KdaMath mat
 variable_list ScanForward(const torch::Tensor& w, const torch::Tensor& y, const torch::Tensor& k_to_end,
                           const torch::Tensor& decay, const torch::Tensor& s0, KdaMath math, bool bf16_states) {
   const std::int64_t b = w.size(0), h = w.size(1), n = w.size(2), dk = y.size(4), dv = w.size(4);
-  cuda::KdaScan shape = ScanOf(w, y, math, {In(w), In(y), In(k_to_end), In(decay)});
+  cuda::KdaScan shape = ScanOf(w, y, k_to_end, decay, math);
   shape.states_bf16 = shape.tensor_cores && bf16_states;
   torch::Tensor u = torch::empty_like(w), last = torch::empty({b, h, dk, dv}, w.options()),
                 starts = torch::empty({b, h, n, dk, dv},
@@ -125,7 +122,7 @@ variable_list ScanBackward(const torch::Tensor& y, const torch::Tensor& k, const
   // (`dends`, in the forward states' type). On tensor cores the kernel also
   // sums starts_i * dends_i over each 64 columns (the decays' gradient)
   // while dends_i is in its registers.
-  cuda::KdaScan shape = ScanOf(u, y, math, {In(du), In(k), In(y), In(decay)});
+  cuda::KdaScan shape = ScanOf(du, k, y, decay, math);
   const torch::Tensor starts = shape.tensor_cores ? saved_starts : saved_starts.to(torch::kFloat);
   shape.states_bf16 = starts.scalar_type() == torch::kBFloat16;
   torch::Tensor du_total = torch::empty_like(u), dends = torch::empty_like(starts),

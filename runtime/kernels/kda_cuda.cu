@@ -9,6 +9,7 @@
 
 #include <type_traits>
 
+#include "runtime/kernels/cuda_elementwise.cuh"
 #include "runtime/kernels/cuda_mma.cuh"
 
 namespace kp::runtime::cuda {
@@ -554,8 +555,9 @@ bool KdaScanSupports(int chunk, int dk, int dv) {
   return (chunk == 16 || chunk == 32 || chunk == 64) && (dk == 64 || dk == 128) && dv > 0 && dv % 32 == 0;
 }
 
-bool KdaScanTensorCoresSupports(int chunk, int dk, int dv) {
-  return KdaScanSupports(chunk, dk, dv) && dv % kTcColumns == 0;
+bool KdaScanTensorCoresTake(int chunk, int dk, int dv, const float* a, const float* b, const float* c,
+                            const float* d) {
+  return KdaScanSupports(chunk, dk, dv) && dv % kTcColumns == 0 && elementwise::Aligned({a, b, c, d});
 }
 
 cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, float sign_cx, const float* a,
@@ -565,12 +567,8 @@ cudaError_t KdaChunkScan(const KdaScan& shape, bool reverse, float sign_bs, floa
   if (!KdaScanSupports(shape.chunk, shape.dk, shape.dv)) return cudaErrorInvalidValue;
   if ((dot_with != nullptr) != (dot_out != nullptr) || ((dot_with || shape.states_bf16) && !shape.tensor_cores))
     return cudaErrorInvalidValue;
-  if (shape.tensor_cores) {
-    auto aligned = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-    if (!KdaScanTensorCoresSupports(shape.chunk, shape.dk, shape.dv) || !aligned(a) || !aligned(b) ||
-        !aligned(c) || !aligned(d))
-      return cudaErrorInvalidValue;
-  }
+  if (shape.tensor_cores && !KdaScanTensorCoresTake(shape.chunk, shape.dk, shape.dv, a, b, c, d))
+    return cudaErrorInvalidValue;
   if (shape.batch_heads == 0) return cudaSuccess;
   return WithScanShape(shape, [&](auto dk, auto chunk) {
     constexpr int DK = decltype(dk)::value, C = decltype(chunk)::value;

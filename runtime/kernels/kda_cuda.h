@@ -74,9 +74,11 @@ struct KdaScan {
 /// True for chunk 16, 32 or 64, dk 64 or 128 and dv a multiple of 32.
 bool KdaScanSupports(int chunk, int dk, int dv);
 
-/// True where the tensor-core form takes the shape: KdaScanSupports and dv
-/// a multiple of 64. It also needs a, b, c and d 16-byte aligned.
-bool KdaScanTensorCoresSupports(int chunk, int dk, int dv);
+/// True where the tensor-core form takes the shape and the inputs it copies
+/// 16 bytes at a time: KdaScanSupports, dv a multiple of 64, and a, b, c
+/// and d 16-byte aligned.
+bool KdaScanTensorCoresTake(int chunk, int dk, int dv, const float* a, const float* b, const float* c,
+                            const float* d);
 
 /// `starts` is fp32, or bf16 with `states_bf16`. With `tensor_cores`,
 /// `dot_with` [BH, n, dk, dv] (starts' type) may be given (then also
