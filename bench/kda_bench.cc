@@ -168,8 +168,8 @@ int Run(const Args& a) {
                 t.train_gb);
     std::printf("RESULT form=%s chunk=%d fused=%d forward_ms=%.3f forward_peak_gb=%.3f train_ms=%.3f "
                 "train_peak_gb=%.3f\n",
-                !row.fused ? "torch" : row.math == kTc ? "tensor_cores" : "kernel", row.chunk, row.fused ? 1 : 0, t.forward_ms, t.forward_gb, t.train_ms,
-                t.train_gb);
+                !row.fused ? "torch" : row.math == kTc ? "tensor_cores" : "kernel", row.chunk, row.fused ? 1 : 0,
+                t.forward_ms, t.forward_gb, t.train_ms, t.train_gb);
   }
   if (a.profile <= 0) return 0;
   if (int rc = Profile({"kernel C=32", 32, true}, in, d, a.profile); rc != 0) return rc;
