@@ -15,7 +15,9 @@
 #
 #   scripts/gpu_fp8_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), STEPS (6),
-# BUDGET_S (560), PROBE (a Python file run first, e.g. scripts/gpu_fp8_probe.py).
+# BUDGET_S (560), PROBE (a Python file run first, e.g. scripts/gpu_fp8_probe.py), TEST_FILTER (the
+# kernel tests run: the FP8, grouped experts, INT4, sampler and input-check ones by default),
+# TEST_TIMEOUT (150 s).
 set -u -o pipefail
 out=${1:?usage: gpu_fp8_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
@@ -33,7 +35,7 @@ targets=(kimi-plan-fp8-bench kimi-plan-train-bench kimi-plan-int4-bench)
 gpu_build "$out" "$json_inc" 16 "${targets[@]}"
 if [ -x "$build/kp_kernel_tests" ] && [ "$(left)" -gt 60 ]; then
   echo "== kernel tests"
-  timeout 150 "$build/kp_kernel_tests" --gtest_filter='Fp8*:Int4*:DeviceSampler*:KernelInputs*' 2>&1 |
+  timeout "${TEST_TIMEOUT:-150}" "$build/kp_kernel_tests" --gtest_filter="${TEST_FILTER:-Fp8*:GroupedExperts*:Int4*:DeviceSampler*:KernelInputs*}" 2>&1 |
     tee "$out/tests.txt" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure|error|Expected|Which is|actual|Value of" | head -40
 fi
 if [ -x "$build/kimi-plan-fp8-bench" ] && [ "$(left)" -gt 60 ]; then

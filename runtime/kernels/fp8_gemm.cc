@@ -5,16 +5,7 @@
 
 #include <string>
 
-// cuBLASLt's blockwise-scaled FP8 GEMM through at::_scaled_mm: run and
-// tested with PyTorch 2.11 (CUDA 13); earlier LibTorch builds emulate.
-#if defined(KIMI_PLAN_CUDA_KERNELS) && \
-    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11))
-#define KP_FP8_TENSOR_CORES 1
-#else
-#define KP_FP8_TENSOR_CORES 0
-#endif
-
-#if KP_FP8_TENSOR_CORES
+#if KIMI_PLAN_FP8_KERNELS
 #include "runtime/kernels/fp8_gemm_cuda.h"
 #include "runtime/kernels/kernel_support.h"
 #else
@@ -23,7 +14,7 @@
 
 namespace kp::runtime {
 
-#if KP_FP8_TENSOR_CORES
+#if KIMI_PLAN_FP8_KERNELS
 
 using namespace kernel_support;
 

@@ -12,6 +12,17 @@
 
 #include <torch/torch.h>
 
+// Whether this build has the FP8 kernels: the CUDA kernels and a LibTorch
+// with cuBLASLt's blockwise-scaled GEMM through at::_scaled_mm (run and
+// tested with PyTorch 2.11, CUDA 13; earlier LibTorch builds emulate).
+// For the kernel families' faces, not their callers (who ask *Applies).
+#if defined(KIMI_PLAN_CUDA_KERNELS) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11))
+#define KIMI_PLAN_FP8_KERNELS 1
+#else
+#define KIMI_PLAN_FP8_KERNELS 0
+#endif
+
 namespace kp::runtime {
 
 /// An operand [rows, k] in e4m3 with its tiles' fp32 scales: for 1 x 128

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "runtime/kernels/cuda_groups.cuh"
+
 namespace kp::runtime::cuda {
 namespace {
 
@@ -69,8 +71,12 @@ __global__ void RowTilesKernel(std::int64_t rows, std::int64_t cols, const void*
 // 16-byte store per thread. The staged rows are 144 bytes apart: at 128 a
 // warp's 32 byte writes (one per row) all fell in one bank (32-way
 // conflict); at 144 they spread over 8 banks, and rows stay 16-byte aligned.
+// With `ends`, the block's 128 rows are padded tile blockIdx.x / slabs of
+// the groups (cuda_groups.cuh), rows past its group's end read as zeros;
+// x^T's rows are q_ld bytes apart.
 __global__ void ColumnTilesTransposedKernel(std::int64_t rows, std::int64_t cols, const void* __restrict__ x,
-                                            bool bf16, std::uint8_t* __restrict__ q, float* __restrict__ scales) {
+                                            bool bf16, const int* __restrict__ ends, int groups, std::int64_t q_ld,
+                                            std::uint8_t* __restrict__ q, float* __restrict__ scales) {
   constexpr int kCols = kWarp, kRowsPerThread = kTile / kWarps;
   __shared__ float partial[kWarps][kCols];
   __shared__ float column_scale[kCols];
@@ -78,12 +84,18 @@ __global__ void ColumnTilesTransposedKernel(std::int64_t rows, std::int64_t cols
   const std::int64_t slabs_per_tile_row = cols / kCols;
   const std::int64_t tile_row = blockIdx.x / slabs_per_tile_row;  // which 128 rows
   const std::int64_t c0 = (blockIdx.x % slabs_per_tile_row) * kCols;
+  GroupTile tile{0, tile_row * kTile, kTile};
+  if (ends != nullptr) {
+    tile = FindGroupTile(ends, groups, tile_row);
+    if (tile.group < 0) return;  // past the last group: the whole block leaves
+  }
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   float v[kRowsPerThread];
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
-    v[i] = Load(x, (tile_row * kTile + warp + kWarps * i) * cols + c0 + lane, bf16);
+    const int r = warp + kWarps * i;
+    v[i] = r < tile.rows ? Load(x, (tile.first_row + r) * cols + c0 + lane, bf16) : 0.0f;
     amax = fmaxf(amax, fabsf(v[i]));
   }
   partial[warp][lane] = amax;
@@ -104,7 +116,7 @@ __global__ void ColumnTilesTransposedKernel(std::int64_t rows, std::int64_t cols
   // 32 columns x 128 bytes = 256 threads x 16 bytes.
   constexpr int kChunks = kTile / 16;
   const int c = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  *reinterpret_cast<uint4*>(q + (c0 + c) * rows + tile_row * kTile + chunk * 16) =
+  *reinterpret_cast<uint4*>(q + (c0 + c) * q_ld + tile_row * kTile + chunk * 16) =
       *reinterpret_cast<const uint4*>(&staged[c][chunk * 16]);
 }
 
@@ -112,11 +124,16 @@ __global__ void ColumnTilesTransposedKernel(std::int64_t rows, std::int64_t cols
 // columns 4l..4l+3 of rows w, w + 8, ... (64 values, kept in registers
 // between the amax and the quantisation). Transposed, the bytes go through
 // shared memory as the 128 x 128 block of x^T.
+// blockIdx.y: which matrix of a batch of them, each rows x cols.
 __global__ void BlockTilesKernel(std::int64_t rows, std::int64_t cols, const void* __restrict__ x, bool bf16,
                                  bool transpose, std::uint8_t* __restrict__ q, float* __restrict__ scales) {
   constexpr int kPerLane = kTile / kWarp, kRowsPerThread = kTile / kWarps;
   __shared__ float warp_max[kWarps];
   __shared__ alignas(16) std::uint8_t staged[kTile][kTile + 16];
+  const std::int64_t matrix = blockIdx.y;
+  x = static_cast<const char*>(x) + matrix * rows * cols * (bf16 ? 2 : 4);
+  q += matrix * rows * cols;
+  scales += matrix * (rows / kTile) * (cols / kTile);
   const std::int64_t blocks_per_row = cols / kTile;
   const std::int64_t bi = blockIdx.x / blocks_per_row, bj = blockIdx.x % blocks_per_row;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -176,21 +193,38 @@ cudaError_t QuantizeFp8RowTiles(std::int64_t rows, std::int64_t cols, const void
   return cudaGetLastError();
 }
 
-cudaError_t QuantizeFp8ColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16,
-                                             std::uint8_t* q, float* scales, cudaStream_t stream) {
-  const std::int64_t blocks = (rows / kFp8Tile) * (cols / kWarp);
+namespace {
+
+cudaError_t ColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16, const int* ends,
+                                  int groups, std::int64_t tiles, std::uint8_t* q, float* scales,
+                                  cudaStream_t stream) {
+  const std::int64_t blocks = tiles * (cols / kWarp);
   if (blocks == 0) return cudaSuccess;
-  ColumnTilesTransposedKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(rows, cols, x, x_bf16, q,
-                                                                                      scales);
+  ColumnTilesTransposedKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      rows, cols, x, x_bf16, ends, groups, tiles * kFp8Tile, q, scales);
   return cudaGetLastError();
 }
 
+}  // namespace
+
+cudaError_t QuantizeFp8ColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16,
+                                             std::uint8_t* q, float* scales, cudaStream_t stream) {
+  return ColumnTilesTransposed(rows, cols, x, x_bf16, nullptr, 0, rows / kFp8Tile, q, scales, stream);
+}
+
+cudaError_t QuantizeFp8GroupedColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x,
+                                                    bool x_bf16, const int* ends, int groups,
+                                                    std::int64_t tile_capacity, std::uint8_t* q, float* scales,
+                                                    cudaStream_t stream) {
+  return ColumnTilesTransposed(rows, cols, x, x_bf16, ends, groups, tile_capacity, q, scales, stream);
+}
+
 cudaError_t QuantizeFp8BlockTiles(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16, bool transpose,
-                                  std::uint8_t* q, float* scales, cudaStream_t stream) {
+                                  std::uint8_t* q, float* scales, cudaStream_t stream, std::int64_t batch) {
   const std::int64_t blocks = (rows / kFp8Tile) * (cols / kFp8Tile);
-  if (blocks == 0) return cudaSuccess;
-  BlockTilesKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(rows, cols, x, x_bf16, transpose, q,
-                                                                          scales);
+  if (blocks == 0 || batch == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(batch));
+  BlockTilesKernel<<<grid, kThreads, 0, stream>>>(rows, cols, x, x_bf16, transpose, q, scales);
   return cudaGetLastError();
 }
 

@@ -32,12 +32,26 @@ cudaError_t QuantizeFp8RowTiles(std::int64_t rows, std::int64_t cols, const void
 cudaError_t QuantizeFp8ColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16,
                                              std::uint8_t* q, float* scales, cudaStream_t stream);
 
+/// QuantizeFp8ColumnTilesTransposed for rows in groups (cuda_groups.cuh:
+/// group e's rows end at ends[e], on the device; rows a multiple of nothing):
+/// each group's 128 x 1 tiles start at its first row, its last tile padded
+/// with zeros, and padded tile p of column c is written at q[c * ld + 128 p
+/// ..] (ld = 128 tile_capacity) with its scale at scales[p * cols + c]. Tiles
+/// past the groups' last (up to tile_capacity, which must be at least
+/// sum_e ceil(n_e / 128), e.g. rows / 128 + groups + 1) are left unwritten.
+cudaError_t QuantizeFp8GroupedColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x,
+                                                    bool x_bf16, const int* ends, int groups,
+                                                    std::int64_t tile_capacity, std::uint8_t* q, float* scales,
+                                                    cudaStream_t stream);
+
 /// 128 x 128 blocks (rows and cols multiples of kFp8Tile): q [rows, cols]
 /// and block (i, j)'s scale at scales[i * (cols / 128) + j] (row-major);
 /// with `transpose`, q [cols, rows] = x^T's blocks and their scales
 /// row-major over x^T's blocks (block (j, i) at j * (rows / 128) + i).
+/// With `batch` > 1, x holds that many rows x cols matrices one after the
+/// other, and q and scales as many results.
 cudaError_t QuantizeFp8BlockTiles(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16, bool transpose,
-                                  std::uint8_t* q, float* scales, cudaStream_t stream);
+                                  std::uint8_t* q, float* scales, cudaStream_t stream, std::int64_t batch = 1);
 
 }  // namespace kp::runtime::cuda
 

@@ -11,6 +11,7 @@
 #include "runtime/kernels/cast.h"
 #include "runtime/kernels/cross_entropy.h"
 #include "runtime/kernels/fp8_gemm.h"
+#include "runtime/kernels/fp8_grouped_gemm.h"
 #include "runtime/kernels/int4_dequant.h"
 #include "runtime/kernels/kda.h"
 #include "runtime/kernels/kda_prep.h"

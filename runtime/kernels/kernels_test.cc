@@ -5,6 +5,7 @@
 // (alone and in the whole layer), SwiGLU, the grouped expert GEMM
 // against the per-expert loop, and the FP8 quantisation and products. Tests that need a GPU and this build's
 // kernels skip with a message elsewhere; the CPU ones always run.
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -700,12 +701,19 @@ struct MoeRun {
 };
 
 // The MoE with experts 0 and 5 never chosen (a router bias of -1e4) and an
-// uneven load on the rest, bf16 on the GPU, grouped or looped.
-MoeRun RunMoe(bool fused) {
+// uneven load on the rest, bf16 on the GPU, grouped or looped; with `fp8`,
+// the experts' products in FP8 at widths in whole 128s (latent 128, FFN 256).
+MoeRun RunMoe(bool fused, bool fp8 = false) {
   Init init(21);
   ModelOptions opts;
   opts.fused_kernels = fused;
-  MoeImpl moe(WideMoeSpec(), opts, 0.2, 0.2, init);
+  opts.fp8_experts = fp8;
+  ModelSpec spec = WideMoeSpec();
+  if (fp8) {
+    spec.moe.latent_dim = 128;
+    spec.moe.expert_ffn = 256;
+  }
+  MoeImpl moe(spec, opts, 0.2, 0.2, init);
   {
     torch::NoGradGuard no_grad;
     torch::Tensor bias = moe.router().named_buffers()["bias"];
@@ -741,6 +749,33 @@ TEST(GroupedExpertsTest, EqualThePerExpertLoopWithEmptyAndUnevenExperts) {
       continue;
     }
     EXPECT_LT(RelativeError(grouped.grads[i], looped.grads[i]), 2e-2) << "grad " << i;
+  }
+}
+
+// FP8 experts grouped (this project's grouped kernels, one launch per
+// product) against the loop over experts (cuBLASLt's blockwise-scaled GEMM
+// per expert): the same recipe on the same operands. They differ by the
+// order of the sums and by bf16 roundings of the SwiGLU product (the fused
+// kernel against LibTorch's ops), which can move a value across an e4m3
+// rounding boundary: hence bf16-sized tolerances.
+TEST(GroupedExpertsTest, InFp8EqualThePerExpertLoop) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  {
+    Init init(1);
+    ExpertBankImpl probe(2, 128, 128, 0.1, 0.1, init);
+    probe.set_fp8(true);
+    if (!probe.GroupedApplies(torch::zeros({1, 128}, torch::dtype(torch::kBFloat16).device(torch::kCUDA))))
+      GTEST_SKIP() << "needs the FP8 kernels (PyTorch 2.11+, sm_90)";
+  }
+  const MoeRun looped = RunMoe(false, true), grouped = RunMoe(true, true);
+  EXPECT_LT(RelativeError(grouped.out, looped.out), 2e-2);
+  ASSERT_EQ(grouped.grads.size(), looped.grads.size());
+  for (std::size_t i = 0; i < looped.grads.size(); ++i) {
+    if (looped.grads[i].abs().max().item<double>() == 0) {
+      EXPECT_EQ(grouped.grads[i].abs().max().item<double>(), 0) << "grad " << i;
+      continue;
+    }
+    EXPECT_LT(RelativeError(grouped.grads[i], looped.grads[i]), 3e-2) << "grad " << i;
   }
 }
 
@@ -836,6 +871,117 @@ TEST(Fp8GemmKernelTest, QuantisesAsTheTorchFormAndMultipliesAsFp64) {
             "QuantizeFp8 (1 x 128 tiles): x: sizes [256, 100], where [rows, cols] with cols a multiple of 128 is read");
   EXPECT_EQ(ErrorOf([&] { QuantizeFp8(a.to(torch::kDouble), true); }),
             "QuantizeFp8 (128 x 128 blocks): x: Double on cuda:0, where bf16 or fp32 on a Hopper (sm_90) GPU is read");
+}
+
+// Groups as the MoE layer sorts its rows: an empty expert, one shorter than
+// a tile, one of exactly a tile, one a tile and two rows, one partial.
+struct Fp8Groups {
+  std::vector<std::int64_t> sizes = {0, 5, 128, 130, 37};
+  std::int64_t rows() const { return std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0}); }
+  torch::Tensor ends() const {
+    std::vector<std::int32_t> e;
+    std::int64_t at = 0;
+    for (const std::int64_t n : sizes) e.push_back(static_cast<std::int32_t>(at += n));
+    return torch::tensor(e, torch::kInt).cuda();
+  }
+  std::int64_t first_row(std::size_t g) const {
+    return std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(g), std::int64_t{0});
+  }
+  // Group g's first padded tile: each group's rows start a tile of their own.
+  std::int64_t first_tile(std::size_t g) const {
+    std::int64_t t = 0;
+    for (std::size_t e = 0; e < g; ++e) t += (sizes[e] + 127) / 128;
+    return t;
+  }
+};
+
+// A grouped transposed operand, dequantised on the CPU: [cols, 128 P].
+torch::Tensor DequantizedGroupedTiles(const Fp8Operand& o) {
+  return o.values.cpu().to(torch::kFloat) * o.scales.cpu().repeat_interleave(128, 1);
+}
+
+// Each group's 128 x 1 tiles quantised from its own first row, as the
+// per-expert form (FakeQuantizeFp8Blocks over the group's rows) makes them,
+// bit for bit; the rows padding a group's last tile are zeros. Every
+// expert's blocks in one launch equal QuantizeFp8 of each expert alone.
+TEST(Fp8GroupedGemmKernelTest, QuantisesEachGroupsTilesAsThePerExpertForm) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const Fp8Groups groups;
+  const torch::Tensor x = (Random({groups.rows(), 256}, 41) * torch::logspace(-3, 3, 256, 10, torch::kDouble));
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor in = x.to(dtype);
+    const Fp8Operand q = QuantizeFp8GroupedTransposed(in.cuda(), groups.ends());
+    // P = ceil(300 / 128) + 5 groups, a bound on the 5 tiles used.
+    EXPECT_EQ(q.values.sizes(), (std::vector<std::int64_t>{256, 8 * 128}));
+    EXPECT_EQ(q.scales.sizes(), (std::vector<std::int64_t>{256, 8}));
+    const torch::Tensor got = DequantizedGroupedTiles(q);
+    for (std::size_t g = 0; g < groups.sizes.size(); ++g) {
+      const std::int64_t n = groups.sizes[g];
+      if (n == 0) continue;
+      const std::int64_t at = groups.first_tile(g) * 128, padded = (n + 127) / 128 * 128;
+      const torch::Tensor want = FakeQuantizeFp8Blocks(in.narrow(0, groups.first_row(g), n), 128, 1).t();
+      EXPECT_TRUE(torch::equal(got.narrow(1, at, n), want)) << c10::toString(dtype) << " group " << g;
+      EXPECT_EQ(got.narrow(1, at + n, padded - n).abs().max().item<double>(), 0) << "group " << g << "'s padding";
+    }
+  }
+  const torch::Tensor w = Random({3, 256, 384}, 42).to(torch::kCUDA, torch::kBFloat16);
+  for (const bool transpose : {false, true}) {
+    const Fp8Operand all = QuantizeFp8Experts(w, transpose);
+    for (std::int64_t e = 0; e < 3; ++e) {
+      const Fp8Operand one = QuantizeFp8(w[e], /*blocks=*/true, transpose);
+      EXPECT_TRUE(torch::equal(all.values[e].view(torch::kByte), one.values.view(torch::kByte)))
+          << "expert " << e << (transpose ? ", transposed" : "");
+      EXPECT_TRUE(torch::equal(all.scales[e], one.scales)) << "expert " << e << (transpose ? ", transposed" : "");
+    }
+  }
+}
+
+// Every group's product in one launch against fp64 over the same operands
+// (dequantised on the CPU), for the forward's form (rows in groups, the
+// weights' blocks per group) and the weight gradient's (each group's rows
+// reduced, an empty group's product zero), in fp32 and bf16.
+TEST(Fp8GroupedGemmKernelTest, MultipliesEachGroupAsFp64) {
+  SKIP_WITHOUT_CUDA_KERNELS();
+  const Fp8Groups groups;
+  const torch::Tensor ends = groups.ends();
+  const std::int64_t m = groups.rows(), experts = static_cast<std::int64_t>(groups.sizes.size());
+  const torch::Tensor a = Random({m, 256}, 43).to(torch::kCUDA, torch::kFloat);
+  const torch::Tensor b = Random({experts, 384, 256}, 44).to(torch::kCUDA, torch::kFloat);
+  const torch::Tensor c = Random({m, 384}, 45).to(torch::kCUDA, torch::kFloat);
+  const Fp8Operand qa = QuantizeFp8(a, false), qb = QuantizeFp8Experts(b, false);
+  const Fp8Operand ga = QuantizeFp8GroupedTransposed(a, ends), gc = QuantizeFp8GroupedTransposed(c, ends);
+  const torch::Tensor a_rows = FakeQuantizeFp8Blocks(a.cpu(), 1, 128).to(torch::kDouble);
+  torch::Tensor want_rows = torch::zeros({m, 384}, torch::kDouble);
+  torch::Tensor want_grad = torch::zeros({experts, 256, 384}, torch::kDouble);
+  for (std::size_t g = 0; g < groups.sizes.size(); ++g) {
+    const std::int64_t n = groups.sizes[g], first = groups.first_row(g);
+    if (n == 0) continue;
+    const torch::Tensor w = FakeQuantizeFp8Blocks(b[g].cpu(), 128, 128).to(torch::kDouble);
+    want_rows.narrow(0, first, n).copy_(a_rows.narrow(0, first, n).mm(w.t()));
+    const torch::Tensor ag = FakeQuantizeFp8Blocks(a.cpu().narrow(0, first, n), 128, 1).to(torch::kDouble);
+    const torch::Tensor cg = FakeQuantizeFp8Blocks(c.cpu().narrow(0, first, n), 128, 1).to(torch::kDouble);
+    want_grad[g].copy_(ag.t().mm(cg));
+  }
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    // Reduced-precision sums inside each 128-wide slice (about 14 bits on
+    // Hopper), and bf16's rounding of the result where asked.
+    const double tolerance = dtype == torch::kFloat ? 1e-3 : 5e-3;
+    const torch::Tensor rows = Fp8GroupedMatmul(qa, qb, ends, dtype);
+    EXPECT_EQ(rows.scalar_type(), dtype);
+    EXPECT_LT(RelativeError(rows, want_rows), tolerance) << c10::toString(dtype);
+    const torch::Tensor grad = Fp8GroupedWeightGrad(ga, gc, ends, dtype);
+    EXPECT_EQ(grad.sizes(), (std::vector<std::int64_t>{experts, 256, 384}));
+    EXPECT_EQ(grad[0].abs().max().item<double>(), 0) << "the empty group";
+    for (std::int64_t g = 1; g < experts; ++g)
+      EXPECT_LT(RelativeError(grad[g], want_grad[g]), tolerance) << c10::toString(dtype) << " group " << g;
+  }
+  // Bad inputs are named, not launched.
+  EXPECT_EQ(ErrorOf([&] { Fp8GroupedMatmul(qa, qb, ends.to(torch::kLong), torch::kFloat); }),
+            "Fp8GroupedMatmul: ends: Long, where Int is read");
+  EXPECT_EQ(ErrorOf([&] { Fp8GroupedMatmul(qa, qb, ends.narrow(0, 0, 4), torch::kFloat); }),
+            "Fp8GroupedMatmul: b: sizes [5, 384, 256], where [4, ?, 256] is read");
+  EXPECT_EQ(ErrorOf([&] { QuantizeFp8Experts(b.narrow(2, 0, 100), false); }),
+            "QuantizeFp8Experts: w: sizes [5, 384, 100], where [experts, n, k] with n and k multiples of 128 is read");
 }
 
 }  // namespace

@@ -270,16 +270,83 @@ torch::Tensor ExpertBankImpl::forward(const torch::Tensor& x_sorted, const std::
 }
 
 bool ExpertBankImpl::GroupedApplies(const torch::Tensor& x_sorted) const {
+  // An unmerged LoRA or an INT4 base keeps the loop.
+  if ((gate_.lora_a.defined() && !merged_) || int4_base()) return false;
+  // FP8: this project's grouped kernels, whose tiles want both widths in
+  // whole 128s.
+  if (fp8_)
+    return Fp8GroupedGemmApplies(x_sorted) && gate_.weight.size(1) % kFp8Block == 0 &&
+           gate_.weight.size(2) % kFp8Block == 0;
 #if KP_HAS_GROUPED_MM
-  // The grouped GEMM takes bf16 on a Hopper or newer GPU; an unmerged LoRA
-  // keeps the loop.
-  return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 && !(gate_.lora_a.defined() && !merged_) &&
-         !int4_base() && !fp8_ &&
+  // The grouped GEMM takes bf16 on a Hopper or newer GPU.
+  return x_sorted.is_cuda() && x_sorted.scalar_type() == torch::kBFloat16 &&
          ComputeCapabilityMajor(x_sorted.device()) >= 9;
 #else
   return false;
 #endif
 }
+
+namespace {
+
+// The experts' SwiGLU, down(silu(x gate^T) * (x up^T)), every product an
+// FP8 grouped GEMM (fp8_grouped_gemm.h) in the recipe of Fp8Linear:
+// forward and dgrad in 1 x 128 tiles against the weights' 128 x 128
+// blocks, wgrad in 1 x 128 tiles along each expert's tokens. What the
+// backward needs is kept in the form it reads: x and the SwiGLU product as
+// their transposed FP8 tiles (one byte a value, each quantised once, x's
+// shared by the gate's and the up's weight gradients), gate and up in the
+// activation dtype (the SwiGLU's backward and the product's recomputation).
+class GroupedFp8SwiGluFunction : public torch::autograd::Function<GroupedFp8SwiGluFunction> {
+ public:
+  // x [M, D]; gate, up [E, F, D]; down [E, D, F]; ends [E] int32.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& gate_w, const torch::Tensor& up_w,
+                                                const torch::Tensor& down_w, const torch::Tensor& ends) {
+    const auto dt = x.scalar_type();
+    const Fp8Operand qx = QuantizeFp8(x, /*blocks=*/false);
+    const torch::Tensor gate = Fp8GroupedMatmul(qx, QuantizeFp8Experts(gate_w, false), ends, dt);
+    const torch::Tensor up = Fp8GroupedMatmul(qx, QuantizeFp8Experts(up_w, false), ends, dt);
+    const torch::Tensor h = SiluTimes(gate, up, /*fused=*/true);
+    const torch::Tensor y = Fp8GroupedMatmul(QuantizeFp8(h, false), QuantizeFp8Experts(down_w, false), ends, dt);
+    // Inference (no input asks for a gradient) keeps nothing.
+    const bool training = x.requires_grad() || gate_w.requires_grad() || up_w.requires_grad() || down_w.requires_grad();
+    if (training) {
+      const Fp8Operand x_t = QuantizeFp8GroupedTransposed(x, ends), h_t = QuantizeFp8GroupedTransposed(h, ends);
+      ctx->save_for_backward({gate, up, gate_w, up_w, down_w, ends, x_t.values, x_t.scales, h_t.values, h_t.scales});
+    }
+    return {y};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list s = ctx->get_saved_variables();
+    const torch::Tensor &gate_w = s[2], &up_w = s[3], &down_w = s[4], &ends = s[5];
+    const Fp8Operand x_t{s[6], s[7], false}, h_t{s[8], s[9], false};
+    const auto dt = s[0].scalar_type();
+    const torch::Tensor dy = grads[0].to(dt).contiguous();
+    const torch::Tensor gate = s[0].detach().requires_grad_(true), up = s[1].detach().requires_grad_(true);
+    torch::Tensor h;
+    {
+      torch::AutoGradMode enable(true);
+      h = SiluTimes(gate, up, /*fused=*/true);
+    }
+    const torch::Tensor dh = Fp8GroupedMatmul(QuantizeFp8(dy, false), QuantizeFp8Experts(down_w, true), ends, dt);
+    const torch::Tensor d_down =
+        Fp8GroupedWeightGrad(QuantizeFp8GroupedTransposed(dy, ends), h_t, ends, down_w.scalar_type());
+    const torch::autograd::variable_list d = torch::autograd::grad({h}, {gate, up}, {dh});
+    const torch::Tensor dgate = d[0].contiguous(), dup = d[1].contiguous();
+    const torch::Tensor dx =
+        Fp8GroupedMatmul(QuantizeFp8(dgate, false), QuantizeFp8Experts(gate_w, true), ends, dt) +
+        Fp8GroupedMatmul(QuantizeFp8(dup, false), QuantizeFp8Experts(up_w, true), ends, dt);
+    const torch::Tensor d_gate = Fp8GroupedWeightGrad(QuantizeFp8GroupedTransposed(dgate, ends), x_t, ends,
+                                                      gate_w.scalar_type());
+    const torch::Tensor d_up =
+        Fp8GroupedWeightGrad(QuantizeFp8GroupedTransposed(dup, ends), x_t, ends, up_w.scalar_type());
+    return {dx, d_gate, d_up, d_down, torch::Tensor()};
+  }
+};
+
+}  // namespace
 
 #if KP_HAS_GROUPED_MM
 namespace {
@@ -320,8 +387,11 @@ class GroupedSwiGluDownFunction : public torch::autograd::Function<GroupedSwiGlu
 #endif
 
 torch::Tensor ExpertBankImpl::ForwardGrouped(const torch::Tensor& x_sorted, const torch::Tensor& ends) {
-#if KP_HAS_GROUPED_MM
   const auto dt = x_sorted.scalar_type();
+  if (fp8_)
+    return GroupedFp8SwiGluFunction::apply(x_sorted.contiguous(), CastWeight(gate_.weight, dt),
+                                           CastWeight(up_.weight, dt), CastWeight(down_.weight, dt), ends)[0];
+#if KP_HAS_GROUPED_MM
   // [M, in] x [E, in, out] with expert e's rows ending at ends[e]: one GEMM
   // launch per projection for every expert, sizes read on the device.
   auto weight_t = [&](const Matrix& m) { return CastWeight(m.weight, dt).transpose(1, 2); };

@@ -195,8 +195,10 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
                  Init& init);
   /// x_sorted [M, D]: rows grouped by expert, counts[e] rows for expert e.
   torch::Tensor forward(const torch::Tensor& x_sorted, const std::vector<std::int64_t>& counts);
-  /// True when ForwardGrouped takes x_sorted: a LibTorch with the grouped
-  /// GEMM (2.8+), bf16 on a Hopper or newer GPU, no unmerged LoRA.
+  /// True when ForwardGrouped takes x_sorted: no unmerged LoRA, no INT4
+  /// base, and in FP8 (set_fp8) the grouped FP8 kernels with D and F
+  /// multiples of 128 (fp8_grouped_gemm.h), else a LibTorch with the
+  /// grouped GEMM (2.8+) and bf16 on a Hopper or newer GPU.
   bool GroupedApplies(const torch::Tensor& x_sorted) const;
   /// forward's result with one grouped GEMM per projection for all experts;
   /// ends [E] int32 on x's device: expert e's rows are [ends[e-1], ends[e]).
@@ -229,8 +231,10 @@ class ExpertBankImpl : public torch::nn::Module, public LoraAdaptable {
   /// Megatron's moe_act: the loop frees each expert's SwiGLU product after
   /// the down projection and remakes it for the backward.
   void set_recompute_act(bool on) { recompute_act_ = on; }
-  /// The base products in FP8 (fp8_linear.h's Fp8Linear, through the loop
-  /// over experts); LoRA's adapters stay in the activation dtype.
+  /// The base products in FP8 (fp8_linear.h's recipe): grouped, one launch
+  /// per product for all experts, where GroupedApplies; else Fp8Linear
+  /// through the loop over experts. LoRA's adapters stay in the activation
+  /// dtype.
   void set_fp8(bool on) { fp8_ = on; }
 
  private:
