@@ -10,14 +10,14 @@
 #      (A-B-A), the same steps each;
 #   4. with CURVE=N: N steps of SHAPE at batch 4, bf16 experts then FP8
 #      experts, and the per-step loss gap between the two curves;
-#   5. kimi-plan-int4-bench (the INT4 kernel's rerun), when time is left.
+#   5. kimi-plan-int4-bench (the INT4 kernel's rerun), when time is left and INT4 is not 0.
 # docs/benchmarks.md has the results.
 #
 #   scripts/gpu_fp8_bench.sh OUTDIR [DIR_WITH_nlohmann/json.hpp]
 # Environment: SHAPE (bench/kimi-1b.json), BATCH (16), SEQ (1024), STEPS (6),
 # BUDGET_S (560), PROBE (a Python file run first, e.g. scripts/gpu_fp8_probe.py), TEST_FILTER (the
 # kernel tests run: the FP8, grouped experts, INT4, sampler and input-check ones by default),
-# TEST_TIMEOUT (150 s).
+# TEST_TIMEOUT (150 s), FP8_TOKENS (the product bench's tokens per expert, 512,2048,8192).
 set -u -o pipefail
 out=${1:?usage: gpu_fp8_bench.sh OUTDIR [JSON_INCLUDE_DIR]}
 json_inc=${2:-}
@@ -40,7 +40,7 @@ if [ -x "$build/kp_kernel_tests" ] && [ "$(left)" -gt 60 ]; then
 fi
 if [ -x "$build/kimi-plan-fp8-bench" ] && [ "$(left)" -gt 60 ]; then
   echo "== FP8 expert products"
-  timeout 120 "$build/kimi-plan-fp8-bench" --device cuda --tokens 512,2048,8192 --reps 10 --warmup 3 2>&1 |
+  timeout 120 "$build/kimi-plan-fp8-bench" --device cuda --tokens "${FP8_TOKENS:-512,2048,8192}" --reps 10 --warmup 3 2>&1 |
     tee "$out/fp8_bench.txt"
 fi
 common=(--shape "$root/${SHAPE:-bench/kimi-1b.json}" --batch "${BATCH:-16}" --seq-len "${SEQ:-1024}" --warmup 2
@@ -74,7 +74,7 @@ if n:
           f"last-{k} means {sum(a[n-k:n])/k:.4f} (bf16) vs {sum(b[n-k:n])/k:.4f} (fp8)")
 PY
 fi
-if [ -x "$build/kimi-plan-int4-bench" ] && [ "$(left)" -gt 60 ]; then
+if [ "${INT4:-1}" = 1 ] && [ -x "$build/kimi-plan-int4-bench" ] && [ "$(left)" -gt 60 ]; then
   echo "== INT4 expert products"
   timeout 90 "$build/kimi-plan-int4-bench" --device cuda --tokens 128,2048,8192 --reps 10 --warmup 3 2>&1 |
     tee "$out/int4_bench.txt"

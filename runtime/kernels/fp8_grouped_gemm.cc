@@ -43,6 +43,7 @@ void CheckRowMajor(const char* kernel, const Fp8Operand& a, const Fp8Operand& b)
   }
 }
 
+// Before anything reads ends' size.
 void CheckEnds(const char* kernel, const torch::Tensor& ends, const torch::Tensor& on) {
   CheckKernelInputs(kernel, {{"on", &on, {}, {on.scalar_type()}}, {"ends", &ends, {kAnySize}, {torch::kInt}}});
   TORCH_CHECK(ends.size(0) >= 1 && ends.is_contiguous(), kernel, ": ends: sizes ", ends.sizes(),
@@ -113,9 +114,9 @@ torch::Tensor Fp8GroupedMatmul(const Fp8Operand& a, const Fp8Operand& b, const t
                                c10::ScalarType out_dtype) {
   const char* name = "Fp8GroupedMatmul";
   CheckOutDtype(name, out_dtype);
+  CheckEnds(name, ends, a.values);
   const std::int64_t k = a.values.size(-1), groups = ends.size(0);
   CheckKernelInputs(name, {{"a", &a.values, {kAnySize, k}, {kE4m3}}, {"b", &b.values, {groups, kAnySize, k}, {kE4m3}}});
-  CheckEnds(name, ends, a.values);
   const std::int64_t m = a.values.size(0), n = b.values.size(1);
   TORCH_CHECK(k % kTile == 0 && n % kTile == 0, name, ": b: sizes ", b.values.sizes(),
               ", where n and k multiples of 128 are read");
@@ -138,9 +139,9 @@ torch::Tensor Fp8GroupedWeightGrad(const Fp8Operand& a, const Fp8Operand& b, con
                                    c10::ScalarType out_dtype) {
   const char* name = "Fp8GroupedWeightGrad";
   CheckOutDtype(name, out_dtype);
+  CheckEnds(name, ends, a.values);
   const std::int64_t k = a.values.size(-1), groups = ends.size(0);
   CheckKernelInputs(name, {{"a", &a.values, {kAnySize, k}, {kE4m3}}, {"b", &b.values, {kAnySize, k}, {kE4m3}}});
-  CheckEnds(name, ends, a.values);
   const std::int64_t n_a = a.values.size(0), n_b = b.values.size(0);
   TORCH_CHECK(n_a % kTile == 0 && n_b % kTile == 0 && k % kTile == 0, name, ": a, b: sizes ", a.values.sizes(),
               ", ", b.values.sizes(), ", where rows and k multiples of 128 are read");

@@ -298,18 +298,18 @@ namespace {
 // activation dtype (the SwiGLU's backward and the product's recomputation).
 class GroupedFp8SwiGluFunction : public torch::autograd::Function<GroupedFp8SwiGluFunction> {
  public:
-  // x [M, D]; gate, up [E, F, D]; down [E, D, F]; ends [E] int32.
+  // x [M, D]; gate, up [E, F, D]; down [E, D, F]; ends [E] int32;
+  // `training`: a backward may follow (else nothing is kept for one).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& gate_w, const torch::Tensor& up_w,
-                                                const torch::Tensor& down_w, const torch::Tensor& ends) {
+                                                const torch::Tensor& down_w, const torch::Tensor& ends,
+                                                bool training) {
     const auto dt = x.scalar_type();
     const Fp8Operand qx = QuantizeFp8(x, /*blocks=*/false);
     const torch::Tensor gate = Fp8GroupedMatmul(qx, QuantizeFp8Experts(gate_w, false), ends, dt);
     const torch::Tensor up = Fp8GroupedMatmul(qx, QuantizeFp8Experts(up_w, false), ends, dt);
     const torch::Tensor h = SiluTimes(gate, up, /*fused=*/true);
     const torch::Tensor y = Fp8GroupedMatmul(QuantizeFp8(h, false), QuantizeFp8Experts(down_w, false), ends, dt);
-    // Inference (no input asks for a gradient) keeps nothing.
-    const bool training = x.requires_grad() || gate_w.requires_grad() || up_w.requires_grad() || down_w.requires_grad();
     if (training) {
       const Fp8Operand x_t = QuantizeFp8GroupedTransposed(x, ends), h_t = QuantizeFp8GroupedTransposed(h, ends);
       ctx->save_for_backward({gate, up, gate_w, up_w, down_w, ends, x_t.values, x_t.scales, h_t.values, h_t.scales});
@@ -342,7 +342,7 @@ class GroupedFp8SwiGluFunction : public torch::autograd::Function<GroupedFp8SwiG
                                                       gate_w.scalar_type());
     const torch::Tensor d_up =
         Fp8GroupedWeightGrad(QuantizeFp8GroupedTransposed(dup, ends), x_t, ends, up_w.scalar_type());
-    return {dx, d_gate, d_up, d_down, torch::Tensor()};
+    return {dx, d_gate, d_up, d_down, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -388,9 +388,16 @@ class GroupedSwiGluDownFunction : public torch::autograd::Function<GroupedSwiGlu
 
 torch::Tensor ExpertBankImpl::ForwardGrouped(const torch::Tensor& x_sorted, const torch::Tensor& ends) {
   const auto dt = x_sorted.scalar_type();
-  if (fp8_)
+  if (fp8_) {
+    // Under no_grad (the rollout) the inputs may still carry requires_grad
+    // (a parameter not cast): grad mode decides whether to keep anything.
+    const bool training = torch::GradMode::is_enabled() &&
+                          (x_sorted.requires_grad() || gate_.weight.requires_grad() ||
+                           up_.weight.requires_grad() || down_.weight.requires_grad());
     return GroupedFp8SwiGluFunction::apply(x_sorted.contiguous(), CastWeight(gate_.weight, dt),
-                                           CastWeight(up_.weight, dt), CastWeight(down_.weight, dt), ends)[0];
+                                           CastWeight(up_.weight, dt), CastWeight(down_.weight, dt), ends,
+                                           training)[0];
+  }
 #if KP_HAS_GROUPED_MM
   // [M, in] x [E, in, out] with expert e's rows ending at ends[e]: one GEMM
   // launch per projection for every expert, sizes read on the device.
