@@ -30,7 +30,8 @@ left() { echo $((BUDGET_S - (SECONDS - start))); }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$out/machine.txt"
 [ -n "${PROBE:-}" ] && timeout 90 python3 "$PROBE" 2>&1 | tee "$out/probe.txt"
 source "$root/scripts/gpu_build.sh"
-targets=(kimi-plan-fp8-bench kimi-plan-train-bench kimi-plan-int4-bench)
+targets=(kimi-plan-fp8-bench kimi-plan-train-bench)
+[ "${INT4:-1}" = 1 ] && targets+=(kimi-plan-int4-bench)
 [ -f "$root/.gpu-carry/googletest/CMakeLists.txt" ] && targets+=(kp_kernel_tests)
 gpu_build "$out" "$json_inc" 16 "${targets[@]}"
 if [ -x "$build/kp_kernel_tests" ] && [ "$(left)" -gt 60 ]; then
