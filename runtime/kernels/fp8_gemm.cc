@@ -81,11 +81,15 @@ bool Fp8GemmApplies(const torch::Tensor& x) {
          (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16);
 }
 
+void CheckFp8GemmInput(const std::string& kernel, const char* name, const torch::Tensor& x) {
+  TORCH_CHECK(Fp8GemmApplies(x), kernel, ": ", name, ": ", c10::toString(x.scalar_type()), " on ", x.device(),
+              ", where bf16 or fp32 on a Hopper (sm_90) GPU is read");
+}
+
 Fp8Operand QuantizeFp8(const torch::Tensor& x, bool blocks, bool transpose) {
   const std::string name = std::string("QuantizeFp8 (") + (blocks ? "128 x 128 blocks" : "1 x 128 tiles") +
                            (transpose ? ", transposed)" : ")");
-  TORCH_CHECK(Fp8GemmApplies(x), name, ": x: ", c10::toString(x.scalar_type()), " on ", x.device(),
-              ", where bf16 or fp32 on a Hopper (sm_90) GPU is read");
+  CheckFp8GemmInput(name, "x", x);
   const bool rows_whole = blocks || transpose;
   TORCH_CHECK(x.dim() == 2 && x.size(1) % kTile == 0 && (!rows_whole || x.size(0) % kTile == 0), name,
               ": x: sizes ", x.sizes(), ", where [rows, cols] with cols", rows_whole ? " and rows" : "",
@@ -120,6 +124,9 @@ torch::Tensor DequantizeFp8(const Fp8Operand& o) { return o.values.to(torch::kFl
 #else  // no CUDA kernels in this build, or a LibTorch before 2.11
 
 bool Fp8GemmApplies(const torch::Tensor&) { return false; }
+void CheckFp8GemmInput(const std::string& kernel, const char*, const torch::Tensor&) {
+  kernel_support::NoCudaKernels(kernel.c_str());
+}
 Fp8Operand QuantizeFp8(const torch::Tensor&, bool, bool) { kernel_support::NoCudaKernels("QuantizeFp8"); }
 torch::Tensor Fp8Matmul(const Fp8Operand&, const Fp8Operand&, c10::ScalarType) {
   kernel_support::NoCudaKernels("Fp8Matmul");

@@ -9,6 +9,7 @@
 #define KIMI_PLAN_RUNTIME_KERNELS_FP8_GEMM_H_
 
 #include <cstdint>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -38,6 +39,11 @@ struct Fp8Operand {
 /// LibTorch), x bf16 or fp32 on a Hopper (sm_90) GPU, the only one the
 /// blockwise-scaled GEMM has run on here.
 bool Fp8GemmApplies(const torch::Tensor& x);
+
+/// Throws c10::Error "KERNEL: NAME: DTYPE on DEVICE, where bf16 or fp32 on
+/// a Hopper (sm_90) GPU is read" unless Fp8GemmApplies(x): the first check
+/// of every entry that quantises (here and fp8_grouped_gemm.h).
+void CheckFp8GemmInput(const std::string& kernel, const char* name, const torch::Tensor& x);
 
 /// x [rows, cols] (bf16 or fp32) as an FP8 operand: x itself, or x^T when
 /// `transpose` (written transposed by the kernel, no bf16 copy), in 1 x 128

@@ -32,13 +32,20 @@ cudaError_t QuantizeFp8RowTiles(std::int64_t rows, std::int64_t cols, const void
 cudaError_t QuantizeFp8ColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x, bool x_bf16,
                                              std::uint8_t* q, float* scales, cudaStream_t stream);
 
+/// A bound on the padded tiles of `rows` rows in `groups` groups, each
+/// group's rows starting a tile of their own (cuda_groups.cuh): sum_e
+/// ceil(n_e / 128) <= ceil(rows / 128) + groups.
+constexpr std::int64_t GroupedTileCapacity(std::int64_t rows, std::int64_t groups) {
+  return (rows + kFp8Tile - 1) / kFp8Tile + groups;
+}
+
 /// QuantizeFp8ColumnTilesTransposed for rows in groups (cuda_groups.cuh:
 /// group e's rows end at ends[e], on the device; rows a multiple of nothing):
 /// each group's 128 x 1 tiles start at its first row, its last tile padded
 /// with zeros, and padded tile p of column c is written at q[c * ld + 128 p
 /// ..] (ld = 128 tile_capacity) with its scale at scales[p * cols + c]. Tiles
 /// past the groups' last (up to tile_capacity, which must be at least
-/// sum_e ceil(n_e / 128), e.g. rows / 128 + groups + 1) are left unwritten.
+/// sum_e ceil(n_e / 128), e.g. GroupedTileCapacity) are left unwritten.
 cudaError_t QuantizeFp8GroupedColumnTilesTransposed(std::int64_t rows, std::int64_t cols, const void* x,
                                                     bool x_bf16, const int* ends, int groups,
                                                     std::int64_t tile_capacity, std::uint8_t* q, float* scales,

@@ -67,8 +67,7 @@ bool Fp8GroupedGemmApplies(const torch::Tensor& x) { return Fp8GemmApplies(x); }
 
 Fp8Operand QuantizeFp8Experts(const torch::Tensor& w, bool transpose) {
   const char* name = transpose ? "QuantizeFp8Experts (transposed)" : "QuantizeFp8Experts";
-  TORCH_CHECK(Fp8GemmApplies(w), name, ": w: ", c10::toString(w.scalar_type()), " on ", w.device(),
-              ", where bf16 or fp32 on a Hopper (sm_90) GPU is read");
+  CheckFp8GemmInput(name, "w", w);
   TORCH_CHECK(w.dim() == 3 && w.size(1) % kTile == 0 && w.size(2) % kTile == 0, name, ": w: sizes ", w.sizes(),
               ", where [experts, n, k] with n and k multiples of 128 is read");
   const c10::cuda::CUDAGuard guard(w.device());
@@ -89,15 +88,14 @@ Fp8Operand QuantizeFp8Experts(const torch::Tensor& w, bool transpose) {
 
 Fp8Operand QuantizeFp8GroupedTransposed(const torch::Tensor& x, const torch::Tensor& ends) {
   const char* name = "QuantizeFp8GroupedTransposed";
-  TORCH_CHECK(Fp8GemmApplies(x), name, ": x: ", c10::toString(x.scalar_type()), " on ", x.device(),
-              ", where bf16 or fp32 on a Hopper (sm_90) GPU is read");
+  CheckFp8GemmInput(name, "x", x);
   TORCH_CHECK(x.dim() == 2 && x.size(1) % kTile == 0, name, ": x: sizes ", x.sizes(),
               ", where [rows, cols] with cols a multiple of 128 is read");
   CheckEnds(name, ends, x);
   const c10::cuda::CUDAGuard guard(x.device());
   const torch::Tensor in = x.contiguous();
   const std::int64_t rows = in.size(0), cols = in.size(1), groups = ends.size(0);
-  const std::int64_t capacity = (rows + kTile - 1) / kTile + groups;
+  const std::int64_t capacity = cuda::GroupedTileCapacity(rows, groups);
   Fp8Operand o;
   o.values = torch::empty({cols, capacity * kTile}, in.options().dtype(kE4m3));
   torch::Tensor scales_t = torch::empty({capacity, cols}, in.options().dtype(torch::kFloat));

@@ -16,6 +16,7 @@
 
 #include "runtime/kernels/cuda_groups.cuh"
 #include "runtime/kernels/cuda_mma.cuh"
+#include "runtime/kernels/fp8_gemm_cuda.h"
 
 namespace kp::runtime::cuda {
 namespace {
@@ -36,10 +37,8 @@ constexpr int kMTiles = kWarpRows / 16, kNTiles = kWarpCols / 8;
 constexpr int kMmaK = 32;
 constexpr int kChunksPerRow = kTile / 16;  // cp.async moves 16 bytes
 
-enum class Grouping { kRows, kReduction };
-
 struct Args {
-  std::int64_t m, n, k;  // kReduction: m = n_a, n = n_b, k = 128 tile_capacity
+  std::int64_t m, n, k;  // GroupedReductionKernel: m = n_a, n = n_b, k = 128 tile_capacity
   int groups;
   const int* ends;
   const std::uint8_t* a;
@@ -278,9 +277,7 @@ cudaError_t Launch(void (*kernel)(Args), dim3 grid, const Args& args, cudaStream
 cudaError_t Fp8GroupedRowsMatmul(std::int64_t m, std::int64_t n, std::int64_t k, int groups, const int* ends,
                                  const std::uint8_t* a, const float* a_scales, const std::uint8_t* b,
                                  const float* b_scales, bool out_bf16, void* out, cudaStream_t stream) {
-  // Each group's rows start a tile of their own: at most ceil(m / 128)
-  // + groups tiles in all.
-  const dim3 grid(static_cast<unsigned>((m + kTile - 1) / kTile + groups), static_cast<unsigned>(n / kTile));
+  const dim3 grid(static_cast<unsigned>(GroupedTileCapacity(m, groups)), static_cast<unsigned>(n / kTile));
   return Launch(GroupedRowsKernel, grid, {m, n, k, groups, ends, a, a_scales, b, b_scales, out_bf16, out}, stream);
 }
 

@@ -730,6 +730,21 @@ MoeRun RunMoe(bool fused, bool fp8 = false) {
   return r;
 }
 
+// The grouped run's output and every gradient within the tolerances of the
+// loop's; a gradient the loop gives as exactly zero (an expert never
+// chosen) exactly zero too.
+void ExpectMoeRunsClose(const MoeRun& grouped, const MoeRun& looped, double out_tolerance, double grad_tolerance) {
+  EXPECT_LT(RelativeError(grouped.out, looped.out), out_tolerance);
+  ASSERT_EQ(grouped.grads.size(), looped.grads.size());
+  for (std::size_t i = 0; i < looped.grads.size(); ++i) {
+    if (looped.grads[i].abs().max().item<double>() == 0) {
+      EXPECT_EQ(grouped.grads[i].abs().max().item<double>(), 0) << "grad " << i;
+      continue;
+    }
+    EXPECT_LT(RelativeError(grouped.grads[i], looped.grads[i]), grad_tolerance) << "grad " << i;
+  }
+}
+
 TEST(GroupedExpertsTest, EqualThePerExpertLoopWithEmptyAndUnevenExperts) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
   {
@@ -738,18 +753,9 @@ TEST(GroupedExpertsTest, EqualThePerExpertLoopWithEmptyAndUnevenExperts) {
     if (!probe.GroupedApplies(torch::zeros({1, 8}, torch::dtype(torch::kBFloat16).device(torch::kCUDA))))
       GTEST_SKIP() << "this LibTorch has no grouped GEMM (PyTorch 2.8+)";
   }
-  const MoeRun looped = RunMoe(false), grouped = RunMoe(true);
   // Both are bf16 GEMMs with fp32 accumulation over the same rows: they
   // differ by the order inside each dot product and the final bf16 rounding.
-  EXPECT_LT(RelativeError(grouped.out, looped.out), 1e-2);
-  ASSERT_EQ(grouped.grads.size(), looped.grads.size());
-  for (std::size_t i = 0; i < looped.grads.size(); ++i) {
-    if (looped.grads[i].abs().max().item<double>() == 0) {
-      EXPECT_EQ(grouped.grads[i].abs().max().item<double>(), 0) << "grad " << i;
-      continue;
-    }
-    EXPECT_LT(RelativeError(grouped.grads[i], looped.grads[i]), 2e-2) << "grad " << i;
-  }
+  ExpectMoeRunsClose(RunMoe(true), RunMoe(false), 1e-2, 2e-2);
 }
 
 // FP8 experts grouped (this project's grouped kernels, one launch per
@@ -767,16 +773,7 @@ TEST(GroupedExpertsTest, InFp8EqualThePerExpertLoop) {
     if (!probe.GroupedApplies(torch::zeros({1, 128}, torch::dtype(torch::kBFloat16).device(torch::kCUDA))))
       GTEST_SKIP() << "needs the FP8 kernels (PyTorch 2.11+, sm_90)";
   }
-  const MoeRun looped = RunMoe(false, true), grouped = RunMoe(true, true);
-  EXPECT_LT(RelativeError(grouped.out, looped.out), 2e-2);
-  ASSERT_EQ(grouped.grads.size(), looped.grads.size());
-  for (std::size_t i = 0; i < looped.grads.size(); ++i) {
-    if (looped.grads[i].abs().max().item<double>() == 0) {
-      EXPECT_EQ(grouped.grads[i].abs().max().item<double>(), 0) << "grad " << i;
-      continue;
-    }
-    EXPECT_LT(RelativeError(grouped.grads[i], looped.grads[i]), 3e-2) << "grad " << i;
-  }
+  ExpectMoeRunsClose(RunMoe(true, true), RunMoe(false, true), 2e-2, 3e-2);
 }
 
 // ------------------------------------------------------------------ bad inputs
