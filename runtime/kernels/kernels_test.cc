@@ -918,8 +918,9 @@ TEST(Fp8GroupedGemmKernelTest, QuantisesEachGroupsTilesAsThePerExpertForm) {
       const std::int64_t at = groups.first_tile(g) * 128, padded = (n + 127) / 128 * 128;
       const torch::Tensor want = FakeQuantizeFp8Blocks(in.narrow(0, groups.first_row(g), n), 128, 1).t();
       EXPECT_TRUE(torch::equal(got.narrow(1, at, n), want)) << c10::toString(dtype) << " group " << g;
-      if (padded > n)
+      if (padded > n) {
         EXPECT_EQ(got.narrow(1, at + n, padded - n).abs().max().item<double>(), 0) << "group " << g << "'s padding";
+      }
     }
   }
   const torch::Tensor w = Random({3, 256, 384}, 42).to(torch::kCUDA, torch::kBFloat16);
