@@ -47,13 +47,11 @@ Fp8Operand EmptyOperand(const torch::Tensor& in, bool blocks, bool transpose) {
   return o;
 }
 
-std::uint8_t* Bytes(Fp8Operand& o) { return static_cast<std::uint8_t*>(o.values.data_ptr()); }
-
 Fp8Operand QuantizedBlocks(const torch::Tensor& in, bool transpose) {
   Fp8Operand o = EmptyOperand(in, /*blocks=*/true, transpose);
   o.scales = torch::empty({o.values.size(0) / kTile, o.values.size(1) / kTile}, in.options().dtype(torch::kFloat));
   Check(cuda::QuantizeFp8BlockTiles(in.size(0), in.size(1), in.data_ptr(), in.scalar_type() == torch::kBFloat16,
-                                    transpose, Bytes(o), Out(o.scales), c10::cuda::getCurrentCUDAStream()),
+                                    transpose, OutBytes(o.values), Out(o.scales), c10::cuda::getCurrentCUDAStream()),
         "FP8 quantisation (blocks)");
   return o;
 }
@@ -67,7 +65,8 @@ Fp8Operand QuantizedTiles(const torch::Tensor& in, bool transpose) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const std::int64_t rows = in.size(0), cols = in.size(1);
   const auto quantize = transpose ? cuda::QuantizeFp8ColumnTilesTransposed : cuda::QuantizeFp8RowTiles;
-  Check(quantize(rows, cols, in.data_ptr(), bf16, Bytes(o), Out(scales_t), stream), "FP8 quantisation (tiles)");
+  Check(quantize(rows, cols, in.data_ptr(), bf16, OutBytes(o.values), Out(scales_t), stream),
+        "FP8 quantisation (tiles)");
   o.scales = scales_t.t();
   return o;
 }

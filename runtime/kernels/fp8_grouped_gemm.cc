@@ -25,8 +25,6 @@ namespace {
 constexpr std::int64_t kTile = cuda::kFp8Tile;
 constexpr c10::ScalarType kE4m3 = c10::ScalarType::Float8_e4m3fn;
 
-const std::uint8_t* Bytes(const torch::Tensor& t) { return static_cast<const std::uint8_t*>(t.data_ptr()); }
-std::uint8_t* MutableBytes(torch::Tensor& t) { return static_cast<std::uint8_t*>(t.data_ptr()); }
 const int* Ends(const torch::Tensor& ends) { return ends.data_ptr<int>(); }
 
 void CheckOutDtype(const char* kernel, c10::ScalarType out_dtype) {
@@ -80,7 +78,7 @@ Fp8Operand QuantizeFp8Experts(const torch::Tensor& w, bool transpose) {
   o.scales = torch::empty({experts, o.values.size(1) / kTile, o.values.size(2) / kTile},
                           in.options().dtype(torch::kFloat));
   Check(cuda::QuantizeFp8BlockTiles(rows, cols, in.data_ptr(), in.scalar_type() == torch::kBFloat16, transpose,
-                                    MutableBytes(o.values), Out(o.scales), c10::cuda::getCurrentCUDAStream(),
+                                    OutBytes(o.values), Out(o.scales), c10::cuda::getCurrentCUDAStream(),
                                     experts),
         name);
   return o;
@@ -101,7 +99,7 @@ Fp8Operand QuantizeFp8GroupedTransposed(const torch::Tensor& x, const torch::Ten
   torch::Tensor scales_t = torch::empty({capacity, cols}, in.options().dtype(torch::kFloat));
   Check(cuda::QuantizeFp8GroupedColumnTilesTransposed(rows, cols, in.data_ptr(), in.scalar_type() == torch::kBFloat16,
                                                       Ends(ends), static_cast<int>(groups), capacity,
-                                                      MutableBytes(o.values), Out(scales_t),
+                                                      OutBytes(o.values), Out(scales_t),
                                                       c10::cuda::getCurrentCUDAStream()),
         name);
   o.scales = scales_t.t();
@@ -126,8 +124,8 @@ torch::Tensor Fp8GroupedMatmul(const Fp8Operand& a, const Fp8Operand& b, const t
   CheckRowMajor(name, a, b);
   const c10::cuda::CUDAGuard guard(a.values.device());
   torch::Tensor out = torch::empty({m, n}, a.values.options().dtype(out_dtype));
-  Check(cuda::Fp8GroupedRowsMatmul(m, n, k, static_cast<int>(groups), Ends(ends), Bytes(a.values), In(a.scales),
-                                   Bytes(b.values), In(b.scales), out_dtype == torch::kBFloat16, out.data_ptr(),
+  Check(cuda::Fp8GroupedRowsMatmul(m, n, k, static_cast<int>(groups), Ends(ends), InBytes(a.values), In(a.scales),
+                                   InBytes(b.values), In(b.scales), out_dtype == torch::kBFloat16, out.data_ptr(),
                                    c10::cuda::getCurrentCUDAStream()),
         name);
   return out;
@@ -148,8 +146,8 @@ torch::Tensor Fp8GroupedWeightGrad(const Fp8Operand& a, const Fp8Operand& b, con
   CheckRowMajor(name, a, b);
   const c10::cuda::CUDAGuard guard(a.values.device());
   torch::Tensor out = torch::empty({groups, n_a, n_b}, a.values.options().dtype(out_dtype));
-  Check(cuda::Fp8GroupedReductionMatmul(n_a, n_b, k / kTile, static_cast<int>(groups), Ends(ends), Bytes(a.values),
-                                        In(a.scales), Bytes(b.values), In(b.scales),
+  Check(cuda::Fp8GroupedReductionMatmul(n_a, n_b, k / kTile, static_cast<int>(groups), Ends(ends), InBytes(a.values),
+                                        In(a.scales), InBytes(b.values), In(b.scales),
                                         out_dtype == torch::kBFloat16, out.data_ptr(),
                                         c10::cuda::getCurrentCUDAStream()),
         name);

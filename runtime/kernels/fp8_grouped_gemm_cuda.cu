@@ -124,16 +124,21 @@ __device__ __forceinline__ std::uint32_t Word(const std::uint8_t* p) {
   return *reinterpret_cast<const std::uint32_t*>(p);
 }
 
-// The slice's products, on fresh accumulators.
-__device__ void SliceProducts(const std::uint8_t* stage, const Lanes& l, float (&part)[kMTiles][kNTiles][4]) {
-  const std::uint8_t* sa = stage;
-  const std::uint8_t* sb = stage + kTileBytes;
+// A thread's accumulator tiles set to zero.
+__device__ __forceinline__ void ZeroTiles(float (&tiles)[kMTiles][kNTiles][4]) {
 #pragma unroll
   for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
     for (int ni = 0; ni < kNTiles; ++ni)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) part[mi][ni][c] = 0.0f;
+      for (int c = 0; c < 4; ++c) tiles[mi][ni][c] = 0.0f;
+}
+
+// The slice's products, on fresh accumulators.
+__device__ void SliceProducts(const std::uint8_t* stage, const Lanes& l, float (&part)[kMTiles][kNTiles][4]) {
+  const std::uint8_t* sa = stage;
+  const std::uint8_t* sb = stage + kTileBytes;
+  ZeroTiles(part);
   // Not unrolled: unrolled, the four steps' fragments live at once and the
   // thread needs more than 255 registers (spills).
 #pragma unroll 1
@@ -164,12 +169,7 @@ template <typename Scales>
 __device__ void BlockProduct(const BlockProblem& p, const Scales& scales, bool out_bf16, std::uint8_t* shared) {
   const Lanes l = LanesOf(threadIdx.x);
   float acc[kMTiles][kNTiles][4];
-#pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+  ZeroTiles(acc);
   const std::int64_t slices = (p.k_end - p.k_begin) / kTile;
   if (slices > 0) LoadSlice(p, p.k_begin, shared);
   for (std::int64_t s = 0; s < slices; ++s) {

@@ -6,6 +6,8 @@
 #ifndef KIMI_PLAN_RUNTIME_KERNELS_KERNEL_SUPPORT_H_
 #define KIMI_PLAN_RUNTIME_KERNELS_KERNEL_SUPPORT_H_
 
+#include <cstdint>
+
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -41,6 +43,9 @@ inline const std::vector<c10::ScalarType> kFloats = {torch::kFloat, torch::kBFlo
 inline const float* In(const torch::Tensor& t) { return t.data_ptr<float>(); }
 inline float* Out(torch::Tensor& t) { return t.data_ptr<float>(); }
 inline const float* InOrNull(const torch::Tensor& t) { return t.defined() ? In(t) : nullptr; }
+/// A byte tensor's data (FP8 values), read or written.
+inline const std::uint8_t* InBytes(const torch::Tensor& t) { return static_cast<const std::uint8_t*>(t.data_ptr()); }
+inline std::uint8_t* OutBytes(torch::Tensor& t) { return static_cast<std::uint8_t*>(t.data_ptr()); }
 
 }  // namespace kp::runtime::kernel_support
 
